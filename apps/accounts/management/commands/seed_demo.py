@@ -1,0 +1,61 @@
+"""Load the demo data: one user per role, two teams, two clusters (dev and prod). Safe to run again."""
+
+from django.contrib.auth.models import Group, User
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from apps.accounts import actions as account_actions
+from apps.accounts.models import Team
+from apps.accounts.roles import ADMIN, APPROVER, AUDITOR, DEVELOPER, SRE, sync_role_groups
+from apps.audit.context import action_context
+from apps.clusters import actions as cluster_actions
+from apps.clusters.models import Cluster
+
+PASSWORD = "switchyard"
+USERS = [
+    ("dev-alice", [DEVELOPER], "payments"),
+    ("dev-erin", [DEVELOPER], "logistics"),
+    ("appr-bob", [APPROVER], "payments"),
+    ("appr-frank", [APPROVER], "logistics"),
+    ("sre-carol", [SRE], None),
+    ("audit-dan", [AUDITOR], None),
+]
+TEAMS = [("payments", "Payments"), ("logistics", "Logistics")]
+CLUSTERS = [
+    ("dev-a", "dev", "local-1", "Demo development cluster"),
+    ("prod-a", "prod", "local-1", "Demo production cluster"),
+]
+
+
+class Command(BaseCommand):
+    help = "Create the demo users, teams and clusters (idempotent)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--zk", default="127.0.0.1:27102", help="ZooKeeper connect string for the demo clusters")
+        parser.add_argument("--broker-port-base", type=int, default=27120)
+
+    @transaction.atomic
+    def handle(self, *args, zk, **options):
+        sync_role_groups()
+        with action_context("cli"):
+            admin = User.objects.filter(username="admin").first()
+            if admin is None:
+                admin = User.objects.create_superuser("admin", "admin@example.com", PASSWORD)
+                admin.groups.add(Group.objects.get(name=ADMIN))
+            for name, display in TEAMS:
+                if not Team.objects.filter(name=name).exists():
+                    account_actions.create_team(actor=admin, name=name, display_name=display)
+            for username, roles, team in USERS:
+                user = User.objects.filter(username=username).first()
+                if user is None:
+                    user = account_actions.create_user(actor=admin, username=username, password=PASSWORD,
+                                                       email=f"{username}@example.com", roles=roles)
+                if team and not user.teams.filter(name=team).exists():
+                    account_actions.add_team_member(actor=admin, team=Team.objects.get(name=team), user=user)
+            for name, env, region, description in CLUSTERS:
+                if not Cluster.objects.filter(name=name).exists():
+                    cluster_actions.create_cluster(
+                        actor=admin, name=name, environment=env, region=region, zk_connect=zk,
+                        zk_chroot=f"/switchyard/{name}", storage_level="file", description=description,
+                    )
+        self.stdout.write(self.style.SUCCESS("demo data ready"))

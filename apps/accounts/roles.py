@@ -1,0 +1,70 @@
+"""The five roles, as Django groups, and the model permissions each one holds.
+
+Apps add their permissions here so that one table says who may do what.
+"""
+
+from __future__ import annotations
+
+DEVELOPER = "developer"
+APPROVER = "approver"
+SRE = "sre"
+AUDITOR = "auditor"
+ADMIN = "admin"
+ROLES = (DEVELOPER, APPROVER, SRE, AUDITOR, ADMIN)
+ROLE_LABELS = {DEVELOPER: "Developer", APPROVER: "Approver", SRE: "SRE", AUDITOR: "Auditor", ADMIN: "Admin"}
+
+_READ_ALL = [
+    "clusters.view_cluster",
+    "accounts.view_team",
+    "audit.view_auditrecord",
+]
+
+ROLE_PERMISSIONS: dict[str, list[str]] = {
+    DEVELOPER: ["clusters.view_cluster", "accounts.view_team"],
+    APPROVER: ["clusters.view_cluster", "accounts.view_team"],
+    SRE: [*_READ_ALL, "clusters.add_cluster", "clusters.change_cluster"],
+    AUDITOR: [*_READ_ALL],
+    ADMIN: ["*"],
+}
+
+
+def extend(role: str, *perms: str) -> None:
+    """Let an app grant a role its own permissions (called from the app's roles module)."""
+    for perm in perms:
+        if perm not in ROLE_PERMISSIONS[role]:
+            ROLE_PERMISSIONS[role].append(perm)
+
+
+def sync_role_groups(sender=None, **kwargs) -> None:
+    """Create the role groups and set their permissions; safe to run any number of times."""
+    from django.contrib.auth.models import Group, Permission
+
+    # Apps register their role permissions on import.
+    from django.utils.module_loading import autodiscover_modules
+
+    autodiscover_modules("roles")
+    for role, perms in ROLE_PERMISSIONS.items():
+        group, _ = Group.objects.get_or_create(name=role)
+        if perms == ["*"]:
+            wanted = list(Permission.objects.all())
+        else:
+            wanted = []
+            for perm in perms:
+                app_label, codename = perm.split(".")
+                found = Permission.objects.filter(content_type__app_label=app_label, codename=codename).first()
+                if found:
+                    wanted.append(found)
+        group.permissions.set(wanted)
+
+
+def roles_of(user) -> set[str]:
+    if not user or not user.is_authenticated:
+        return set()
+    names = set(user.groups.values_list("name", flat=True))
+    if user.is_superuser:
+        names.add(ADMIN)
+    return names & set(ROLES)
+
+
+def has_role(user, *roles: str) -> bool:
+    return bool(roles_of(user) & set(roles))

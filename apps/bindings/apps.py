@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class BindingsConfig(AppConfig):
+    name = "apps.bindings"
+    label = "bindings"

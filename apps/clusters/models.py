@@ -1,0 +1,43 @@
+from django.core.validators import RegexValidator
+from django.db import models
+
+from apps.accounts.models import slug_validator
+from apps.clusters.choices import ClusterStatus, Environment, StorageLevel
+
+zk_connect_validator = RegexValidator(
+    r"^[A-Za-z0-9.-]+:\d{1,5}(,[A-Za-z0-9.-]+:\d{1,5})*$",
+    "Give host:port pairs separated by commas, e.g. zk1:2181,zk2:2181 (no chroot here).",
+)
+zk_chroot_validator = RegexValidator(
+    r"^(/[A-Za-z0-9._-]+)+$",
+    "Give an absolute ZooKeeper path such as /switchyard/prod-a, without a trailing slash.",
+)
+
+
+class Cluster(models.Model):
+    """A broker cluster: one ZooKeeper ensemble (under a chroot) and the broker nodes it lists."""
+
+    name = models.CharField(max_length=63, unique=True, validators=[slug_validator])
+    environment = models.CharField(max_length=16, choices=Environment.choices)
+    region = models.CharField(max_length=63, validators=[slug_validator])
+    zk_connect = models.CharField("ZooKeeper connect string", max_length=500, validators=[zk_connect_validator])
+    zk_chroot = models.CharField("ZooKeeper chroot", max_length=200, validators=[zk_chroot_validator])
+    storage_level = models.CharField(max_length=16, choices=StorageLevel.choices, default=StorageLevel.FILE)
+    description = models.TextField(blank=True)
+    status = models.CharField(max_length=16, choices=ClusterStatus.choices, default=ClusterStatus.ACTIVE)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["environment", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["zk_connect", "zk_chroot"], name="cluster_unique_zk_location"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def zk_hosts(self) -> str:
+        """The connect string with the chroot, as kazoo takes it."""
+        return f"{self.zk_connect}{self.zk_chroot}"

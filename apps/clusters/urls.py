@@ -1,0 +1,11 @@
+from django.urls import path
+
+from apps.clusters import views
+
+app_name = "clusters"
+urlpatterns = [
+    path("", views.ClusterListView.as_view(), name="list"),
+    path("new/", views.ClusterFormView.as_view(), name="create"),
+    path("<slug:name>/", views.ClusterDetailView.as_view(), name="detail"),
+    path("<slug:name>/edit/", views.ClusterFormView.as_view(), name="edit"),
+]

@@ -1,0 +1,68 @@
+from django.contrib.auth.mixins import LoginRequiredMixin, PermissionRequiredMixin
+from django.core.exceptions import ValidationError
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views import View
+from django.views.generic import DetailView, ListView
+
+from apps.clusters import actions
+from apps.clusters.filtersets import ClusterFilterSet
+from apps.clusters.forms import ClusterForm
+from apps.clusters.models import Cluster
+from apps.clusters.zookeeper import read_health
+from control_plane.web import apply_validation_error
+
+
+class ClusterListView(LoginRequiredMixin, PermissionRequiredMixin, ListView):
+    permission_required = "clusters.view_cluster"
+    template_name = "clusters/cluster_list.html"
+    paginate_by = 50
+
+    def get_queryset(self):
+        self.filterset = ClusterFilterSet(self.request.GET, queryset=Cluster.objects.all())
+        return self.filterset.qs
+
+    def get_context_data(self, **kwargs):
+        return super().get_context_data(filterset=self.filterset, **kwargs)
+
+
+class ClusterDetailView(LoginRequiredMixin, PermissionRequiredMixin, DetailView):
+    permission_required = "clusters.view_cluster"
+    template_name = "clusters/cluster_detail.html"
+    model = Cluster
+    slug_field = slug_url_kwarg = "name"
+
+    def get_context_data(self, **kwargs):
+        return super().get_context_data(health=read_health(self.object), **kwargs)
+
+
+class ClusterFormView(LoginRequiredMixin, PermissionRequiredMixin, View):
+    """Create (no name in the URL) or edit a cluster; the write goes through the actions layer."""
+
+    template_name = "clusters/cluster_form.html"
+    raise_exception = True
+
+    def get_permission_required(self):
+        return ["clusters.change_cluster" if "name" in self.kwargs else "clusters.add_cluster"]
+
+    def _instance(self):
+        return get_object_or_404(Cluster, name=self.kwargs["name"]) if "name" in self.kwargs else None
+
+    def get(self, request, **kwargs):
+        instance = self._instance()
+        return render(request, self.template_name, {"form": ClusterForm(instance=instance), "object": instance})
+
+    def post(self, request, **kwargs):
+        instance = self._instance()
+        form = ClusterForm(request.POST, instance=instance)
+        if form.is_valid():
+            data = {f: form.cleaned_data[f] for f in form.Meta.fields}
+            try:
+                if instance is None:
+                    cluster = actions.create_cluster(actor=request.user, **data)
+                else:
+                    cluster = actions.update_cluster(actor=request.user, cluster=instance, **data)
+            except ValidationError as exc:
+                apply_validation_error(form, exc)
+            else:
+                return redirect("clusters:detail", name=cluster.name)
+        return render(request, self.template_name, {"form": form, "object": instance}, status=400)

@@ -1,0 +1,91 @@
+"""Read a cluster's ZooKeeper live: reachable or not, and the broker nodes registered there.
+
+Every call is bounded by SWITCHYARD_ZK_TIMEOUT; nothing here writes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoNodeError
+from kazoo.handlers.threading import KazooTimeoutError
+
+from broker_core.layout import Layout
+
+log = logging.getLogger(__name__)
+
+
+class ZooKeeperUnreachable(Exception):
+    pass
+
+
+@contextmanager
+def zk_client(connect: str, timeout: float | None = None) -> Iterator[KazooClient]:
+    """A started client for `connect` (host:port[,...][/chroot]); stopped on exit."""
+    timeout = timeout or settings.SWITCHYARD_ZK_TIMEOUT
+    client = KazooClient(hosts=connect, timeout=timeout, connection_retry={"max_tries": 1, "delay": 0.1},
+                         command_retry={"max_tries": 0})
+    try:
+        client.start(timeout=timeout)
+    except (KazooTimeoutError, Exception) as exc:  # kazoo raises several kinds when nothing answers
+        client.close()
+        raise ZooKeeperUnreachable(f"ZooKeeper at {connect} did not answer within {timeout:.0f}s: {exc}") from exc
+    try:
+        yield client
+    finally:
+        client.stop()
+        client.close()
+
+
+@dataclass
+class BrokerNode:
+    node_id: str
+    host: str
+    port: int
+    metrics_port: int | None
+    started_at: str | None
+    version: str | None
+
+
+@dataclass
+class ClusterHealth:
+    reachable: bool
+    error: str = ""
+    layout_version: int | None = None
+    brokers: list[BrokerNode] = field(default_factory=list)
+
+
+def read_health(cluster) -> ClusterHealth:
+    layout = Layout()
+    try:
+        with zk_client(cluster.zk_connect) as zk:
+            chroot = cluster.zk_chroot
+            meta = None
+            try:
+                data, _ = zk.get(chroot + layout.META)
+                meta = json.loads(data or b"{}")
+            except NoNodeError:
+                pass
+            brokers = []
+            try:
+                children = zk.get_children(chroot + layout.BROKERS)
+            except NoNodeError:
+                children = []
+            for node_id in sorted(children):
+                try:
+                    data, _ = zk.get(f"{chroot}{layout.BROKERS}/{node_id}")
+                except NoNodeError:
+                    continue  # went away while we looked
+                info = json.loads(data or b"{}")
+                brokers.append(BrokerNode(node_id=node_id, host=info.get("host", "?"), port=info.get("port", 0),
+                                          metrics_port=info.get("metrics_port"), started_at=info.get("started_at"),
+                                          version=info.get("version")))
+            return ClusterHealth(reachable=True, layout_version=(meta or {}).get("layout_version"), brokers=brokers)
+    except ZooKeeperUnreachable as exc:
+        return ClusterHealth(reachable=False, error=str(exc))

@@ -1,0 +1,1 @@
+"""Local stack management: the services behind `./dev up`, `./dev test` and `./dev down`."""

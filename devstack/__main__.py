@@ -1,0 +1,131 @@
+"""`python -m devstack up|test|down|status` — called by the README's `./dev` script."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from devstack import services
+from devstack.services import Ports
+
+ROOT = Path(__file__).resolve().parent.parent
+PROFILES = {"dev": 27100, "test": 27200}
+DEMO_LOGINS = [
+    ("dev-alice", "developer"),
+    ("appr-bob", "approver"),
+    ("sre-carol", "SRE"),
+    ("audit-dan", "auditor"),
+    ("admin", "admin"),
+]
+DEMO_PASSWORD = "switchyard"
+
+
+def state_for(profile: str) -> tuple[Path, Ports]:
+    root = Path(os.environ.get("SWITCHYARD_STATE_ROOT", ROOT / ".devstack"))
+    base = int(os.environ.get("SWITCHYARD_PORT_BASE", PROFILES[profile]))
+    return root / profile, Ports(base)
+
+
+def manage(env: dict[str, str], *args: str) -> None:
+    subprocess.run([sys.executable, str(ROOT / "manage.py"), *args], check=True, env={**os.environ, **env},
+                   cwd=ROOT)
+
+
+def up() -> None:
+    state, ports = state_for("dev")
+    services.start_core(state, ports)
+    env = services.environment(state, ports)
+    services.write_env(state, env)
+    manage(env, "migrate", "--noinput", "-v", "0")
+    manage(env, "collectstatic", "--noinput", "-v", "0")
+    manage(env, "seed_demo", "--zk", env["SWITCHYARD_ZK"], "--broker-port-base", str(ports.broker(0)))
+    py = sys.executable
+    services.spawn("web", [py, "-m", "gunicorn", "control_plane.wsgi", "-b", f"127.0.0.1:{ports.web}",
+                           "-w", "3", "--access-logfile", "-"], state, env, ROOT)
+    services.spawn("celery-worker", [py, "-m", "celery", "-A", "control_plane", "worker", "-l", "info",
+                                     "-c", "2", "-n", "switchyard-dev@%h"], state, env, ROOT)
+    services.spawn("celery-beat", [py, "-m", "celery", "-A", "control_plane", "beat", "-l", "info",
+                                   "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler",
+                                   "--pidfile", ""], state, env, ROOT)
+    start_demo_brokers(state, ports, env)
+    services.wait_until(lambda: services.port_open(ports.web), 30, "web server")
+    print()
+    print(f"Switchyard is up: http://127.0.0.1:{ports.web}/")
+    print(f"  API docs:  http://127.0.0.1:{ports.web}/api/v1/docs/")
+    print(f"  logins (password '{DEMO_PASSWORD}'):")
+    for user, role in DEMO_LOGINS:
+        print(f"    {user:<10} {role}")
+    print(f"  state and logs: {state}")
+    print("  stop everything: ./dev down")
+
+
+def start_demo_brokers(state: Path, ports: Ports, env: dict[str, str]) -> None:
+    """Start one broker node per demo cluster, when the broker core is present."""
+    demo = ROOT / "devstack" / "demo_traffic.py"
+    if not (ROOT / "broker_core" / "__main__.py").exists():
+        return
+    for index, cluster in enumerate(("dev-a", "prod-a")):
+        services.spawn(
+            f"broker-{cluster}",
+            [sys.executable, "-m", "broker_core", "--cluster", cluster, "--zk", f"{env['SWITCHYARD_ZK']}/switchyard/{cluster}",
+             "--data-dir", str(state / "brokers" / cluster), "--port", str(ports.broker(index)),
+             "--metrics-port", str(ports.broker_metrics(index))],
+            state, env, ROOT,
+        )
+    if demo.exists():
+        services.spawn("demo-traffic", [sys.executable, str(demo)], state, env, ROOT)
+
+
+def test(pytest_args: list[str]) -> int:
+    state, ports = state_for("test")
+    services.start_core(state, ports, tuned_for_tests=True)
+    env = services.environment(state, ports)
+    services.write_env(state, env)
+    try:
+        return subprocess.run([sys.executable, "-m", "pytest", *pytest_args], env={**os.environ, **env},
+                              cwd=ROOT).returncode
+    finally:
+        if not os.environ.get("SWITCHYARD_KEEP_SERVICES"):
+            services.stop_all(state)
+
+
+def down() -> None:
+    root = Path(os.environ.get("SWITCHYARD_STATE_ROOT", ROOT / ".devstack"))
+    for profile in PROFILES:
+        if (root / profile).exists():
+            services.stop_all(root / profile)
+    print("Switchyard is down.")
+
+
+def status() -> None:
+    for profile in PROFILES:
+        state, ports = state_for(profile)
+        pids = sorted((state / "pids").glob("*.pid")) if (state / "pids").exists() else []
+        print(f"[{profile}] {state}")
+        for pidfile in pids:
+            pid = services.read_pid(pidfile)
+            print(f"  {pidfile.stem:<20} {'running pid ' + str(pid) if pid else 'stopped'}")
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="devstack %(levelname)s %(message)s")
+    parser = argparse.ArgumentParser(prog="dev")
+    parser.add_argument("command", choices=["up", "test", "down", "status"])
+    args, rest = parser.parse_known_args()
+    if args.command == "up":
+        up()
+    elif args.command == "test":
+        return test(rest)
+    elif args.command == "down":
+        down()
+    else:
+        status()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,334 @@
+"""Start and stop the project's own services: PostgreSQL, Redis and ZooKeeper.
+
+Each service runs as a plain process under one state folder, on the project's own
+ports, and is stopped by its recorded PID. The test suite uses the same functions to
+start extra servers (for instance a ZooKeeper it stops and restarts on purpose).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger("devstack")
+
+PG_BIN = Path(os.environ.get("SWITCHYARD_PG_BIN", "/usr/lib/postgresql/15/bin"))
+JAVA_DIR = Path("/usr/share/java")
+ZK_CLASSPATH = ":".join(
+    str(JAVA_DIR / jar)
+    for jar in (
+        "zookeeper.jar",
+        "zookeeper-jute.jar",
+        "netty-handler.jar",
+        "netty-common.jar",
+        "netty-buffer.jar",
+        "netty-codec.jar",
+        "netty-resolver.jar",
+        "netty-transport.jar",
+        "netty-transport-native-unix-common.jar",
+        "netty-transport-native-epoll.jar",
+        "servlet-api.jar",
+        "slf4j-api.jar",
+        "slf4j-simple.jar",
+    )
+)
+
+
+class ServiceError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Every port of one stack, derived from a base so two stacks never collide."""
+
+    base: int
+
+    @property
+    def postgres(self) -> int:
+        return self.base
+
+    @property
+    def redis(self) -> int:
+        return self.base + 1
+
+    @property
+    def zookeeper(self) -> int:
+        return self.base + 2
+
+    @property
+    def web(self) -> int:
+        return self.base + 10
+
+    def broker(self, index: int) -> int:
+        return self.base + 20 + index
+
+    def broker_metrics(self, index: int) -> int:
+        return self.base + 40 + index
+
+
+def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.2) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def wait_until(predicate, timeout: float, what: str, interval: float = 0.1) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise ServiceError(f"{what} did not become ready within {timeout:.0f}s")
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_pid(pidfile: Path) -> int | None:
+    try:
+        pid = int(pidfile.read_text().split()[0])
+    except (FileNotFoundError, ValueError, IndexError):
+        return None
+    return pid if pid_alive(pid) else None
+
+
+def stop_pid(pidfile: Path, name: str, timeout: float = 10.0) -> bool:
+    """Stop the process recorded in pidfile: SIGTERM to its group, then SIGKILL."""
+    pid = read_pid(pidfile)
+    if pid is None:
+        pidfile.unlink(missing_ok=True)
+        return False
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                break
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and pid_alive(pid):
+            _reap(pid)
+            time.sleep(0.05)
+        if not pid_alive(pid):
+            break
+    pidfile.unlink(missing_ok=True)
+    log.info("stopped %s (pid %s)", name, pid)
+    return True
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def spawn(
+    name: str,
+    argv: list[str],
+    state: Path,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> int:
+    """Start argv in its own process group, log to state/logs/NAME.log, record its PID."""
+    pidfile = state / "pids" / f"{name}.pid"
+    existing = read_pid(pidfile)
+    if existing:
+        log.info("%s already running (pid %s)", name, existing)
+        return existing
+    (state / "pids").mkdir(parents=True, exist_ok=True)
+    (state / "logs").mkdir(parents=True, exist_ok=True)
+    logfile = open(state / "logs" / f"{name}.log", "ab")
+    proc = subprocess.Popen(
+        argv,
+        stdout=logfile,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
+        cwd=cwd,
+        start_new_session=True,
+    )
+    logfile.close()
+    pidfile.write_text(f"{proc.pid}\n")
+    log.info("started %s (pid %s)", name, proc.pid)
+    return proc.pid
+
+
+# --- PostgreSQL -------------------------------------------------------------------------
+
+
+def _as_postgres(argv: list[str]) -> list[str]:
+    if os.geteuid() == 0:
+        return ["runuser", "-u", "postgres", "--", *argv]
+    return argv
+
+
+def start_postgres(state: Path, port: int, dbname: str = "switchyard", tuned_for_tests: bool = False) -> None:
+    pgdir = state / "postgres"
+    data = pgdir / "data"
+    pgdir.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() == 0:
+        shutil.chown(pgdir, "postgres", "postgres")
+    if not (data / "PG_VERSION").exists():
+        subprocess.run(
+            _as_postgres([str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust",
+                          "-E", "UTF8", "--locale=C.UTF-8"]),
+            check=True,
+            capture_output=True,
+        )
+    if port_open(port):
+        log.info("postgres already listening on %s", port)
+    else:
+        opts = f"-p {port} -k {pgdir} -c listen_addresses=127.0.0.1 -c max_connections=200"
+        if tuned_for_tests:
+            opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        subprocess.run(
+            _as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(pgdir / "postgres.log"),
+                          "-o", opts, "-w", "-t", "60", "start"]),
+            check=True,
+            capture_output=True,
+        )
+        log.info("started postgres on %s", port)
+    exists = subprocess.run(
+        ["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-tAc",
+         f"SELECT 1 FROM pg_database WHERE datname = '{dbname}'"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()
+    if exists != "1":
+        subprocess.run(
+            ["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-c", f'CREATE DATABASE "{dbname}"'],
+            check=True, capture_output=True,
+        )
+
+
+def stop_postgres(state: Path) -> None:
+    data = state / "postgres" / "data"
+    if (data / "postmaster.pid").exists():
+        subprocess.run(_as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"]),
+                       capture_output=True)
+        log.info("stopped postgres")
+
+
+# --- Redis ------------------------------------------------------------------------------
+
+
+def start_redis(state: Path, port: int) -> None:
+    rdir = state / "redis"
+    rdir.mkdir(parents=True, exist_ok=True)
+    pidfile = state / "pids" / "redis.pid"
+    (state / "pids").mkdir(parents=True, exist_ok=True)
+    if read_pid(pidfile) and port_open(port):
+        return
+    subprocess.run(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--daemonize", "yes", "--pidfile", str(pidfile), "--dir", str(rdir),
+         "--logfile", str(rdir / "redis.log")],
+        check=True,
+    )
+    wait_until(lambda: port_open(port), 10, "redis")
+    log.info("started redis on %s", port)
+
+
+# --- ZooKeeper --------------------------------------------------------------------------
+
+
+def zk_ruok(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+            s.sendall(b"ruok")
+            return s.recv(8) == b"imok"
+    except OSError:
+        return False
+
+
+def start_zookeeper(state: Path, port: int, name: str = "zookeeper") -> None:
+    zdir = state / name
+    (zdir / "data").mkdir(parents=True, exist_ok=True)
+    cfg = zdir / "zoo.cfg"
+    cfg.write_text(
+        "\n".join([
+            "tickTime=500",
+            "initLimit=10",
+            "syncLimit=5",
+            "minSessionTimeout=1000",
+            f"dataDir={zdir / 'data'}",
+            f"clientPort={port}",
+            "clientPortAddress=127.0.0.1",
+            "admin.enableServer=false",
+            "4lw.commands.whitelist=ruok,stat,srvr,mntr",
+            "maxClientCnxns=0",
+            "",
+        ])
+    )
+    if zk_ruok(port):
+        return
+    spawn(
+        name,
+        ["java", "-Xmx256m", "-Dzookeeper.log.dir=" + str(zdir), "-cp", ZK_CLASSPATH,
+         "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)],
+        state,
+    )
+    wait_until(lambda: zk_ruok(port), 30, f"zookeeper on {port}")
+
+
+def stop_zookeeper(state: Path, name: str = "zookeeper") -> None:
+    stop_pid(state / "pids" / f"{name}.pid", name)
+
+
+# --- the whole set ----------------------------------------------------------------------
+
+
+def start_core(state: Path, ports: Ports, tuned_for_tests: bool = False) -> None:
+    start_postgres(state, ports.postgres, tuned_for_tests=tuned_for_tests)
+    start_redis(state, ports.redis)
+    start_zookeeper(state, ports.zookeeper)
+
+
+def stop_all(state: Path) -> None:
+    """Stop every process recorded under state/pids, then PostgreSQL."""
+    pids = state / "pids"
+    if pids.is_dir():
+        # application processes first, data services last
+        order = sorted(pids.glob("*.pid"), key=lambda p: p.stem in ("redis", "zookeeper"))
+        for pidfile in order:
+            stop_pid(pidfile, pidfile.stem)
+    stop_postgres(state)
+
+
+def environment(state: Path, ports: Ports, dbname: str = "switchyard") -> dict[str, str]:
+    """The variables the control plane, workers and tests read to find this stack."""
+    return {
+        "SWITCHYARD_STATE": str(state),
+        "SWITCHYARD_PORT_BASE": str(ports.base),
+        "SWITCHYARD_DB_HOST": "127.0.0.1",
+        "SWITCHYARD_DB_PORT": str(ports.postgres),
+        "SWITCHYARD_DB_NAME": dbname,
+        "SWITCHYARD_REDIS_URL": f"redis://127.0.0.1:{ports.redis}/0",
+        "SWITCHYARD_ZK": f"127.0.0.1:{ports.zookeeper}",
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    }
+
+
+def write_env(state: Path, env: dict[str, str]) -> None:
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "env.json").write_text(json.dumps(env, indent=2))
+    (state / "env.sh").write_text("".join(f"export {k}={v}\n" for k, v in env.items()))

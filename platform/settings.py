@@ -1,0 +1,148 @@
+"""Settings of the Switchyard control plane.
+
+Every value that differs between machines comes from a SWITCHYARD_* variable; the
+defaults match the stack that `./dev up` starts (port base 27100).
+"""
+
+import os
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+PORT_BASE = int(os.environ.get("SWITCHYARD_PORT_BASE", "27100"))
+STATE_DIR = Path(os.environ.get("SWITCHYARD_STATE", BASE_DIR / ".devstack" / "dev"))
+
+SECRET_KEY = os.environ.get("SWITCHYARD_SECRET_KEY", "switchyard-development-key-change-me-in-production")
+DEBUG = os.environ.get("SWITCHYARD_DEBUG", "1") == "1"
+ALLOWED_HOSTS = os.environ.get("SWITCHYARD_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "django_filters",
+    "drf_spectacular",
+    "django_celery_beat",
+    "apps.audit",
+    "apps.accounts",
+    "apps.clusters",
+    "apps.topics",
+    "apps.bindings",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "apps.audit.middleware.ActionContextMiddleware",
+]
+
+ROOT_URLCONF = "control_plane.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "platform" / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "apps.accounts.context_processors.roles",
+            ],
+        },
+    },
+]
+
+WSGI_APPLICATION = "control_plane.wsgi.application"
+ASGI_APPLICATION = "control_plane.asgi.application"
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "HOST": os.environ.get("SWITCHYARD_DB_HOST", "127.0.0.1"),
+        "PORT": os.environ.get("SWITCHYARD_DB_PORT", str(PORT_BASE)),
+        "NAME": os.environ.get("SWITCHYARD_DB_NAME", "switchyard"),
+        "USER": os.environ.get("SWITCHYARD_DB_USER", "postgres"),
+        "PASSWORD": os.environ.get("SWITCHYARD_DB_PASSWORD", ""),
+        "CONN_MAX_AGE": 60,
+    }
+}
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "platform" / "static"]
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["control_plane.permissions.RolePermission"],
+    "DEFAULT_FILTER_BACKENDS": [
+        "django_filters.rest_framework.DjangoFilterBackend",
+        "rest_framework.filters.OrderingFilter",
+        "rest_framework.filters.SearchFilter",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "control_plane.api.exception_handler",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Switchyard API",
+    "DESCRIPTION": "Message governance: clusters, topics, bindings, approvals, routing and audit.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+}
+
+CELERY_BROKER_URL = os.environ.get("SWITCHYARD_REDIS_URL", f"redis://127.0.0.1:{PORT_BASE + 1}/0")
+CELERY_RESULT_BACKEND = CELERY_BROKER_URL
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+CELERY_TIMEZONE = TIME_ZONE
+
+# ZooKeeper session timeout and the bound on every control-plane call into ZooKeeper.
+SWITCHYARD_ZK_TIMEOUT = float(os.environ.get("SWITCHYARD_ZK_TIMEOUT", "3"))
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "structured": {"()": "control_plane.logging.StructuredFormatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "structured"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("SWITCHYARD_LOG_LEVEL", "INFO")},
+    "loggers": {
+        "kazoo": {"level": "WARNING"},
+        "django.db.backends": {"level": "INFO"},
+    },
+}

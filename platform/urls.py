@@ -1,0 +1,25 @@
+from django.contrib import admin
+from django.contrib.auth import views as auth_views
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+
+from control_plane import views
+from control_plane.routers import api_router
+
+urlpatterns = [
+    path("", views.home, name="home"),
+    path("login/", auth_views.LoginView.as_view(template_name="registration/login.html"), name="login"),
+    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("clusters/", include("apps.clusters.urls")),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include(api_router.urls)),
+    path("api/v1/auth/token/", views.ObtainTokenView.as_view(), name="api-token"),
+    path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path("api/v1/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
+    path("", include("apps.topics.urls")),
+    path("", include("apps.bindings.urls")),
+    path("", include("apps.audit.urls")),
+]
+
+handler403 = "control_plane.views.forbidden"
