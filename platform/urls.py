@@ -20,6 +20,7 @@ urlpatterns = [
     path("", include("apps.topics.urls")),
     path("", include("apps.bindings.urls")),
     path("", include("apps.audit.urls")),
+    path("", include("apps.tracing.urls")),
 ]
 
 handler403 = "control_plane.views.forbidden"

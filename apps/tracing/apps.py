@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class TracingConfig(AppConfig):
+    name = "apps.tracing"
+    label = "tracing"
+    verbose_name = "Message tracing"
