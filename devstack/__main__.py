@@ -116,14 +116,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="dev")
     parser.add_argument("command", choices=["up", "test", "down", "status"])
     args, rest = parser.parse_known_args()
-    if args.command == "up":
-        up()
-    elif args.command == "test":
-        return test(rest)
-    elif args.command == "down":
-        down()
-    else:
-        status()
+    try:
+        if args.command == "up":
+            up()
+        elif args.command == "test":
+            return test(rest)
+        elif args.command == "down":
+            down()
+        else:
+            status()
+    except (services.ServiceError, subprocess.CalledProcessError) as exc:
+        print(f"dev {args.command}: {exc}", file=sys.stderr)
+        print("Logs are under the state folder's logs/ (./dev status lists it); ./dev down stops what started.",
+              file=sys.stderr)
+        return 1
     return 0
 
 

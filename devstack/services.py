@@ -7,6 +7,7 @@ start extra servers (for instance a ZooKeeper it stops and restarts on purpose).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -176,52 +177,74 @@ def spawn(
 # --- PostgreSQL -------------------------------------------------------------------------
 
 
+def _run(argv: list[str], what: str) -> subprocess.CompletedProcess:
+    result = subprocess.run(argv, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ServiceError(f"{what} failed (exit {result.returncode}): {result.stderr.strip() or result.stdout.strip()}"
+                           f"\n  command: {' '.join(argv)}")
+    return result
+
+
 def _as_postgres(argv: list[str]) -> list[str]:
     if os.geteuid() == 0:
         return ["runuser", "-u", "postgres", "--", *argv]
     return argv
 
 
+def _postgres_can_reach(path: Path) -> bool:
+    if os.geteuid() != 0:
+        return True
+    probe = subprocess.run(["runuser", "-u", "postgres", "--", "test", "-x", str(path)], capture_output=True)
+    return probe.returncode == 0
+
+
+def postgres_dir(state: Path) -> Path:
+    """PostgreSQL's folder for this stack: state/postgres, or, when the postgres user cannot
+    reach the state folder (a clone under /root, say), a folder under /var/lib/switchyard that
+    state/postgres links to. A state folder made anew gets a new database either way."""
+    link = state / "postgres"
+    if link.is_symlink() or link.exists():
+        return link.resolve()
+    state.mkdir(parents=True, exist_ok=True)
+    if _postgres_can_reach(state):
+        link.mkdir()
+        return link
+    outside = Path("/var/lib/switchyard") / ("pg-" + hashlib.sha1(str(state.resolve()).encode()).hexdigest()[:12])
+    if outside.exists():
+        shutil.rmtree(outside)  # left by an earlier state folder of the same path: start clean
+    outside.mkdir(parents=True)
+    link.symlink_to(outside)
+    return outside
+
+
 def start_postgres(state: Path, port: int, dbname: str = "switchyard", tuned_for_tests: bool = False) -> None:
-    pgdir = state / "postgres"
+    pgdir = postgres_dir(state)
     data = pgdir / "data"
-    pgdir.mkdir(parents=True, exist_ok=True)
     if os.geteuid() == 0:
         shutil.chown(pgdir, "postgres", "postgres")
     if not (data / "PG_VERSION").exists():
-        subprocess.run(
-            _as_postgres([str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust",
-                          "-E", "UTF8", "--locale=C.UTF-8"]),
-            check=True,
-            capture_output=True,
-        )
+        _run(_as_postgres([str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust",
+                           "-E", "UTF8", "--locale=C.UTF-8"]), "initdb")
     if port_open(port):
         log.info("postgres already listening on %s", port)
     else:
         opts = f"-p {port} -k {pgdir} -c listen_addresses=127.0.0.1 -c max_connections=200"
         if tuned_for_tests:
             opts += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-        subprocess.run(
-            _as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(pgdir / "postgres.log"),
-                          "-o", opts, "-w", "-t", "60", "start"]),
-            check=True,
-            capture_output=True,
-        )
+        _run(_as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(pgdir / "postgres.log"),
+                           "-o", opts, "-w", "-t", "60", "start"]), f"starting postgres (log: {pgdir / 'postgres.log'})")
         log.info("started postgres on %s", port)
-    exists = subprocess.run(
-        ["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-tAc",
-         f"SELECT 1 FROM pg_database WHERE datname = '{dbname}'"],
-        check=True, capture_output=True, text=True,
-    ).stdout.strip()
+    exists = _run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-tAc",
+                   f"SELECT 1 FROM pg_database WHERE datname = '{dbname}'"], "psql").stdout.strip()
     if exists != "1":
-        subprocess.run(
-            ["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-c", f'CREATE DATABASE "{dbname}"'],
-            check=True, capture_output=True,
-        )
+        _run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-c", f'CREATE DATABASE "{dbname}"'],
+             "createdb")
 
 
 def stop_postgres(state: Path) -> None:
-    data = state / "postgres" / "data"
+    if not (state / "postgres").exists():
+        return
+    data = (state / "postgres").resolve() / "data"
     if (data / "postmaster.pid").exists():
         subprocess.run(_as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"]),
                        capture_output=True)
