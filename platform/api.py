@@ -14,7 +14,7 @@ from control_plane.errors import ActionError
 
 def _field_errors(error: DjangoValidationError) -> dict:
     if hasattr(error, "error_dict"):
-        return {("non_field_errors" if k == "__all__" else k): [str(m) for m in v.messages]
+        return {("non_field_errors" if k == "__all__" else k): [str(m) for m in v]
                 for k, v in error.message_dict.items()}
     return {"non_field_errors": list(error.messages)}
 

@@ -3,8 +3,14 @@
 from rest_framework.routers import DefaultRouter
 
 from apps.accounts.api import TeamViewSet
+from apps.bindings.api.urls import register as register_bindings
 from apps.clusters.api.views import ClusterViewSet
+from apps.provisioning.api.urls import register as register_provisioning
+from apps.topics.api.urls import register as register_topics
 
 api_router = DefaultRouter()
 api_router.register("clusters", ClusterViewSet, basename="cluster")
 api_router.register("teams", TeamViewSet, basename="team")
+register_topics(api_router)
+register_bindings(api_router)
+register_provisioning(api_router)

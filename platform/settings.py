@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "apps.clusters",
     "apps.topics",
     "apps.bindings",
+    "apps.provisioning",
     "apps.tracing",
 ]
 

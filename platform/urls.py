@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from apps.governance.api import ApprovalQueueView
 from control_plane import views
 from control_plane.routers import api_router
 
@@ -14,11 +15,14 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_router.urls)),
     path("api/v1/auth/token/", views.ObtainTokenView.as_view(), name="api-token"),
+    path("api/v1/approvals/", ApprovalQueueView.as_view(), name="api-approvals"),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("api/v1/redoc/", SpectacularRedocView.as_view(url_name="api-schema"), name="api-redoc"),
     path("", include("apps.topics.urls")),
     path("", include("apps.bindings.urls")),
+    path("", include("apps.governance.urls")),
+    path("", include("apps.provisioning.urls")),
     path("", include("apps.audit.urls")),
     path("", include("apps.tracing.urls")),
 ]

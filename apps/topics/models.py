@@ -1,0 +1,148 @@
+"""Apps (the credentials producers and consumers connect with), topics, and topic applications."""
+
+from __future__ import annotations
+
+import re
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+from django.urls import reverse
+
+from apps.accounts.models import Team, slug_validator
+from apps.clusters.choices import Environment, StorageLevel
+from apps.clusters.models import Cluster
+from apps.governance.workflow import ApplicationBase, DecisionBase
+from apps.topics.choices import TopicStatus
+
+# The shape a name must have to be a ZooKeeper path segment; the naming *policy* is stricter.
+topic_name_validator = RegexValidator(
+    r"^[A-Za-z0-9][A-Za-z0-9._-]{0,118}[A-Za-z0-9]$",
+    "Use 2–120 letters, digits, '.', '_' or '-', starting and ending with a letter or digit.",
+)
+MESSAGE_TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+MAX_MESSAGE_TYPES = 50
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
+def validate_message_types(value) -> None:
+    if not isinstance(value, list) or not value:
+        raise ValidationError("Give at least one message type, e.g. created, paid.")
+    if len(value) > MAX_MESSAGE_TYPES:
+        raise ValidationError(f"At most {MAX_MESSAGE_TYPES} message types per topic.")
+    bad = [str(v) for v in value if not isinstance(v, str) or not MESSAGE_TYPE_RE.match(v)]
+    if bad:
+        raise ValidationError(
+            f"Not a valid message type: {', '.join(bad)} (use letters, digits, '.', '_' or '-', up to 64).")
+    if len(set(value)) != len(value):
+        raise ValidationError("Each message type once.")
+
+
+class TopicSettings(models.Model):
+    """What a topic is: the fields a topic application asks for and a topic carries."""
+
+    name = models.CharField(max_length=120, validators=[topic_name_validator])
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="+",
+                             help_text="The team that owns the topic and approves who may use it.")
+    environment = models.CharField(max_length=16, choices=Environment.choices)
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="+")
+    message_types = models.JSONField(validators=[validate_message_types],
+                                     help_text="The message types published on this topic.")
+    expected_peak_mps = models.PositiveIntegerField(
+        "expected peak messages/s", validators=[MinValueValidator(1), MaxValueValidator(1_000_000)])
+    max_message_bytes = models.PositiveIntegerField(
+        "maximum message size (bytes)", default=65536,
+        validators=[MinValueValidator(64), MaxValueValidator(MAX_MESSAGE_BYTES)])
+    retention_hours = models.PositiveIntegerField(
+        default=72, validators=[MinValueValidator(1), MaxValueValidator(24 * 30)],
+        help_text="How long stored messages are kept (1 hour to 30 days).")
+    storage_level = models.CharField(max_length=16, choices=StorageLevel.choices, default=StorageLevel.FILE)
+    transactional = models.BooleanField(default=False, help_text="Producers send two-phase (half) messages.")
+    ordered = models.BooleanField(default=False, help_text="Per-key order is kept for consumers.")
+
+    class Meta:
+        abstract = True
+
+
+class App(models.Model):
+    """A producer or consumer identity of a team: the app id and secret its clients connect with."""
+
+    app_id = models.CharField("app id", max_length=63, unique=True, validators=[slug_validator])
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="apps")
+    description = models.TextField(blank=True)
+    secret_hash = models.CharField(max_length=200, editable=False)
+    secret_rotated_at = models.DateTimeField(null=True, blank=True, editable=False)
+    active = models.BooleanField(default=True)
+    revision = models.PositiveIntegerField(default=1, editable=False)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["app_id"]
+
+    def __str__(self) -> str:
+        return self.app_id
+
+
+class Topic(TopicSettings):
+    """An approved topic; what ZooKeeper should hold under /topics/<name> of its cluster."""
+
+    description = models.TextField(blank=True)
+    revision = models.PositiveIntegerField(default=1, editable=False)
+    status = models.CharField(max_length=16, choices=TopicStatus.choices, default=TopicStatus.ACTIVE)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["environment", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["name", "environment"], name="topic_unique_name_per_environment"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def get_absolute_url(self):
+        return reverse("topics:detail", args=[self.pk])
+
+    @property
+    def retention_s(self) -> int:
+        return self.retention_hours * 3600
+
+
+class TopicApplication(TopicSettings, ApplicationBase):
+    """A developer's request for a new topic, through policy and approval to provisioning."""
+
+    kind = "topic"
+    approve_perm = "topics.approve_topicapplication"
+
+    topic = models.OneToOneField(Topic, null=True, blank=True, on_delete=models.PROTECT,
+                                 related_name="application", editable=False)
+
+    class Meta(ApplicationBase.Meta):
+        permissions = [
+            ("approve_topicapplication", "Approve or reject topic applications of one's team"),
+            ("approve_production", "Approve applications for production clusters as SRE"),
+        ]
+
+    def __str__(self) -> str:
+        return f"topic {self.name} ({self.environment})"
+
+    def get_absolute_url(self):
+        return reverse("topics:application-detail", args=[self.pk])
+
+    def approving_team(self):
+        return self.team
+
+    def target_cluster(self):
+        return self.cluster
+
+    def provisioned_object(self):
+        return self.topic
+
+
+class TopicDecision(DecisionBase):
+    application = models.ForeignKey(TopicApplication, on_delete=models.CASCADE, related_name="decisions")

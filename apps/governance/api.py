@@ -1,0 +1,215 @@
+"""The REST side of the workflow, shared by every application kind: one base serializer and viewset.
+
+Each kind's api/ module subclasses them and names its action functions; the viewset stays thin.
+"""
+
+from __future__ import annotations
+
+import django_filters
+from django.core.exceptions import ValidationError
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import mixins, serializers, status, views
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from apps.governance import policy
+from apps.governance.workflow import State, decidable_slots, slot_summary
+from control_plane.api import ActionViewSet, _field_errors
+
+
+class DecisionSerializer(serializers.Serializer):
+    by = serializers.CharField(source="actor.username")
+    slot = serializers.CharField()
+    verdict = serializers.CharField()
+    comment = serializers.CharField()
+    at = serializers.DateTimeField(source="created_at")
+
+
+class ApplicationSerializer(serializers.ModelSerializer):
+    """Workflow fields every application shows; `submit` (write-only, default true) sends it for approval."""
+
+    WORKFLOW_FIELDS = ["id", "kind", "state", "applicant", "submit", "required_approvals", "decisions", "policy",
+                       "your_approval_slots", "sync", "submitted_at", "decided_at", "created_at", "updated_at"]
+
+    kind = serializers.SerializerMethodField()
+    applicant = serializers.CharField(source="applicant.username", read_only=True)
+    submit = serializers.BooleanField(write_only=True, default=True,
+                                      help_text="false saves a draft; true (default) submits for approval")
+    required_approvals = serializers.SerializerMethodField()
+    decisions = DecisionSerializer(many=True, read_only=True)
+    policy = serializers.JSONField(source="policy_report", read_only=True)
+    your_approval_slots = serializers.SerializerMethodField()
+    sync = serializers.SerializerMethodField()
+
+    def get_kind(self, obj) -> str:
+        return obj.kind
+
+    def get_required_approvals(self, obj) -> list[dict]:
+        return slot_summary(obj)
+
+    def get_your_approval_slots(self, obj) -> list[str]:
+        request = self.context.get("request")
+        return [str(s) for s in decidable_slots(getattr(request, "user", None), obj)] if request else []
+
+    def get_sync(self, obj) -> list[dict]:
+        """The recorded read-back of what the application put into ZooKeeper (GET …/sync/ reads it live)."""
+        from apps.provisioning.api.serializers import SyncStateSerializer
+        from apps.provisioning.models import SyncState
+
+        target = obj.provisioned_object() if obj.state in (State.APPROVED, State.PROVISIONING, State.ACTIVE,
+                                                           State.FAILED) else None
+        if target is None:
+            return []
+        from apps.provisioning.actions import units_of
+
+        units = units_of(obj)
+        records = SyncState.objects.filter(cluster=obj.target_cluster(), kind__in={k for k, _ in units},
+                                           object_id__in={i for _, i in units}).select_related("cluster")
+        return SyncStateSerializer([r for r in records if (r.kind, r.object_id) in units], many=True).data
+
+
+class ApplicationFilterSet(django_filters.FilterSet):
+    state = django_filters.MultipleChoiceFilter(choices=State.choices)
+    applicant = django_filters.CharFilter(field_name="applicant__username")
+    mine = django_filters.BooleanFilter(method="filter_mine", label="Only my applications")
+    awaiting_me = django_filters.BooleanFilter(method="filter_awaiting_me", label="Waiting for my approval")
+
+    def filter_mine(self, queryset, name, value):
+        user = getattr(self.request, "user", None)
+        return queryset.filter(applicant=user) if value and user else queryset
+
+    def filter_awaiting_me(self, queryset, name, value):
+        user = getattr(self.request, "user", None)
+        if not value or user is None:
+            return queryset
+        ids = [a.pk for a in queryset.filter(state=State.PENDING) if decidable_slots(user, a)]
+        return queryset.filter(pk__in=ids)
+
+
+comment_body = inline_serializer("DecisionBody", {"comment": serializers.CharField(required=False)})
+
+
+class ApplicationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ActionViewSet):
+    """list, retrieve, create (submit by default), update a draft, and the workflow's actions."""
+
+    kind = ""
+    model_perm_prefix = ""  # e.g. "topics.%s_topicapplication"
+    http_method_names = ["get", "post", "patch", "head", "options"]
+
+    # Subclasses name the action functions of their kind.
+    create_fn = update_fn = submit_fn = withdraw_fn = approve_fn = reject_fn = None
+
+    def get_action_perms(self):
+        view = self.model_perm_prefix % "view"
+        change = self.model_perm_prefix % "change"
+        # approve/reject: readers reach the action, which decides (403 with the reason when it refuses).
+        return {"submit": change, "withdraw": change, "approve": view, "reject": view,
+                "dry_run": self.model_perm_prefix % "add", "rules": view}
+
+    @property
+    def action_perms(self):
+        return self.get_action_perms()
+
+    def _split(self, data: dict) -> tuple[dict, bool]:
+        data = dict(data)
+        return data, data.pop("submit", True)
+
+    def create_via_action(self, data):
+        fields, submit = self._split(data)
+        return type(self).create_fn(actor=self.request.user, submit=submit, **fields)
+
+    def update_via_action(self, instance, data):
+        fields, submit = self._split(data)
+        obj = type(self).update_fn(actor=self.request.user, application=instance, **fields)
+        if "submit" in self.request.data and submit:
+            obj = type(self).submit_fn(actor=self.request.user, application=obj)
+        return obj
+
+    def _respond(self, obj):
+        return Response(self.get_serializer(obj).data)
+
+    @extend_schema(request=None)
+    @action(detail=True, methods=["post"])
+    def submit(self, request, pk=None):
+        """draft → pending; the policy runs first and a failure is a 400 with field errors in words."""
+        return self._respond(type(self).submit_fn(actor=request.user, application=self.get_object()))
+
+    @extend_schema(request=None)
+    @action(detail=True, methods=["post"])
+    def withdraw(self, request, pk=None):
+        """The applicant withdraws a draft or a pending application."""
+        return self._respond(type(self).withdraw_fn(actor=request.user, application=self.get_object()))
+
+    @extend_schema(request=comment_body)
+    @action(detail=True, methods=["post"])
+    def approve(self, request, pk=None):
+        """Fill one approval slot (403 for the applicant and for anyone who may not fill an open slot)."""
+        comment = str(request.data.get("comment", ""))
+        return self._respond(type(self).approve_fn(actor=request.user, application=self.get_object(),
+                                                   comment=comment))
+
+    @extend_schema(request=comment_body)
+    @action(detail=True, methods=["post"])
+    def reject(self, request, pk=None):
+        """Reject with a comment (required)."""
+        comment = str(request.data.get("comment", ""))
+        return self._respond(type(self).reject_fn(actor=request.user, application=self.get_object(),
+                                                  comment=comment))
+
+    @extend_schema(responses=inline_serializer("DryRun", {
+        "passed": serializers.BooleanField(), "field_errors": serializers.DictField(),
+        "checks": serializers.ListField(child=serializers.DictField()),
+        "required_approvals": serializers.ListField(child=serializers.DictField())}))
+    @action(detail=False, methods=["post"], url_path="dry-run")
+    def dry_run(self, request):
+        """Would this application pass, and why not? Takes the body of a create; changes nothing."""
+        serializer = self.get_serializer(data=request.data)
+        if not serializer.is_valid():
+            return Response({"passed": False, "field_errors": serializer.errors, "checks": [],
+                             "required_approvals": []})
+        fields, _ = self._split(serializer.validated_data)
+        application = self.get_queryset().model(applicant=request.user, **fields)
+        try:
+            application.full_clean()
+        except ValidationError as exc:
+            return Response({"passed": False, "field_errors": _field_errors(exc), "checks": [],
+                             "required_approvals": []})
+        report = policy.evaluate(application, applicant=request.user)
+        errors = {("non_field_errors" if k == "__all__" else k): v for k, v in report.errors().items()}
+        body = report.as_dict()
+        return Response({"passed": report.passed, "field_errors": errors, "checks": body["checks"],
+                         "required_approvals": body["required_approvals"]}, status=status.HTTP_200_OK)
+
+    @action(detail=False, methods=["get"])
+    def rules(self, request):
+        """The policy rules this kind of application goes through, in words."""
+        return Response(policy.describe(self.kind))
+
+
+class QueueItemSerializer(serializers.Serializer):
+    kind = serializers.CharField()
+    id = serializers.IntegerField(source="pk")
+    title = serializers.CharField()
+    applicant = serializers.CharField(source="applicant.username")
+    state = serializers.CharField()
+    submitted_at = serializers.DateTimeField()
+    your_approval_slots = serializers.SerializerMethodField()
+    url = serializers.SerializerMethodField()
+
+    def get_your_approval_slots(self, obj) -> list[str]:
+        return [str(s) for s in decidable_slots(self.context["request"].user, obj)]
+
+    def get_url(self, obj) -> str:
+        from rest_framework.reverse import reverse
+
+        return reverse(f"{obj.kind}-application-detail", args=[obj.pk], request=self.context["request"])
+
+
+class ApprovalQueueView(views.APIView):
+    """Applications of every kind waiting for the caller's approval, oldest first."""
+
+    @extend_schema(responses=QueueItemSerializer(many=True))
+    def get(self, request):
+        from apps.governance.queue import awaiting
+
+        return Response(QueueItemSerializer(awaiting(request.user), many=True, context={"request": request}).data)

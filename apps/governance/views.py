@@ -1,0 +1,167 @@
+"""Web pages shared by every application kind: the form, the detail page with its workflow buttons,
+the applicant's list and the approvers' queue. Kind modules subclass with their model and actions."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.mixins import LoginRequiredMixin, PermissionRequiredMixin
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import Http404
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views import View
+
+from apps.governance import policy
+from apps.governance.queue import awaiting, of_applicant
+from apps.governance.workflow import MATERIALIZED, State, decidable_slots, slot_summary, why_not_approver
+from apps.provisioning.actions import units_of
+from apps.provisioning.models import SyncState
+from apps.provisioning.status import live_statuses
+from control_plane.errors import ActionError
+from control_plane.web import apply_validation_error
+
+
+class ApplicationFormView(LoginRequiredMixin, PermissionRequiredMixin, View):
+    """New application (no pk) or edit of a draft. "Submit" sends it for approval; "Save draft" keeps it."""
+
+    raise_exception = True
+    template_name = "governance/application_form.html"
+    model = None
+    form_class = None
+    kind = ""
+    noun = ""  # "topic", "binding", "producer grant"
+    create_fn = update_fn = submit_fn = None
+    detail_url = ""
+
+    def get_permission_required(self):
+        label = self.model._meta.app_label
+        name = self.model._meta.model_name
+        return [f"{label}.{'change' if 'pk' in self.kwargs else 'add'}_{name}"]
+
+    def _instance(self):
+        if "pk" not in self.kwargs:
+            return None
+        application = get_object_or_404(self.model, pk=self.kwargs["pk"])
+        if application.applicant_id != self.request.user.pk:
+            raise PermissionDenied("Only the applicant may edit this application.")
+        if application.state != State.DRAFT:
+            raise PermissionDenied("Only a draft can be edited.")
+        return application
+
+    def _context(self, form, instance):
+        return {"form": form, "object": instance, "noun": self.noun, "rules": policy.describe(self.kind)}
+
+    def get(self, request, **kwargs):
+        instance = self._instance()
+        form = self.form_class(user=request.user, instance=instance, initial=request.GET.dict())
+        return render(request, self.template_name, self._context(form, instance))
+
+    def post(self, request, **kwargs):
+        instance = self._instance()
+        form = self.form_class(request.POST, user=request.user, instance=instance)
+        submit = request.POST.get("intent", "submit") != "draft"
+        if form.is_valid():
+            data = form.action_data()
+            cls = type(self)
+            try:
+                if instance is None:
+                    application = cls.create_fn(actor=request.user, submit=submit, **data)
+                else:
+                    application = cls.update_fn(actor=request.user, application=instance, **data)
+                    if submit:
+                        application = cls.submit_fn(actor=request.user, application=application)
+            except ValidationError as exc:
+                apply_validation_error(form, exc)
+            except ActionError as exc:
+                form.add_error(exc.field if exc.field in form.fields else None, exc.message)
+            else:
+                messages.success(request, "Submitted for approval." if submit else "Draft saved.")
+                return redirect(self.detail_url, pk=application.pk)
+        return render(request, self.template_name, self._context(form, instance), status=400)
+
+
+class ApplicationDetailView(LoginRequiredMixin, PermissionRequiredMixin, View):
+    """The application, its policy report, who approved what, its buttons, and its objects' sync state
+    read from ZooKeeper now."""
+
+    raise_exception = True
+    template_name = "governance/application_detail.html"
+    model = None
+    noun = ""
+    url_prefix = ""  # e.g. "topics:application" → topics:application-verb, topics:application-edit
+
+    def get_permission_required(self):
+        return [f"{self.model._meta.app_label}.view_{self.model._meta.model_name}"]
+
+    def fields(self, application) -> list[tuple[str, object]]:  # pragma: no cover - kinds implement
+        raise NotImplementedError
+
+    def get(self, request, pk):
+        application = get_object_or_404(self.model, pk=pk)
+        user = request.user
+        sync = []
+        if application.state in MATERIALIZED and application.provisioned_object() is not None:
+            units = units_of(application)
+            records = [r for r in SyncState.objects.filter(cluster=application.target_cluster())
+                       .select_related("cluster") if (r.kind, r.object_id) in units]
+            records.sort(key=lambda r: [u[0] for u in units].index(r.kind))
+            sync = live_statuses(records)
+        is_applicant = application.applicant_id == user.pk
+        return render(request, self.template_name, {
+            "object": application,
+            "noun": self.noun,
+            "fields": self.fields(application),
+            "slots": slot_summary(application),
+            "decisions": application.decisions.select_related("actor"),
+            "policy": application.policy_report,
+            "my_slots": decidable_slots(user, application),
+            "why_not": "" if is_applicant and application.state != State.PENDING else
+            (why_not_approver(user, application) if application.state == State.PENDING else ""),
+            "is_applicant": is_applicant,
+            "can_withdraw": is_applicant and application.state in (State.DRAFT, State.PENDING),
+            "can_edit": is_applicant and application.state == State.DRAFT,
+            "sync": sync,
+            "verb_url": f"{self.url_prefix}-verb",
+            "edit_url": f"{self.url_prefix}-edit",
+        })
+
+
+class ApplicationVerbView(LoginRequiredMixin, View):
+    """POST submit | withdraw | approve | reject; each calls its action, which decides who may."""
+
+    raise_exception = True
+    model = None
+    verbs: dict = {}
+    detail_url = ""
+
+    def post(self, request, pk, verb):
+        fn = self.verbs.get(verb)
+        if fn is None:
+            raise Http404("No such action.")
+        application = get_object_or_404(self.model, pk=pk)
+        if not request.user.has_perm(f"{self.model._meta.app_label}.view_{self.model._meta.model_name}"):
+            raise PermissionDenied("Your role does not allow this.")
+        kwargs = {"actor": request.user, "application": application}
+        if verb in ("approve", "reject"):
+            kwargs["comment"] = request.POST.get("comment", "")
+        try:
+            fn(**kwargs)
+        except ValidationError as exc:
+            text = "; ".join(m for msgs in (exc.message_dict.values() if hasattr(exc, "error_dict")
+                                            else [exc.messages]) for m in msgs)
+            messages.error(request, text)
+        except ActionError as exc:
+            messages.error(request, exc.message)
+        else:
+            messages.success(request, {"submit": "Submitted for approval.", "withdraw": "Withdrawn.",
+                                       "approve": "Approved.", "reject": "Rejected."}[verb])
+        return redirect(self.detail_url, pk=pk)
+
+
+class MyApplicationsView(LoginRequiredMixin, View):
+    def get(self, request):
+        return render(request, "governance/my_applications.html", {"applications": of_applicant(request.user)})
+
+
+class ApprovalQueueView(LoginRequiredMixin, View):
+    def get(self, request):
+        return render(request, "governance/approval_queue.html", {"applications": awaiting(request.user)})

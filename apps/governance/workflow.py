@@ -1,0 +1,188 @@
+"""The life of an application (topic, binding or producer grant), shared by every kind.
+
+    draft ──submit──> pending ──approve (all slots)──> approved ──> provisioning ──> active
+      │                 │  └──reject──> rejected                       └──> failed ──(re-drive)──> active
+      └──withdraw──>  withdrawn <──withdraw──┘
+
+Approval is by *slots*: the owning team's approver always, and an SRE besides for a production
+cluster (policy decides which slots an application needs). One person fills at most one slot, and
+nobody decides their own application.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from apps.accounts.roles import ADMIN, has_role
+from control_plane.errors import ActionError
+
+
+class State(models.TextChoices):
+    DRAFT = "draft", "Draft"
+    PENDING = "pending", "Pending approval"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+    WITHDRAWN = "withdrawn", "Withdrawn"
+    PROVISIONING = "provisioning", "Provisioning"
+    ACTIVE = "active", "Active"
+    FAILED = "failed", "Provisioning failed"
+
+
+TRANSITIONS: dict[str, set[str]] = {
+    State.DRAFT: {State.PENDING, State.WITHDRAWN},
+    State.PENDING: {State.APPROVED, State.REJECTED, State.WITHDRAWN},
+    State.APPROVED: {State.PROVISIONING, State.ACTIVE, State.FAILED},
+    State.PROVISIONING: {State.ACTIVE, State.FAILED},
+    State.FAILED: {State.PROVISIONING, State.ACTIVE},
+    State.REJECTED: set(),
+    State.WITHDRAWN: set(),
+    State.ACTIVE: set(),
+}
+# States in which the approved object exists (and is, or is being, provisioned).
+MATERIALIZED = {State.APPROVED, State.PROVISIONING, State.ACTIVE, State.FAILED}
+# States that still claim a name or a quota.
+LIVE = {State.PENDING, *MATERIALIZED}
+
+
+class Slot(models.TextChoices):
+    OWNER = "owner", "Owning team's approver"
+    SRE = "sre", "SRE (production cluster)"
+
+
+class Verdict(models.TextChoices):
+    APPROVE = "approve", "Approved"
+    REJECT = "reject", "Rejected"
+
+
+SRE_APPROVAL_PERM = "topics.approve_production"  # declared on TopicApplication; covers every kind
+
+
+class ApplicationBase(models.Model):
+    """Fields and rules common to every application kind; each kind adds what it asks for."""
+
+    kind: str = ""  # "topic" | "binding" | "grant"
+    approve_perm: str = ""  # the model permission of the owning team's approver
+
+    state = models.CharField(max_length=16, choices=State.choices, default=State.DRAFT, db_index=True)
+    applicant = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    description = models.TextField(blank=True)
+    reason = models.TextField(help_text="Why this is needed; the approver reads it.")
+    policy_report = models.JSONField(default=dict, blank=True, editable=False)
+    required_slots = models.JSONField(default=list, blank=True, editable=False)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["-created_at"]
+
+    # Each kind says which team approves it and where it lands.
+    def approving_team(self):  # pragma: no cover - kinds implement
+        raise NotImplementedError
+
+    def target_cluster(self):  # pragma: no cover - kinds implement
+        raise NotImplementedError
+
+    def provisioned_object(self):  # pragma: no cover - kinds implement
+        raise NotImplementedError
+
+    @property
+    def title(self) -> str:
+        return str(self)
+
+    @property
+    def is_open(self) -> bool:
+        return self.state in (State.DRAFT, State.PENDING)
+
+
+class DecisionBase(models.Model):
+    """One approver's word on an application: which slot, approve or reject, and why."""
+
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    slot = models.CharField(max_length=16, choices=Slot.choices)
+    verdict = models.CharField(max_length=16, choices=Verdict.choices)
+    comment = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        abstract = True
+        ordering = ["created_at"]
+
+
+def transition(application: ApplicationBase, to_state: str) -> None:
+    if to_state not in TRANSITIONS[application.state]:
+        raise ActionError(f"This application is {application.get_state_display().lower()}; "
+                          f"it cannot become {State(to_state).label.lower()}.")
+    application.state = to_state
+
+
+def approved_slots(application) -> set[str]:
+    return {d.slot for d in application.decisions.all() if d.verdict == Verdict.APPROVE}
+
+
+def open_slots(application) -> list[str]:
+    done = approved_slots(application)
+    return [s for s in application.required_slots if s not in done]
+
+
+def can_fill(user, application, slot: str) -> bool:
+    """May `user` fill `slot` of `application` (ignoring whether they applied themselves)?"""
+    if user is None or not user.is_authenticated:
+        return False
+    if slot == Slot.OWNER:
+        if not user.has_perm(application.approve_perm):
+            return False
+        team = application.approving_team()
+        return has_role(user, ADMIN) or team.members.filter(pk=user.pk).exists()
+    if slot == Slot.SRE:
+        return user.has_perm(SRE_APPROVAL_PERM)
+    return False
+
+
+def decidable_slots(user, application) -> list[str]:
+    """The open slots `user` could fill now; empty for the applicant and for someone who already decided."""
+    if application.state != State.PENDING or user is None or user.pk == application.applicant_id:
+        return []
+    if application.decisions.filter(actor=user).exists():
+        return []
+    return [s for s in open_slots(application) if can_fill(user, application, s)]
+
+
+def slot_summary(application) -> list[dict]:
+    """Each required slot with who filled it (for pages and the API)."""
+    by_slot = {d.slot: d for d in application.decisions.all()}
+    out = []
+    for slot in application.required_slots:
+        d = by_slot.get(slot)
+        out.append({
+            "slot": slot,
+            "label": Slot(slot).label,
+            "verdict": d.verdict if d else None,
+            "by": d.actor.username if d else None,
+            "comment": d.comment if d else "",
+            "at": d.created_at.isoformat() if d else None,
+        })
+    return out
+
+
+def why_not_approver(user, application) -> str:
+    """In words: why `user` cannot approve now (empty when they can)."""
+    if application.state != State.PENDING:
+        return f"The application is {application.get_state_display().lower()}, not pending."
+    if user.pk == application.applicant_id:
+        return "Nobody approves their own application."
+    if application.decisions.filter(actor=user).exists():
+        return "You have already decided on this application; another person fills the other slot."
+    slots = open_slots(application)
+    if not slots:
+        return "Every approval slot is already filled."
+    needs = []
+    for slot in slots:
+        if slot == Slot.OWNER:
+            needs.append(f"an approver of team {application.approving_team().name}")
+        else:
+            needs.append("an SRE")
+    return "This application is waiting for " + " and ".join(needs) + "."

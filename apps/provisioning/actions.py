@@ -1,0 +1,196 @@
+"""Writes of the provisioning side: what should land where, what was read back, repairs, the schedule.
+
+Everything that changes ZooKeeper or the platform's view of it passes here and is audited: an
+object landing a new revision, a repair, a change of the reconcile schedule.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from apps.audit.recorder import record
+from apps.provisioning.desired import META, Desired, path_of
+from apps.provisioning.models import ObjectKind, SyncState, SyncStatus
+from apps.provisioning.status import Observation
+from control_plane.errors import require_perm
+
+log = logging.getLogger(__name__)
+
+RECONCILE_TASK_NAME = "Reconcile every cluster with ZooKeeper"
+RECONCILE_TASK = "provisioning.reconcile_all"
+
+
+def units_of(application) -> list[tuple[str, int]]:
+    """The objects an approved application puts into ZooKeeper, in the order they are written."""
+    if application.kind == "topic":
+        return [(ObjectKind.TOPIC, application.topic_id)]
+    if application.kind == "binding":
+        return [(ObjectKind.APP, application.app_id), (ObjectKind.BINDING, application.binding_id)]
+    if application.kind == "grant":
+        return [(ObjectKind.APP, application.app_id), (ObjectKind.GRANT, application.grant_id)]
+    raise ValueError(application.kind)
+
+
+def expect(kind: str, obj, cluster) -> SyncState:
+    """Note that `cluster` should hold `obj` at its current revision (inside the caller's transaction)."""
+    path = path_of(kind, obj)
+    state, created = SyncState.objects.select_for_update().get_or_create(
+        kind=kind, object_id=obj.pk, cluster=cluster,
+        defaults={"path": path, "desired_revision": obj.revision, "state": SyncStatus.PENDING})
+    if not created and (state.desired_revision != obj.revision or state.path != path):
+        state.desired_revision, state.path = obj.revision, path
+        if state.landed_revision != obj.revision:
+            state.state, state.error, state.attempts = SyncStatus.PENDING, "", 0
+        state.save()
+    return state
+
+
+def _enqueue(task, *args) -> None:
+    try:
+        task.delay(*args)
+    except Exception:  # Redis down: the periodic sweep re-drives what is still pending
+        log.exception("could not queue %s%r; the periodic reconcile will re-drive it", task.name, args)
+
+
+def schedule_application(application) -> None:
+    """Expect the application's objects on its cluster and push them once the transaction commits."""
+    from apps.provisioning import tasks
+    from apps.provisioning.desired import load
+
+    cluster = application.target_cluster()
+    for kind, object_id in units_of(application):
+        expect(kind, load(kind, object_id), cluster)
+    kind, pk = application.kind, application.pk
+    transaction.on_commit(lambda: _enqueue(tasks.provision_application, kind, pk))
+
+
+def schedule_objects(cluster, units: list[tuple[str, int]]) -> None:
+    from apps.provisioning import tasks
+
+    cluster_id, plain = cluster.pk, [[k, int(i)] for k, i in units]
+    transaction.on_commit(lambda: _enqueue(tasks.provision_objects, cluster_id, plain))
+
+
+@transaction.atomic
+def record_observations(cluster, observed: list[tuple[Desired, Observation]], *, attempt: bool = False,
+                        actor=None) -> int:
+    """Store what was read back. An object landing a new revision is audited. Returns records changed."""
+    if not observed:
+        return 0
+    now = timezone.now()
+    keys = {(d.kind, d.object_id) for d, _ in observed if d.kind != META}
+    records = {(r.kind, r.object_id): r for r in SyncState.objects.select_for_update().filter(
+        cluster=cluster, kind__in={k for k, _ in keys}, object_id__in={i for _, i in keys})}
+    changed = []
+    for desired, obs in observed:
+        if desired.kind == META:
+            continue
+        r = records.get((desired.kind, desired.object_id))
+        if r is None:
+            r = SyncState(cluster=cluster, kind=desired.kind, object_id=desired.object_id, path=desired.path,
+                          desired_revision=desired.revision)
+        landed_now = obs.state == SyncStatus.SYNCED and r.landed_revision != desired.revision
+        before = (r.state, r.zk_revision, r.zk_version, r.problem, r.diff, r.error, r.desired_revision)
+        r.desired_revision, r.path = desired.revision, desired.path
+        r.state, r.zk_revision, r.zk_version, r.problem, r.diff = (obs.state, obs.zk_revision, obs.zk_version,
+                                                                   obs.problem, obs.diff)
+        if obs.state == SyncStatus.SYNCED:
+            r.landed_revision, r.error = desired.revision, ""
+            r.synced_at = r.synced_at if not landed_now else now
+        if attempt:
+            r.attempts += 1
+            r.last_attempt_at = now
+        r.checked_at = now
+        if r.pk is None or attempt or before != (r.state, r.zk_revision, r.zk_version, r.problem, r.diff, r.error,
+                                                  r.desired_revision):
+            changed.append(r)
+        if landed_now:
+            record(actor=actor, action=f"{desired.kind}.provisioned", object_type=_object_type(desired.kind),
+                   object_id=desired.object_id, object_repr=f"{cluster.name}:{desired.path}"[:200],
+                   after={"cluster": cluster.name, "path": desired.path, "revision": desired.revision,
+                          "zk_version": obs.zk_version})
+    new = [r for r in changed if r.pk is None]
+    old = [r for r in changed if r.pk is not None]
+    SyncState.objects.bulk_create(new)
+    SyncState.objects.bulk_update(old, ["desired_revision", "path", "state", "zk_revision", "zk_version", "problem",
+                                        "diff", "landed_revision", "error", "synced_at", "attempts",
+                                        "last_attempt_at", "checked_at", "updated_at"], batch_size=2000)
+    return len(changed)
+
+
+def _object_type(kind: str) -> str:
+    return {ObjectKind.TOPIC: "topics.topic", ObjectKind.APP: "topics.app", ObjectKind.BINDING: "bindings.binding",
+            ObjectKind.GRANT: "bindings.producergrant"}.get(kind, "provisioning.znode")
+
+
+@transaction.atomic
+def record_failure(cluster, units: list[tuple[str, int]], error: str, *, final: bool) -> None:
+    """A push did not land: note the error on every object still waiting for its revision."""
+    now = timezone.now()
+    for r in SyncState.objects.select_for_update().filter(cluster=cluster, kind__in={k for k, _ in units},
+                                                          object_id__in={i for _, i in units}):
+        if (r.kind, r.object_id) not in set(units) or r.landed_revision == r.desired_revision:
+            continue
+        r.attempts += 1
+        r.last_attempt_at = now
+        r.error = error[:2000]
+        r.state = SyncStatus.FAILED if final else SyncStatus.PENDING
+        r.save(update_fields=["attempts", "last_attempt_at", "error", "state", "updated_at"])
+
+
+@transaction.atomic
+def record_repair(*, actor, cluster, path: str, problem: str, kind: str | None, object_id: int | None,
+                  before: dict | None, after: dict | None) -> None:
+    """One audit record per repaired node: what ZooKeeper held and what it holds now."""
+    record(actor=actor, action="zookeeper.repair", object_type=_object_type(kind) if kind else "provisioning.znode",
+           object_id=object_id if object_id is not None else f"{cluster.name}{path}"[:64],
+           object_repr=f"{cluster.name}:{path}"[:200],
+           before={"cluster": cluster.name, "path": path, "problem": problem, "data": before},
+           after={"cluster": cluster.name, "path": path, "data": after})
+
+
+# --- the reconcile schedule (django-celery-beat's PeriodicTask, editable live) ---------------
+
+
+def reconcile_schedule():
+    from django_celery_beat.models import PeriodicTask
+
+    return PeriodicTask.objects.filter(name=RECONCILE_TASK_NAME).select_related("interval").first()
+
+
+def ensure_reconcile_schedule(every_seconds: int = 60):
+    """Create the periodic reconcile when it is missing (migrations call this); never overwrite edits."""
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    existing = reconcile_schedule()
+    if existing is not None:
+        return existing
+    interval, _ = IntervalSchedule.objects.get_or_create(every=every_seconds, period=IntervalSchedule.SECONDS)
+    return PeriodicTask.objects.create(name=RECONCILE_TASK_NAME, task=RECONCILE_TASK, interval=interval,
+                                       kwargs=json.dumps({"repair": False}),
+                                       description="Compare every cluster's desired objects with ZooKeeper, "
+                                                   "record drift, re-drive what is still pending.")
+
+
+@transaction.atomic
+def set_reconcile_schedule(*, actor, every_seconds: int, enabled: bool, repair: bool = False):
+    from django_celery_beat.models import IntervalSchedule
+
+    require_perm(actor, "provisioning.repair_drift")
+    if not isinstance(every_seconds, int) or not 10 <= every_seconds <= 86400:
+        raise ValidationError({"every_seconds": "Give a whole number of seconds between 10 and 86400."})
+    task = ensure_reconcile_schedule()
+    before = {"every_seconds": task.interval.every if task.interval else None, "enabled": task.enabled,
+              "kwargs": json.loads(task.kwargs or "{}")}
+    interval, _ = IntervalSchedule.objects.get_or_create(every=every_seconds, period=IntervalSchedule.SECONDS)
+    task.interval, task.enabled, task.kwargs = interval, enabled, json.dumps({"repair": bool(repair)})
+    task.save()
+    record(actor=actor, action="reconcile.schedule", object_type="django_celery_beat.periodictask",
+           object_id=task.pk, object_repr=task.name,
+           before=before, after={"every_seconds": every_seconds, "enabled": enabled, "kwargs": {"repair": repair}})
+    return task

@@ -1,0 +1,72 @@
+from rest_framework import serializers
+
+from apps.clusters.models import Cluster
+from apps.provisioning.models import ReconcileRun, SyncState
+
+
+class SyncStateSerializer(serializers.ModelSerializer):
+    """The sync state recorded when provisioning or reconcile last read the node back from ZooKeeper."""
+
+    cluster = serializers.CharField(source="cluster.name")
+
+    class Meta:
+        model = SyncState
+        fields = ["id", "cluster", "kind", "object_id", "path", "state", "desired_revision", "zk_revision",
+                  "zk_version", "landed_revision", "error", "problem", "diff", "attempts", "last_attempt_at",
+                  "checked_at", "synced_at"]
+
+
+class LiveStatusSerializer(serializers.Serializer):
+    """The sync state as read from ZooKeeper during this request (`live` false: it could not be read)."""
+
+    kind = serializers.CharField()
+    object_id = serializers.IntegerField()
+    cluster = serializers.CharField()
+    path = serializers.CharField()
+    state = serializers.CharField()
+    desired_revision = serializers.IntegerField()
+    zk_revision = serializers.IntegerField(allow_null=True)
+    zk_version = serializers.IntegerField(allow_null=True)
+    problem = serializers.CharField()
+    diff = serializers.DictField()
+    error = serializers.CharField()
+    live = serializers.BooleanField()
+    attempts = serializers.IntegerField()
+    last_attempt_at = serializers.CharField(allow_null=True)
+    checked_at = serializers.CharField(allow_null=True)
+
+
+class ReconcileRunSerializer(serializers.ModelSerializer):
+    cluster = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    requested_by = serializers.CharField(source="requested_by.username", read_only=True, default=None)
+
+    class Meta:
+        model = ReconcileRun
+        fields = ["id", "cluster", "requested_by", "source", "repair", "started_at", "finished_at", "reachable",
+                  "error", "checked", "missing", "unexpected", "different", "repaired", "duration_ms", "items"]
+
+
+class ReconcileRequestSerializer(serializers.Serializer):
+    cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
+    repair = serializers.BooleanField(default=False)
+
+
+class ScheduleSerializer(serializers.Serializer):
+    every_seconds = serializers.IntegerField(min_value=10, max_value=86400)
+    enabled = serializers.BooleanField()
+    repair = serializers.BooleanField(default=False)
+    last_run_at = serializers.DateTimeField(read_only=True, allow_null=True)
+
+
+class RouteSerializer(serializers.Serializer):
+    topic = serializers.CharField()
+    environment = serializers.CharField()
+    cluster = serializers.CharField()
+    zk_connect = serializers.CharField()
+    zk_chroot = serializers.CharField()
+    zk_hosts = serializers.CharField(help_text="connect string with the chroot, as kazoo takes it")
+    layout_version = serializers.IntegerField()
+    revision = serializers.IntegerField()
+    ordered = serializers.BooleanField()
+    transactional = serializers.BooleanField()
+    message_types = serializers.ListField(child=serializers.CharField())

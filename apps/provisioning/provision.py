@@ -1,0 +1,150 @@
+"""Push approved objects into a cluster's ZooKeeper, read them back, and record what landed.
+
+Tasks call these with ids; ZooKeeperUnreachable goes back to the task, which retries with
+exponential backoff (see `backoff`). Each object is written atomically (zk.Session.put).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from django.conf import settings
+from kazoo.exceptions import KazooException
+
+from apps.clusters.models import Cluster
+from apps.clusters.zookeeper import ZooKeeperUnreachable
+from apps.governance import actions as workflow
+from apps.governance.workflow import MATERIALIZED, State
+from apps.provisioning import actions
+from apps.provisioning.desired import META, Desired, desired_one, load, meta_doc
+from apps.provisioning.models import SyncState, SyncStatus
+from apps.provisioning.status import observe
+from apps.provisioning.zk import Session, WriteConflict
+from broker_core.layout import LAYOUT
+
+log = logging.getLogger(__name__)
+
+
+def _setting(name: str, default: float) -> float:
+    return float(getattr(settings, name, None) or os.environ.get(name) or default)
+
+
+def backoff(retries: int) -> float:
+    """Seconds before retry number `retries + 1`: base · 2^retries, capped."""
+    base = _setting("SWITCHYARD_PROVISION_BACKOFF_BASE", 1.0)
+    cap = _setting("SWITCHYARD_PROVISION_BACKOFF_MAX", 60.0)
+    return min(cap, base * (2 ** min(retries, 20)))
+
+
+def max_attempts() -> int:
+    return int(_setting("SWITCHYARD_PROVISION_MAX_ATTEMPTS", 50))
+
+
+class ProvisioningError(Exception):
+    """ZooKeeper answered but refused the write; retrying will not help without a change."""
+
+
+def application_model(kind: str):
+    from apps.bindings.models import BindingApplication, GrantApplication
+    from apps.topics.models import TopicApplication
+
+    return {"topic": TopicApplication, "binding": BindingApplication, "grant": GrantApplication}[kind]
+
+
+def push(cluster: Cluster, units: list[tuple[str, int]]) -> list:
+    """Write each unit (kind, id) that still exists, read it back, record the result. Returns observations."""
+    desired: list[Desired] = []
+    for kind, object_id in units:
+        obj = load(kind, object_id)
+        if obj is not None:
+            desired.append(desired_one(kind, obj))
+    session = Session(cluster.zk_connect, cluster.zk_chroot)
+    meta = Desired(META, cluster.pk, LAYOUT.META, meta_doc(cluster), cluster)
+    try:
+        session.put(meta.path, meta.data)
+        for d in desired:
+            session.put(d.path, d.data)
+        nodes = session.read_many([d.path for d in desired])
+    except (WriteConflict, KazooException) as exc:
+        if isinstance(exc, WriteConflict):
+            raise ZooKeeperUnreachable(str(exc)) from exc  # retry later, like an outage
+        raise ProvisioningError(f"ZooKeeper refused the write: {type(exc).__name__} {exc}") from exc
+    records = {(r.kind, r.object_id): r for r in SyncState.objects.filter(cluster=cluster)
+               .filter(kind__in={d.kind for d in desired}, object_id__in={d.object_id for d in desired})}
+    observed = [(d, observe(d, nodes[d.path], records.get((d.kind, d.object_id)))) for d in desired]
+    actions.record_observations(cluster, observed, attempt=True)
+    return observed
+
+
+def provision_application(kind: str, application_id: int, *, retries: int = 0) -> str:
+    """Push what an approved application created. Returns the application's state afterwards."""
+    application = application_model(kind).objects.filter(pk=application_id).first()
+    if application is None or application.state not in MATERIALIZED:
+        return "gone"
+    if application.state == State.ACTIVE and _all_synced(application):
+        return State.ACTIVE
+    application = workflow.mark_provisioning(application)
+    cluster = application.target_cluster()
+    units = actions.units_of(application)
+    try:
+        observed = push(cluster, units)
+    except ZooKeeperUnreachable as exc:
+        final = retries + 1 >= max_attempts()
+        actions.record_failure(cluster, units, str(exc), final=final)
+        if final:
+            workflow.mark_failed(application, str(exc))
+            return State.FAILED
+        raise
+    except ProvisioningError as exc:
+        actions.record_failure(cluster, units, str(exc), final=True)
+        workflow.mark_failed(application, str(exc))
+        return State.FAILED
+    if observed and all(obs.state == SyncStatus.SYNCED for _, obs in observed):
+        workflow.mark_active(application)
+        return State.ACTIVE
+    return application.state
+
+
+def _all_synced(application) -> bool:
+    cluster = application.target_cluster()
+    units = actions.units_of(application)
+    states = SyncState.objects.filter(cluster=cluster, kind__in={k for k, _ in units},
+                                      object_id__in={i for _, i in units})
+    return bool(states) and all(s.state == SyncStatus.SYNCED for s in states if (s.kind, s.object_id) in units)
+
+
+def provision_objects(cluster_id: int, units: list[tuple[str, int]], *, retries: int = 0) -> None:
+    """Push objects that are not tied to one application (a rotated secret, a re-drive)."""
+    cluster = Cluster.objects.filter(pk=cluster_id).first()
+    if cluster is None:
+        return
+    units = [(str(k), int(i)) for k, i in units]
+    try:
+        push(cluster, units)
+    except ZooKeeperUnreachable as exc:
+        final = retries + 1 >= max_attempts()
+        actions.record_failure(cluster, units, str(exc), final=final)
+        if not final:
+            raise
+    except ProvisioningError as exc:
+        actions.record_failure(cluster, units, str(exc), final=True)
+        return
+    _settle_applications(units)
+
+
+def _settle_applications(units) -> None:
+    """An application waiting on objects that have now all landed becomes active."""
+    from apps.bindings.models import BindingApplication, GrantApplication
+    from apps.topics.models import TopicApplication
+
+    waiting = [State.APPROVED, State.PROVISIONING, State.FAILED]
+    ids = {}
+    for kind, object_id in units:
+        ids.setdefault(kind, set()).add(object_id)
+    candidates = list(TopicApplication.objects.filter(state__in=waiting, topic_id__in=ids.get("topic", ())))
+    candidates += BindingApplication.objects.filter(state__in=waiting, binding_id__in=ids.get("binding", ()))
+    candidates += GrantApplication.objects.filter(state__in=waiting, grant_id__in=ids.get("grant", ()))
+    for application in candidates:
+        if _all_synced(application):
+            workflow.mark_active(application)

@@ -1,0 +1,10 @@
+"""Who may read sync state and drift, and who may reconcile and repair."""
+
+from apps.accounts.roles import APPROVER, AUDITOR, DEVELOPER, SRE, extend
+
+READ = ["provisioning.view_syncstate", "provisioning.view_reconcilerun"]
+
+extend(DEVELOPER, *READ)
+extend(APPROVER, *READ)
+extend(SRE, *READ, "provisioning.add_reconcilerun", "provisioning.repair_drift")
+extend(AUDITOR, *READ)

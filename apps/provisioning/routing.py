@@ -1,0 +1,52 @@
+"""Which cluster serves a topic in an environment, and how to reach it (for the SDK)."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.http import Http404
+
+from apps.clusters.choices import Environment
+from apps.topics.choices import TopicStatus
+from apps.topics.models import Topic
+from broker_core.layout import LAYOUT_VERSION
+
+
+def route_of(topic: Topic) -> dict:
+    cluster = topic.cluster
+    return {
+        "topic": topic.name,
+        "environment": topic.environment,
+        "cluster": cluster.name,
+        "zk_connect": cluster.zk_connect,
+        "zk_chroot": cluster.zk_chroot,
+        "zk_hosts": cluster.zk_hosts,
+        "layout_version": LAYOUT_VERSION,
+        "revision": topic.revision,
+        "ordered": topic.ordered,
+        "transactional": topic.transactional,
+        "message_types": list(topic.message_types),
+    }
+
+
+def _environment(value: str | None) -> str:
+    if not value:
+        raise ValidationError({"environment": "Say which environment: " + ", ".join(Environment.values) + "."})
+    if value not in Environment.values:
+        raise ValidationError({"environment": f"Unknown environment {value!r}; use one of "
+                                              + ", ".join(Environment.values) + "."})
+    return value
+
+
+def route(topic_name: str, environment: str | None) -> dict:
+    environment = _environment(environment)
+    topic = (Topic.objects.filter(name=topic_name, environment=environment, status=TopicStatus.ACTIVE)
+             .select_related("cluster").first())
+    if topic is None:
+        raise Http404(f"No active topic {topic_name} in {environment}.")
+    return route_of(topic)
+
+
+def routes(environment: str | None) -> list[dict]:
+    environment = _environment(environment)
+    topics = Topic.objects.filter(environment=environment, status=TopicStatus.ACTIVE).select_related("cluster")
+    return [route_of(t) for t in topics.order_by("name")]

@@ -1,0 +1,73 @@
+"""Celery tasks: thin wrappers that take ids and call the provisioning modules."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from celery import shared_task
+
+from apps.audit.context import action_context
+from apps.clusters.zookeeper import ZooKeeperUnreachable
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(bind=True, name="provisioning.provision_application", max_retries=None, acks_late=True)
+def provision_application(self, kind: str, application_id: int):
+    """Push what an approved application created; retry with exponential backoff while ZooKeeper is away."""
+    from apps.provisioning import provision
+
+    with action_context("task", self.request.id):
+        try:
+            return provision.provision_application(kind, application_id, retries=self.request.retries)
+        except ZooKeeperUnreachable as exc:
+            delay = provision.backoff(self.request.retries)
+            log.warning("provisioning %s application %s: %s; retry %d in %.1fs", kind, application_id, exc,
+                        self.request.retries + 1, delay)
+            raise self.retry(exc=exc, countdown=delay) from exc
+
+
+@shared_task(bind=True, name="provisioning.provision_objects", max_retries=None, acks_late=True)
+def provision_objects(self, cluster_id: int, units: list):
+    from apps.provisioning import provision
+
+    with action_context("task", self.request.id):
+        try:
+            provision.provision_objects(cluster_id, units, retries=self.request.retries)
+        except ZooKeeperUnreachable as exc:
+            delay = provision.backoff(self.request.retries)
+            log.warning("provisioning %s on cluster %s: %s; retry in %.1fs", units, cluster_id, exc, delay)
+            raise self.retry(exc=exc, countdown=delay) from exc
+
+
+@shared_task(bind=True, name="provisioning.reconcile_all")
+def reconcile_all(self, repair: bool = False):
+    """The periodic sweep: compare every active cluster, then re-drive objects left pending or failed."""
+    from apps.clusters.choices import ClusterStatus
+    from apps.clusters.models import Cluster
+    from apps.provisioning.reconcile import reconcile, stale_units
+
+    summary = {}
+    with action_context("task", self.request.id):
+        for cluster in Cluster.objects.filter(status=ClusterStatus.ACTIVE):
+            run = reconcile(cluster, repair=repair)
+            units = stale_units(cluster, older_than=timedelta(minutes=5))
+            if units and run.reachable:
+                provision_objects.delay(cluster.pk, [[k, i] for k, i in units])
+            summary[cluster.name] = {"reachable": run.reachable, "drift": run.drift_count, "redriven": len(units)}
+    return summary
+
+
+@shared_task(bind=True, name="provisioning.reconcile_cluster")
+def reconcile_cluster(self, cluster_id: int, repair: bool = False, actor_id: int | None = None):
+    from django.contrib.auth import get_user_model
+
+    from apps.clusters.models import Cluster
+    from apps.provisioning.reconcile import reconcile
+
+    actor = get_user_model().objects.filter(pk=actor_id).first() if actor_id else None
+    with action_context("task", self.request.id):
+        cluster = Cluster.objects.filter(pk=cluster_id).first()
+        if cluster is not None:
+            return reconcile(cluster, repair=repair, actor=actor).pk

@@ -1,0 +1,168 @@
+"""Writes to apps (credentials), topic applications and topics: atomic, permission-checked, audited.
+
+The workflow itself (submit, withdraw, approve, reject) is shared: apps/governance/actions.py.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.utils import timezone
+
+from apps.accounts.roles import ADMIN, has_role
+from apps.audit.recorder import record
+from apps.audit.snapshot import snapshot
+from apps.governance import actions as workflow
+from apps.governance.workflow import State
+from apps.provisioning import actions as provisioning
+from apps.provisioning.desired import clusters_of_app
+from apps.provisioning.models import ObjectKind
+from apps.topics.credentials import hash_secret, new_secret
+from apps.topics.models import App, Topic, TopicApplication
+from control_plane.errors import ActionError, require_perm
+
+APPLICATION_FIELDS = ("name", "team", "environment", "cluster", "message_types", "expected_peak_mps",
+                      "max_message_bytes", "retention_hours", "storage_level", "transactional", "ordered",
+                      "description", "reason")
+
+
+# --- apps ---------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def create_app(*, actor, app_id: str, team, description: str = "") -> tuple[App, str]:
+    """Create an app; returns it with its secret, which is shown this once and stored only hashed."""
+    require_perm(actor, "topics.add_app")
+    workflow.require_member(actor, team)
+    secret = new_secret()
+    app = App(app_id=app_id, team=team, description=description, secret_hash=hash_secret(secret),
+              secret_rotated_at=timezone.now(), created_by=actor if getattr(actor, "pk", None) else None)
+    app.full_clean()
+    app.save()
+    record(actor=actor, action="app.create", obj=app, after=snapshot(app))
+    return app, secret
+
+
+def _require_app_owner(actor, app: App) -> None:
+    require_perm(actor, "topics.change_app")
+    if actor is not None and not has_role(actor, ADMIN) and not app.team.members.filter(pk=actor.pk).exists():
+        raise PermissionDenied(f"Only members of team {app.team.name} may change app {app.app_id}.")
+
+
+def _push_app(app: App) -> None:
+    """Send the app's new revision to every cluster that knows it."""
+    from apps.clusters.models import Cluster
+
+    for cluster in Cluster.objects.filter(pk__in=clusters_of_app(app)):
+        provisioning.expect(ObjectKind.APP, app, cluster)
+        provisioning.schedule_objects(cluster, [(ObjectKind.APP, app.pk)])
+
+
+@transaction.atomic
+def rotate_app_secret(*, actor, app: App) -> tuple[App, str]:
+    """A new secret; the old one keeps working until the new hash is provisioned to each cluster."""
+    _require_app_owner(actor, app)
+    app = App.objects.select_for_update().get(pk=app.pk)
+    before = snapshot(app)
+    secret = new_secret()
+    app.secret_hash = hash_secret(secret)
+    app.secret_rotated_at = timezone.now()
+    app.revision += 1
+    app.save()
+    _push_app(app)
+    record(actor=actor, action="app.rotate_secret", obj=app, before=before, after=snapshot(app))
+    return app, secret
+
+
+@transaction.atomic
+def set_app_active(*, actor, app: App, active: bool) -> App:
+    """Deactivate (brokers refuse its connections) or reactivate an app."""
+    _require_app_owner(actor, app)
+    app = App.objects.select_for_update().get(pk=app.pk)
+    if app.active == active:
+        return app
+    before = snapshot(app)
+    app.active = active
+    app.revision += 1
+    app.save()
+    _push_app(app)
+    record(actor=actor, action="app.activate" if active else "app.deactivate", obj=app, before=before,
+           after=snapshot(app))
+    return app
+
+
+# --- topic applications ---------------------------------------------------------------------
+
+
+@transaction.atomic
+def create_topic_application(*, actor, submit: bool = True, **fields) -> TopicApplication:
+    """A new application: a draft, or (submit=True) straight to pending once the policy passes."""
+    require_perm(actor, "topics.add_topicapplication")
+    workflow.check_fields(fields, APPLICATION_FIELDS)
+    application = TopicApplication(applicant=actor, **fields)
+    application.full_clean()
+    workflow.require_member(actor, application.team)
+    if submit:
+        report = workflow.check_policy(application, actor)
+        application.state = State.PENDING
+        application.policy_report = report.as_dict()
+        application.required_slots = list(report.required_approvals)
+        application.submitted_at = timezone.now()
+    application.save()
+    record(actor=actor, action="topic_application.create", obj=application, after=snapshot(application))
+    return application
+
+
+@transaction.atomic
+def update_topic_application(*, actor, application: TopicApplication, **changes) -> TopicApplication:
+    """Edit a draft (only the applicant; a submitted application is withdrawn and applied for anew)."""
+    require_perm(actor, "topics.change_topicapplication")
+    workflow.check_fields(changes, APPLICATION_FIELDS)
+    application = TopicApplication.objects.select_for_update().get(pk=application.pk)
+    if actor is None or actor.pk != application.applicant_id:
+        raise PermissionDenied("Only the applicant may edit this application.")
+    if application.state != State.DRAFT:
+        raise ActionError("Only a draft can be edited; withdraw this application and apply again.")
+    before = snapshot(application)
+    for key, value in changes.items():
+        setattr(application, key, value)
+    application.full_clean()
+    workflow.require_member(actor, application.team)
+    application.save()
+    record(actor=actor, action="topic_application.update", obj=application, before=before,
+           after=snapshot(application))
+    return application
+
+
+def submit_topic_application(*, actor, application):
+    require_perm(actor, "topics.change_topicapplication")
+    return workflow.submit(actor=actor, application=application)
+
+
+def withdraw_topic_application(*, actor, application):
+    require_perm(actor, "topics.change_topicapplication")
+    return workflow.withdraw(actor=actor, application=application)
+
+
+def approve_topic_application(*, actor, application, comment: str = ""):
+    return workflow.approve(actor=actor, application=application, comment=comment, materialize=_materialize)
+
+
+def reject_topic_application(*, actor, application, comment: str):
+    return workflow.reject(actor=actor, application=application, comment=comment)
+
+
+def _materialize(actor, application: TopicApplication) -> None:
+    """The approved application becomes a topic, expected on its cluster, pushed after commit."""
+    topic = Topic(name=application.name, team=application.team, environment=application.environment,
+                  cluster=application.cluster, message_types=list(application.message_types),
+                  expected_peak_mps=application.expected_peak_mps, max_message_bytes=application.max_message_bytes,
+                  retention_hours=application.retention_hours, storage_level=application.storage_level,
+                  transactional=application.transactional, ordered=application.ordered,
+                  description=application.description)
+    topic.full_clean()
+    topic.save()
+    application.topic = topic
+    application.save(update_fields=["topic"])
+    record(actor=actor, action="topic.create", obj=topic, after=snapshot(topic))
+    provisioning.schedule_application(application)

@@ -1,0 +1,58 @@
+from rest_framework import serializers
+
+from apps.accounts.models import Team
+from apps.clusters.models import Cluster
+from apps.governance.api import ApplicationSerializer
+from apps.topics.actions import APPLICATION_FIELDS
+from apps.topics.models import App, Topic, TopicApplication
+
+
+class AppSerializer(serializers.ModelSerializer):
+    team = serializers.SlugRelatedField(slug_field="name", queryset=Team.objects.all())
+    created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+
+    class Meta:
+        model = App
+        fields = ["id", "app_id", "team", "description", "active", "revision", "secret_rotated_at", "created_by",
+                  "created_at", "updated_at"]
+        read_only_fields = ["active", "revision", "secret_rotated_at"]
+
+
+class AppWithSecretSerializer(AppSerializer):
+    """Returned once, at creation or rotation: the secret is not stored and cannot be shown again."""
+
+    secret = serializers.CharField(read_only=True)
+
+    class Meta(AppSerializer.Meta):
+        fields = [*AppSerializer.Meta.fields, "secret"]
+
+
+class TopicSerializer(serializers.ModelSerializer):
+    team = serializers.CharField(source="team.name")
+    cluster = serializers.CharField(source="cluster.name")
+    sync = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Topic
+        fields = ["id", "name", "environment", "cluster", "team", "message_types", "expected_peak_mps",
+                  "max_message_bytes", "retention_hours", "storage_level", "transactional", "ordered",
+                  "description", "revision", "status", "sync", "created_at", "updated_at"]
+
+    def get_sync(self, obj) -> list[dict]:
+        from apps.provisioning.api.serializers import SyncStateSerializer
+        from apps.provisioning.models import SyncState
+
+        return SyncStateSerializer(SyncState.objects.filter(kind="topic", object_id=obj.pk)
+                                   .select_related("cluster"), many=True).data
+
+
+class TopicApplicationSerializer(ApplicationSerializer):
+    team = serializers.SlugRelatedField(slug_field="name", queryset=Team.objects.all())
+    cluster = serializers.SlugRelatedField(slug_field="name", queryset=Cluster.objects.all())
+    message_types = serializers.ListField(child=serializers.CharField(max_length=64), allow_empty=False,
+                                          max_length=50)
+    topic = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = TopicApplication
+        fields = [*ApplicationSerializer.WORKFLOW_FIELDS, *APPLICATION_FIELDS, "topic"]

@@ -1,0 +1,105 @@
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.response import Response
+
+from apps.governance.api import ApplicationViewSet
+from apps.provisioning.api.serializers import LiveStatusSerializer
+from apps.provisioning.status import live_status_of
+from apps.topics import actions
+from apps.topics.api.serializers import (
+    AppSerializer,
+    AppWithSecretSerializer,
+    TopicApplicationSerializer,
+    TopicSerializer,
+)
+from apps.topics.filtersets import AppFilterSet, TopicApplicationFilterSet, TopicFilterSet
+from apps.topics.models import App, Topic, TopicApplication
+
+
+def _with_secret(app, secret):
+    data = AppWithSecretSerializer(app).data
+    data["secret"] = secret
+    return data
+
+
+class AppViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+    """Producer/consumer identities. The secret is in the answer to create and rotate-secret only."""
+
+    queryset = App.objects.select_related("team", "created_by")
+    serializer_class = AppSerializer
+    filterset_class = AppFilterSet
+    search_fields = ["app_id", "description"]
+    lookup_field = "app_id"
+    action_perms = {"rotate_secret": "topics.change_app", "deactivate": "topics.change_app",
+                    "activate": "topics.change_app", "sync": "topics.view_app"}
+
+    @extend_schema(responses=AppWithSecretSerializer)
+    def create(self, request):
+        body = AppSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        app, secret = actions.create_app(actor=request.user, app_id=body.validated_data["app_id"],
+                                         team=body.validated_data["team"],
+                                         description=body.validated_data.get("description", ""))
+        return Response(_with_secret(app, secret), status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses=AppWithSecretSerializer)
+    @action(detail=True, methods=["post"], url_path="rotate-secret")
+    def rotate_secret(self, request, app_id=None):
+        """A new secret; the old one works until the new hash is provisioned (see `sync`)."""
+        app, secret = actions.rotate_app_secret(actor=request.user, app=self.get_object())
+        return Response(_with_secret(app, secret))
+
+    @extend_schema(request=None)
+    @action(detail=True, methods=["post"])
+    def deactivate(self, request, app_id=None):
+        return Response(AppSerializer(actions.set_app_active(actor=request.user, app=self.get_object(),
+                                                             active=False)).data)
+
+    @extend_schema(request=None)
+    @action(detail=True, methods=["post"])
+    def activate(self, request, app_id=None):
+        return Response(AppSerializer(actions.set_app_active(actor=request.user, app=self.get_object(),
+                                                             active=True)).data)
+
+    @extend_schema(responses=LiveStatusSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def sync(self, request, app_id=None):
+        """The app's node on each cluster that should know it, read from ZooKeeper now."""
+        return Response(LiveStatusSerializer([s.as_dict() for s in live_status_of("app", self.get_object())],
+                                             many=True).data)
+
+
+class TopicViewSet(viewsets.ReadOnlyModelViewSet):
+    """Approved topics. They are created by approving a topic application."""
+
+    queryset = Topic.objects.select_related("team", "cluster")
+    serializer_class = TopicSerializer
+    filterset_class = TopicFilterSet
+    search_fields = ["name", "description"]
+    ordering_fields = ["name", "environment", "created_at"]
+    action_perms = {"sync": "topics.view_topic"}
+
+    @extend_schema(responses=LiveStatusSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def sync(self, request, pk=None):
+        """The topic's node read from its cluster's ZooKeeper now."""
+        return Response(LiveStatusSerializer([s.as_dict() for s in live_status_of("topic", self.get_object())],
+                                             many=True).data)
+
+
+class TopicApplicationViewSet(ApplicationViewSet):
+    queryset = TopicApplication.objects.select_related("team", "cluster", "applicant", "topic").prefetch_related(
+        "decisions__actor")
+    serializer_class = TopicApplicationSerializer
+    filterset_class = TopicApplicationFilterSet
+    search_fields = ["name", "description", "reason"]
+    ordering_fields = ["created_at", "submitted_at", "name"]
+    kind = "topic"
+    model_perm_prefix = "topics.%s_topicapplication"
+    create_fn = actions.create_topic_application
+    update_fn = actions.update_topic_application
+    submit_fn = actions.submit_topic_application
+    withdraw_fn = actions.withdraw_topic_application
+    approve_fn = actions.approve_topic_application
+    reject_fn = actions.reject_topic_application
