@@ -1,0 +1,22 @@
+"""`python -m broker_core --cluster NAME --zk HOST:PORT/CHROOT --data-dir DIR --port N [--metrics-port M]`."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from broker_core.node import run
+from broker_core.options import parse
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse(argv)
+    logging.basicConfig(level=options.log_level.upper(),
+                        format=f"%(asctime)s broker[{options.cluster}:{options.port}] %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("kazoo").setLevel(logging.WARNING)
+    run(options)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,411 @@
+"""Producers: `AsyncProducer` (asyncio) and `Producer` (plain threads; runs its own loop thread).
+
+    producer = Producer(app_id="orders-svc", secret="...", zk="zk1:2181/switchyard/prod-a")
+    message_id = producer.send("orders", b"{...}", message_type="order.created", key="o-17")
+    ids = producer.send_many("orders", [Message(b"a"), Message(b"b", message_type="order.paid")])
+    producer.close()
+
+A send returns once the broker has stored the message (durable under its fsync policy) and raises
+`BrokerError` when the broker refuses it (no grant, unknown topic, ...).
+
+Batching: sends are queued and written once per event-loop turn, many messages per frame, with up
+to `window` frames awaiting the broker's answer; under load batches grow by themselves.
+
+Failover: on a lost connection the producer connects to another live broker of the cluster (or the
+same one when it comes back) and sends again every batch that was not acknowledged, with the same
+message ids — a message can then be stored twice, never lost. A message not acknowledged within
+`send_timeout` fails with `SendTimeout` (it may still have been stored).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import random
+import socket
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from broker_core import protocol as p
+from broker_core.client._loop import LoopThread
+from broker_core.client.connection import BrokerConnection
+from broker_core.client.discovery import Discovery, Locator
+from broker_core.client.errors import AuthError, BrokerError, ConnectionLost, SendTimeout, SwitchyardError
+
+log = logging.getLogger("broker_core.client.producer")
+
+
+@dataclass
+class Message:
+    body: bytes
+    message_type: str = "default"
+    key: str | None = None
+    business_id: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    ttl_ms: int = 0
+    delivery_limit: int = 0
+    id: str | None = None
+
+
+class IdMaker:
+    """UUID-formatted ids: random per producer, then a counter (cheaper than uuid4 per message)."""
+
+    def __init__(self) -> None:
+        self.prefix = str(uuid.uuid4())[:24]
+        self.counter = random.getrandbits(32) << 12
+
+    def __call__(self) -> str:
+        self.counter += 1
+        return f"{self.prefix}{self.counter & 0xFFFFFFFFFFFF:012x}"
+
+
+class _Waiter:
+    """Completion of one send or one send_many (counts down its messages)."""
+
+    __slots__ = ("future", "remaining", "ids")
+
+    def __init__(self, future: asyncio.Future, count: int, ids: list[str] | str):
+        self.future = future
+        self.remaining = count
+        self.ids = ids
+
+    def ok(self, n: int) -> None:
+        self.remaining -= n
+        if self.remaining <= 0 and not self.future.done():
+            self.future.set_result(self.ids)
+
+    def fail(self, exc: BaseException) -> None:
+        if not self.future.done():
+            self.future.set_exception(exc)
+
+
+class _Batch:
+    __slots__ = ("topic", "raws", "waiters", "deadline")
+
+    def __init__(self, topic: str, raws: list[bytes], waiters: list[_Waiter], deadline: float):
+        self.topic = topic
+        self.raws = raws
+        self.waiters = waiters
+        self.deadline = deadline
+
+
+class _Link:
+    """The producer's connection to one cluster, with its queue and in-flight batches."""
+
+    def __init__(self, producer: AsyncProducer, discovery: Discovery):
+        self.producer = producer
+        self.discovery = discovery
+        self.loop = asyncio.get_running_loop()
+        self.conn: BrokerConnection | None = None
+        # queued messages: (topic, raw, waiter, deadline)
+        self.queue: deque[tuple[str, bytes, _Waiter, float]] = deque()
+        self.retry: deque[_Batch] = deque()
+        self.in_flight: dict[int, _Batch] = {}
+        self._flush_scheduled = False
+        self._connecting: asyncio.Task | None = None
+        self._sweeper = self.loop.create_task(self._sweep())
+        self.closed = False
+        self.failovers = 0
+        self.last_error: BaseException | None = None
+
+    def submit(self, topic: str, raws: list[bytes], waiter: _Waiter) -> None:
+        deadline = time.monotonic() + self.producer.send_timeout
+        queue = self.queue
+        for raw in raws:
+            queue.append((topic, raw, waiter, deadline))
+        self._schedule()
+
+    def _schedule(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        conn = self.conn
+        if conn is None or not conn.is_open:
+            self._ensure_connecting()
+            return
+        window = self.producer.window
+        while self.retry and len(self.in_flight) < window:
+            self._send(conn, self.retry.popleft())
+        max_batch, max_bytes = self.producer.max_batch, self.producer.max_batch_bytes
+        queue = self.queue
+        while queue and len(self.in_flight) < window:
+            topic = queue[0][0]
+            raws: list[bytes] = []
+            waiters: list[_Waiter] = []
+            size = 0
+            deadline = queue[0][3]
+            while queue and len(raws) < max_batch and size < max_bytes and queue[0][0] == topic:
+                _, raw, waiter, deadline = queue.popleft()
+                raws.append(raw)
+                waiters.append(waiter)
+                size += len(raw)
+            self._send(conn, _Batch(topic, raws, waiters, deadline))
+
+    def _send(self, conn: BrokerConnection, batch: _Batch) -> None:
+        ref = conn.next_ref()
+        self.in_flight[ref] = batch
+        answer = conn.request(p.Publish(ref, batch.topic, batch.raws))
+        answer.add_done_callback(lambda f, ref=ref: self._answered(ref, f))
+
+    def _answered(self, ref: int, answer: asyncio.Future) -> None:
+        batch = self.in_flight.pop(ref, None)
+        if batch is None:
+            return
+        exc = answer.exception()
+        if exc is None:
+            waiters = batch.waiters
+            if len(waiters) == 1 or all(w is waiters[0] for w in waiters):
+                waiters[0].ok(len(waiters))
+            else:
+                for w in waiters:
+                    w.ok(1)
+        elif isinstance(exc, ConnectionLost):
+            self.retry.append(batch)  # sent again, same ids, once connected
+        else:
+            for w in batch.waiters:
+                w.fail(exc)
+        if self.queue or self.retry:
+            self._schedule()
+
+    def _ensure_connecting(self) -> None:
+        if self.closed or (self._connecting is not None and not self._connecting.done()):
+            return
+        self._connecting = self.loop.create_task(self._connect())
+
+    async def _connect(self) -> None:
+        producer = self.producer
+        delay = 0.05
+        tried: set = set()
+        while not self.closed:
+            candidates = self.discovery.candidates()
+            fresh = [b for b in candidates if b not in tried] or candidates
+            if fresh:
+                address = random.choice(fresh)
+                tried.add(address)
+                try:
+                    conn = await BrokerConnection.open(address, timeout=producer.connect_timeout,
+                                                       app_id=producer.app_id, secret=producer.secret,
+                                                       client_id=producer.client_id,
+                                                       heartbeat_ms=producer.heartbeat_ms)
+                except AuthError as exc:
+                    self.last_error = exc
+                    self._fail_all(exc)  # a wrong secret does not get better by retrying
+                    return
+                except (OSError, SwitchyardError, TimeoutError) as exc:
+                    self.last_error = exc
+                    log.debug("producer: %s unreachable: %s", address, exc)
+                else:
+                    if self.conn is not None:
+                        self.failovers += 1
+                    self.conn = conn
+                    conn.closed.add_done_callback(lambda _f: self._schedule())
+                    log.debug("producer connected to %s", address)
+                    self._schedule()
+                    return
+            if len(tried) >= len(candidates):
+                tried.clear()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        while self.queue:
+            self.queue.popleft()[2].fail(exc)
+        while self.retry:
+            for w in self.retry.popleft().waiters:
+                w.fail(exc)
+
+    async def _sweep(self) -> None:
+        """Fail queued messages whose send timeout passed (the broker never got them)."""
+        while not self.closed:
+            await asyncio.sleep(0.25)
+            now = time.monotonic()
+            if self.queue and self.queue[0][3] <= now:
+                keep = deque()
+                for item in self.queue:
+                    if item[3] <= now:
+                        item[2].fail(SendTimeout(f"not acknowledged within {self.producer.send_timeout}s"
+                                                 + (f" (last error: {self.last_error})" if self.last_error else "")))
+                    else:
+                        keep.append(item)
+                self.queue = keep
+            if self.retry:
+                keep_batches = deque()
+                for batch in self.retry:
+                    if batch.deadline <= now:
+                        for w in batch.waiters:
+                            w.fail(SendTimeout(f"not acknowledged within {self.producer.send_timeout}s"))
+                    else:
+                        keep_batches.append(batch)
+                self.retry = keep_batches
+
+    async def close(self) -> None:
+        self.closed = True
+        self._sweeper.cancel()
+        if self._connecting is not None:
+            self._connecting.cancel()
+        if self.conn is not None:
+            self.conn.close()
+        self._fail_all(ConnectionLost("producer closed"))
+
+    def idle(self) -> bool:
+        return not (self.queue or self.retry or self.in_flight)
+
+
+class AsyncProducer:
+    def __init__(
+        self,
+        app_id: str,
+        secret: str,
+        *,
+        zk: str | None = None,
+        control_plane: str | None = None,
+        environment: str | None = None,
+        brokers: list[str] | None = None,
+        client_id: str | None = None,
+        send_timeout: float = 30.0,
+        connect_timeout: float = 5.0,
+        heartbeat_ms: int = 5000,
+        max_batch: int = 512,
+        max_batch_bytes: int = 1024 * 1024,
+        window: int = 16,
+        cache_dir=None,
+        api_token: str | None = None,
+    ):
+        self.app_id = app_id
+        self.secret = secret
+        self.locator = Locator(zk=zk, control_plane=control_plane, environment=environment, brokers=brokers,
+                               cache_dir=cache_dir, api_token=api_token, start_timeout=connect_timeout)
+        self.client_id = client_id or f"producer-{socket.gethostname()}-{os.getpid()}"
+        self.send_timeout = send_timeout
+        self.connect_timeout = connect_timeout
+        self.heartbeat_ms = heartbeat_ms
+        self.max_batch = max_batch
+        self.max_batch_bytes = max_batch_bytes
+        self.window = window
+        self.new_id = IdMaker()
+        self._links: dict[str, _Link] = {}  # by cluster
+        self._topic_links: dict[str, _Link] = {}
+
+    async def __aenter__(self) -> AsyncProducer:
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    async def _link(self, topic: str) -> _Link:
+        link = self._topic_links.get(topic)
+        if link is None:
+            cluster = await self.locator.cluster_of(topic)
+            link = self._links.get(cluster)
+            if link is None:
+                discovery = await self.locator.discovery(topic)
+                link = self._links.get(cluster)  # another task may have made it meanwhile
+                if link is None:
+                    link = self._links[cluster] = _Link(self, discovery)
+            self._topic_links[topic] = link
+        return link
+
+    def _pack(self, m: Message) -> tuple[str, bytes]:
+        message_id = m.id or self.new_id()
+        if type(m.body) is not bytes:
+            raise TypeError("a message body must be bytes")
+        return message_id, p.pack_message(message_id, m.message_type, m.body, key=m.key, business_id=m.business_id,
+                                          headers=m.headers, ttl_ms=m.ttl_ms, delivery_limit=m.delivery_limit,
+                                          timestamp_ms=int(time.time() * 1000))
+
+    async def send(self, topic: str, body: bytes, *, message_type: str = "default", key: str | None = None,
+                   business_id: str | None = None, headers: dict[str, str] | None = None, ttl_ms: int = 0,
+                   delivery_limit: int = 0, message_id: str | None = None) -> str:
+        """Store one message; returns its id once the broker acknowledged it."""
+        if type(body) is not bytes:
+            raise TypeError("a message body must be bytes")
+        message_id = message_id or self.new_id()
+        raw = p.pack_message(message_id, message_type, body, key=key, business_id=business_id, headers=headers,
+                             ttl_ms=ttl_ms, delivery_limit=delivery_limit, timestamp_ms=int(time.time() * 1000))
+        link = self._topic_links.get(topic) or await self._link(topic)
+        future = asyncio.get_running_loop().create_future()
+        link.submit(topic, [raw], _Waiter(future, 1, message_id))
+        return await future
+
+    async def send_many(self, topic: str, messages: Iterable[Message | bytes]) -> list[str]:
+        """Store many messages; returns their ids once the broker acknowledged all of them."""
+        ids, raws = [], []
+        for m in messages:
+            message_id, raw = self._pack(m if isinstance(m, Message) else Message(m))
+            ids.append(message_id)
+            raws.append(raw)
+        if not raws:
+            return []
+        link = self._topic_links.get(topic) or await self._link(topic)
+        future = asyncio.get_running_loop().create_future()
+        link.submit(topic, raws, _Waiter(future, len(raws), ids))
+        return await future
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Wait until nothing is queued or awaiting an answer."""
+        deadline = time.monotonic() + (timeout if timeout is not None else self.send_timeout)
+        while not all(link.idle() for link in self._links.values()):
+            if time.monotonic() > deadline:
+                raise SendTimeout("flush did not finish in time")
+            await asyncio.sleep(0.005)
+
+    async def close(self) -> None:
+        for link in self._links.values():
+            await link.close()
+        self._links.clear()
+        self._topic_links.clear()
+        self.locator.stop()
+
+    def stats(self) -> dict:
+        return {cluster: {"queued": len(link.queue), "in_flight_batches": len(link.in_flight),
+                          "retrying_batches": len(link.retry), "failovers": link.failovers,
+                          "broker": str(link.conn.address) if link.conn else None}
+                for cluster, link in self._links.items()}
+
+
+class Producer:
+    """The synchronous producer: same arguments and methods as AsyncProducer, blocking."""
+
+    def __init__(self, app_id: str, secret: str, **kwargs):
+        self._thread = LoopThread("switchyard-producer")
+        self._timeout = kwargs.get("send_timeout", 30.0) + 5
+
+        async def make() -> AsyncProducer:
+            return AsyncProducer(app_id, secret, **kwargs)
+
+        self._async = self._thread.run(make())
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def send(self, topic: str, body: bytes, **kwargs) -> str:
+        return self._thread.run(self._async.send(topic, body, **kwargs), self._timeout)
+
+    def send_async(self, topic: str, body: bytes, **kwargs):
+        """Queue a send; returns a concurrent.futures.Future of the message id."""
+        return self._thread.submit(self._async.send(topic, body, **kwargs))
+
+    def send_many(self, topic: str, messages: Iterable[Message | bytes]) -> list[str]:
+        return self._thread.run(self._async.send_many(topic, list(messages)), self._timeout)
+
+    def flush(self, timeout: float | None = None) -> None:
+        self._thread.run(self._async.flush(timeout))
+
+    def close(self) -> None:
+        try:
+            self._thread.run(self._async.close(), 10)
+        finally:
+            self._thread.stop()
+
+
+__all__ = ["AsyncProducer", "Producer", "Message", "BrokerError"]

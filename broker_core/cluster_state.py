@@ -1,0 +1,201 @@
+"""The broker's view of what the control plane provisioned: topics, bindings, apps and grants.
+
+Filled from ZooKeeper by `membership.ZkWatcher` (always on the event loop's thread); the node
+listens for changes to apply them live. Documents follow docs/zookeeper-layout.md; a document that
+cannot be read is treated as absent and logged, so a bad node never takes the broker down.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from broker_core.selector import compile_selector
+
+log = logging.getLogger("broker_core.cluster_state")
+
+MODES = ("clustering", "broadcast")
+
+
+@dataclass(frozen=True)
+class Backoff:
+    initial_ms: int = 1000
+    max_ms: int = 60_000
+    multiplier: float = 2.0
+
+    def delay_ms(self, attempt: int) -> int:
+        """Delay before delivery attempt `attempt + 1`, after `attempt` failed ones."""
+        delay = self.initial_ms * (self.multiplier ** max(0, attempt - 1))
+        return int(min(delay, self.max_ms))
+
+
+@dataclass(frozen=True)
+class Binding:
+    topic: str
+    group: str
+    app_id: str
+    mode: str = "clustering"
+    delivery_limit: int = 16
+    ttl_s: float = 0
+    backoff: Backoff = field(default_factory=Backoff)
+    max_in_flight: int = 0
+    selector: dict = field(default_factory=dict)
+    revision: int = 0
+    matches: Callable[[str], bool] = field(default=compile_selector(None), compare=False, repr=False)
+
+    @classmethod
+    def from_doc(cls, topic: str, group: str, doc: dict) -> Binding:
+        mode = doc.get("mode") or "clustering"
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}")
+        backoff = doc.get("backoff") or {}
+        selector = doc.get("selector") or {}
+        return cls(
+            topic=topic,
+            group=group,
+            app_id=str(doc["app_id"]),
+            mode=mode,
+            delivery_limit=int(doc.get("delivery_limit") or 0),
+            ttl_s=float(doc.get("ttl_s") or 0),
+            backoff=Backoff(
+                initial_ms=int(backoff.get("initial_ms", 1000)),
+                max_ms=int(backoff.get("max_ms", 60_000)),
+                multiplier=float(backoff.get("multiplier", 2.0)),
+            ),
+            max_in_flight=int(doc.get("max_in_flight") or 0),
+            selector=selector,
+            revision=int(doc.get("revision") or 0),
+            matches=compile_selector(selector),
+        )
+
+
+@dataclass(frozen=True)
+class App:
+    app_id: str
+    secret_hash: str
+    active: bool = True
+    team: str = ""
+
+    @classmethod
+    def from_doc(cls, app_id: str, doc: dict) -> App:
+        return cls(app_id=app_id, secret_hash=str(doc["secret_hash"]), active=bool(doc.get("active", True)),
+                   team=str(doc.get("team") or ""))
+
+
+@dataclass(frozen=True)
+class TopicConfig:
+    name: str
+    message_types: tuple[str, ...] = ()
+    storage: str | None = None
+    max_message_bytes: int = 0
+    doc: dict = field(default_factory=dict, compare=False, repr=False)
+
+    @classmethod
+    def from_doc(cls, name: str, doc: dict) -> TopicConfig:
+        return cls(name=name, message_types=tuple(doc.get("message_types") or ()), storage=doc.get("storage"),
+                   max_message_bytes=int(doc.get("max_message_bytes") or 0), doc=doc)
+
+
+class ClusterState:
+    """Plain dictionaries plus change listeners. Mutated only through `apply`."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, TopicConfig] = {}
+        self.bindings: dict[str, dict[str, Binding]] = {}
+        self.apps: dict[str, App] = {}
+        self.grants: dict[str, set[str]] = {}
+        self.ready = False  # the first full read from ZooKeeper has been applied
+        self.on_binding: list[Callable[[str, str, Binding | None], None]] = []
+        self.on_app: list[Callable[[str, App | None], None]] = []
+        self.on_topic: list[Callable[[str, TopicConfig | None], None]] = []
+
+    # -- reads
+
+    def binding(self, topic: str, group: str) -> Binding | None:
+        return self.bindings.get(topic, {}).get(group)
+
+    def topic_bindings(self, topic: str) -> dict[str, Binding]:
+        return self.bindings.get(topic, {})
+
+    def may_publish(self, topic: str, app_id: str) -> bool:
+        return app_id in self.grants.get(topic, ())
+
+    # -- writes (from the ZooKeeper watcher, on the loop thread)
+
+    def apply(self, kind: str, key: tuple[str, ...], doc: dict | None) -> None:
+        try:
+            getattr(self, f"_apply_{kind}")(*key, doc)
+        except (KeyError, TypeError, ValueError) as exc:
+            log.error("ignoring unreadable %s %s: %s (%s)", kind, "/".join(key), doc, exc)
+            getattr(self, f"_apply_{kind}")(*key, None)
+
+    def _apply_topic(self, name: str, doc: dict | None) -> None:
+        topic = TopicConfig.from_doc(name, doc) if doc is not None else None
+        if topic is None:
+            self.topics.pop(name, None)
+        else:
+            self.topics[name] = topic
+        for listener in self.on_topic:
+            listener(name, topic)
+
+    def _apply_binding(self, topic: str, group: str, doc: dict | None) -> None:
+        binding = Binding.from_doc(topic, group, doc) if doc is not None else None
+        current = self.bindings.get(topic, {}).get(group)
+        if binding == current:
+            return
+        if binding is None:
+            self.bindings.get(topic, {}).pop(group, None)
+        else:
+            self.bindings.setdefault(topic, {})[group] = binding
+        log.info("binding %s/%s %s", topic, group, "removed" if binding is None else f"revision {binding.revision}")
+        for listener in self.on_binding:
+            listener(topic, group, binding)
+
+    def _apply_app(self, app_id: str, doc: dict | None) -> None:
+        app = App.from_doc(app_id, doc) if doc is not None else None
+        if app is None:
+            self.apps.pop(app_id, None)
+        else:
+            self.apps[app_id] = app
+        for listener in self.on_app:
+            listener(app_id, app)
+
+    def _apply_grant(self, topic: str, app_id: str, doc: dict | None) -> None:
+        if doc is not None and doc.get("produce", True):
+            self.grants.setdefault(topic, set()).add(app_id)
+        else:
+            self.grants.get(topic, set()).discard(app_id)
+
+    # -- a copy on disk, so a broker restarted while ZooKeeper is down still knows its clients
+
+    def snapshot(self) -> dict:
+        return {
+            "topics": {name: t.doc for name, t in self.topics.items()},
+            "bindings": {t: {g: _binding_doc(b) for g, b in gs.items()} for t, gs in self.bindings.items()},
+            "apps": {a: {"secret_hash": app.secret_hash, "active": app.active, "team": app.team}
+                     for a, app in self.apps.items()},
+            "grants": {t: sorted(apps) for t, apps in self.grants.items()},
+        }
+
+    def load_snapshot(self, snap: dict) -> None:
+        for name, doc in snap.get("topics", {}).items():
+            self.apply("topic", (name,), doc)
+        for topic, groups in snap.get("bindings", {}).items():
+            for group, doc in groups.items():
+                self.apply("binding", (topic, group), doc)
+        for app_id, doc in snap.get("apps", {}).items():
+            self.apply("app", (app_id,), doc)
+        for topic, apps in snap.get("grants", {}).items():
+            for app_id in apps:
+                self.apply("grant", (topic, app_id), {"produce": True})
+
+
+def _binding_doc(b: Binding) -> dict:
+    return {
+        "topic": b.topic, "group": b.group, "app_id": b.app_id, "mode": b.mode,
+        "delivery_limit": b.delivery_limit, "ttl_s": b.ttl_s, "selector": b.selector,
+        "backoff": {"initial_ms": b.backoff.initial_ms, "max_ms": b.backoff.max_ms,
+                    "multiplier": b.backoff.multiplier},
+        "max_in_flight": b.max_in_flight, "revision": b.revision,
+    }

@@ -1,0 +1,472 @@
+"""The "file" storage level: an append-only segmented log per topic, with group commit.
+
+Layout of a topic's folder:
+
+    <base seq, 20 digits>.log   publish batches (KIND_BATCH records), appended in seq order
+    <base seq, 20 digits>.ack   which groups finished which messages of that segment (KIND_FINISH)
+    deadletter/<group>.dlq      the group's dead letters (KIND_DEAD records, full message copies)
+
+Durability. Appends from the event loop only fill buffers; one job at a time runs in the executor
+and writes everything buffered, then fsyncs (policy "batch"): every publish that arrived while the
+previous job ran shares the next fsync (group commit). Producers are answered from `on_done`, so a
+publish is acknowledged only once its record is durable. "interval" answers after the write and
+fsyncs every `fsync_interval_s`; "never" leaves it to the OS.
+
+Ack records are not waited for: a finish lost in a crash costs one redelivery, never a message.
+They are fsynced at most every `ack_sync_interval_s`. A dead letter is fsynced before the finish
+record that retires it is written, so a crash cannot lose it.
+
+A segment is deleted once it is sealed (a newer one is active) and every message in it is finished
+for every group it was owed to. Recovery reads each segment and its ack file, truncates a torn or
+corrupt tail, and returns what is still owed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from pathlib import Path
+from urllib.parse import quote
+
+from broker_core.protocol import unpack_message
+from broker_core.store import (
+    KIND_BATCH,
+    KIND_DEAD,
+    KIND_FINISH,
+    DeadLetter,
+    DoneCallback,
+    StoredMessage,
+    StoreError,
+    encode_record,
+    scan_records,
+)
+
+log = logging.getLogger("broker_core.file_store")
+
+FSYNC_POLICIES = ("batch", "interval", "never")
+
+
+class Segment:
+    __slots__ = ("base", "log_path", "ack_path", "size", "unfinished", "sealed", "deleted", "log_fd", "ack_fd",
+                 "ack_dirty")
+
+    def __init__(self, directory: Path, base: int):
+        self.base = base
+        self.log_path = directory / f"{base:020d}.log"
+        self.ack_path = directory / f"{base:020d}.ack"
+        self.size = 0  # bytes appended or buffered (loop thread's view)
+        self.unfinished = 0  # (message, group) pairs still owed
+        self.sealed = False
+        self.deleted = False
+        self.log_fd: int | None = None  # used by the flush job only
+        self.ack_fd: int | None = None
+        self.ack_dirty = False
+
+    def __repr__(self) -> str:
+        return f"<Segment {self.base} size={self.size} unfinished={self.unfinished} sealed={self.sealed}>"
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def safe_name(name: str) -> str:
+    """A topic or group name as a file name (names are slugs; quote anything else)."""
+    return quote(name, safe="-_.") or "_"
+
+
+class FileStore:
+    durable = True
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        executor: Executor,
+        notify: Callable[..., object],
+        fsync: str = "batch",
+        segment_bytes: int = 64 * 1024 * 1024,
+        fsync_interval_s: float = 0.2,
+        ack_sync_interval_s: float = 1.0,
+    ):
+        if fsync not in FSYNC_POLICIES:
+            raise ValueError(f"fsync policy must be one of {FSYNC_POLICIES}, not {fsync!r}")
+        self.dir = Path(directory)
+        self.dlq_dir = self.dir / "deadletter"
+        self.executor = executor
+        self.notify = notify
+        self.fsync = fsync
+        self.segment_bytes = segment_bytes
+        self.fsync_interval_s = fsync_interval_s
+        self.ack_sync_interval_s = ack_sync_interval_s
+        self.segments: list[Segment] = []
+        self.active: Segment | None = None
+        self.next_seq = 1
+        # buffered until the next flush job
+        self._log_writes: list[tuple[Segment, bytes]] = []
+        self._waiters: list[DoneCallback] = []
+        self._finished: dict[tuple[Segment, str], list[int]] = {}
+        self._dlq_writes: dict[str, list[bytes]] = {}
+        self._deletes: list[Segment] = []
+        self._busy = False
+        self._failed: BaseException | None = None
+        self._dlq_counts: dict[str, int] = {}
+        self._dlq_fds: dict[str, int] = {}
+        self._last_data_sync = time.monotonic()
+        self._last_ack_sync = time.monotonic()
+        self._unsynced = False
+        self.flushes = 0
+        self.fsyncs = 0
+
+    # -- recovery ---------------------------------------------------------------------------
+
+    def recover(self) -> list[tuple[StoredMessage, tuple[str, ...]]]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        bases = sorted(int(p.stem) for p in self.dir.glob("*.log") if p.stem.isdigit())
+        for ack in self.dir.glob("*.ack"):
+            if not ack.stem.isdigit() or int(ack.stem) not in bases:
+                ack.unlink()  # its segment was deleted and the crash came before the ack file went
+        owed: list[tuple[StoredMessage, tuple[str, ...]]] = []
+        last_seq = 0
+        for base in bases:
+            seg = Segment(self.dir, base)
+            messages = self._read_segment(seg)
+            finished = self._read_acks(seg)
+            for m in messages:
+                done = finished.get(m.seq)
+                pending = tuple(g for g in m.groups if not done or g not in done)
+                m.pending = len(pending)
+                seg.unfinished += len(pending)
+                if pending:
+                    owed.append((m, pending))
+                last_seq = m.seq
+            self.segments.append(seg)
+        self.next_seq = max(last_seq + 1, bases[-1] if bases else 1)
+        for seg in self.segments[:-1]:
+            seg.sealed = True
+            if seg.unfinished == 0:
+                self._deletes.append(seg)
+        if self.segments:
+            self.active = self.segments[-1]
+        else:
+            self._new_segment(self.next_seq)
+        self._recover_dead_letter_counts()
+        return owed
+
+    def _read_segment(self, seg: Segment) -> list[StoredMessage]:
+        data = seg.log_path.read_bytes()
+        messages: list[StoredMessage] = []
+        records, end = scan_records(data)
+        for kind, payload in records:
+            if kind != KIND_BATCH:
+                continue  # kinds of later versions (transactions) are skipped by this one
+            first_seq, app_id, received_ms, raws, groups = payload[:5]
+            for i, raw in enumerate(raws):
+                m = StoredMessage(first_seq + i, raw, unpack_message(raw), app_id, received_ms, tuple(groups[i]))
+                m.segment = seg
+                messages.append(m)
+        if end < len(data):
+            log.warning("%s: truncating a torn or corrupt tail of %d bytes", seg.log_path, len(data) - end)
+            os.truncate(seg.log_path, end)
+        seg.size = end
+        return messages
+
+    def _read_acks(self, seg: Segment) -> dict[int, set[str]]:
+        finished: dict[int, set[str]] = {}
+        if not seg.ack_path.exists():
+            return finished
+        data = seg.ack_path.read_bytes()
+        records, end = scan_records(data)
+        for kind, payload in records:
+            if kind == KIND_FINISH:
+                group, seqs = payload[0], payload[1]
+                for seq in seqs:
+                    finished.setdefault(seq, set()).add(group)
+        if end < len(data):
+            os.truncate(seg.ack_path, end)
+        return finished
+
+    def _recover_dead_letter_counts(self) -> None:
+        if not self.dlq_dir.is_dir():
+            return
+        for path in self.dlq_dir.glob("*.dlq"):
+            data = path.read_bytes()
+            count, group = 0, None
+            records, end = scan_records(data)
+            for kind, payload in records:
+                if kind == KIND_DEAD:
+                    count += 1
+                    group = payload[1]
+            if end < len(data):
+                os.truncate(path, end)
+            if group is not None:
+                self._dlq_counts[group] = count
+
+    def _new_segment(self, base: int) -> Segment:
+        seg = Segment(self.dir, base)
+        self.segments.append(seg)
+        self.active = seg
+        return seg
+
+    # -- the loop thread's side -------------------------------------------------------------
+
+    def append(self, app_id, received_ms, batch, on_done):
+        if self._failed is not None:
+            self.notify(on_done, StoreError(f"store failed earlier: {self._failed}"))
+            return []
+        seq = self.next_seq
+        seg = self.active
+        if seg.size >= self.segment_bytes:
+            seg = self._roll(seq)
+        messages = []
+        raws = []
+        groups = []
+        owed = 0
+        for i, (raw, fields, bound) in enumerate(batch):
+            m = StoredMessage(seq + i, raw, fields, app_id, received_ms, bound)
+            m.segment = seg
+            messages.append(m)
+            raws.append(raw)
+            groups.append(bound)
+            owed += len(bound)
+        record = encode_record(KIND_BATCH, [seq, app_id, received_ms, raws, groups])
+        seg.size += len(record)
+        seg.unfinished += owed
+        self.next_seq = seq + len(batch)
+        self._log_writes.append((seg, record))
+        self._waiters.append(on_done)
+        self._kick()
+        return messages
+
+    def _roll(self, base: int) -> Segment:
+        old = self.active
+        old.sealed = True
+        if old.unfinished == 0:
+            self._deletes.append(old)
+        return self._new_segment(base)
+
+    def finish(self, message: StoredMessage, group: str) -> None:
+        seg = message.segment
+        key = (seg, group)
+        seqs = self._finished.get(key)
+        if seqs is None:
+            self._finished[key] = [message.seq]
+        else:
+            seqs.append(message.seq)
+        seg.unfinished -= 1
+        if seg.unfinished == 0 and seg.sealed:
+            self._deletes.append(seg)
+
+    def dead_letter(self, message: StoredMessage, group: str, cause: str, attempts: int, now_ms: int,
+                    finish: bool = True) -> None:
+        dead = DeadLetter(message.seq, group, cause, attempts, now_ms, message.app_id, message.received_ms,
+                          message.raw)
+        self._dlq_writes.setdefault(group, []).append(dead.to_record())
+        self._dlq_counts[group] = self._dlq_counts.get(group, 0) + 1
+        if finish:
+            self.finish(message, group)
+
+    def dead_letters(self, group: str, limit: int) -> list[DeadLetter]:
+        out: list[DeadLetter] = []
+        path = self.dlq_dir / f"{safe_name(group)}.dlq"
+        chunks = [path.read_bytes()] if path.exists() else []
+        chunks += self._dlq_writes.get(group, [])
+        for chunk in chunks:
+            for kind, payload in scan_records(chunk)[0]:
+                if kind == KIND_DEAD and len(out) < limit:
+                    out.append(DeadLetter.from_payload(payload))
+        return out
+
+    def dead_letter_count(self, group: str) -> int:
+        return self._dlq_counts.get(group, 0)
+
+    def tick(self, now: float) -> None:
+        if self._busy:
+            return
+        if self._finished or self._dlq_writes or self._deletes or self._log_writes:
+            self._kick()
+        elif self.fsync == "interval" and self._unsynced and now - self._last_data_sync >= self.fsync_interval_s:
+            self._kick()
+        elif (self.fsync != "never" and any(s.ack_dirty for s in self.segments)
+              and now - self._last_ack_sync >= self.ack_sync_interval_s):
+            self._kick()
+
+    @property
+    def busy(self) -> bool:
+        return self._busy
+
+    def _kick(self) -> None:
+        if self._busy:
+            return
+        self._busy = True
+        job = self._take_job()
+        self.executor.submit(self._run_job, job)
+
+    def _take_job(self):
+        now = time.monotonic()
+        sync_data = self.fsync == "batch" or (
+            self.fsync == "interval" and now - self._last_data_sync >= self.fsync_interval_s)
+        sync_acks = self.fsync != "never" and now - self._last_ack_sync >= self.ack_sync_interval_s
+        if sync_data:
+            self._last_data_sync = now
+        if sync_acks:
+            self._last_ack_sync = now
+        job = (self._dlq_writes, self._log_writes, self._waiters, self._finished, self._deletes, sync_data,
+               sync_acks)
+        self._dlq_writes, self._log_writes, self._waiters, self._finished, self._deletes = {}, [], [], {}, []
+        return job
+
+    def _job_done(self, waiters: list[DoneCallback], deletes: list[Segment], exc: BaseException | None) -> None:
+        self._busy = False
+        self.flushes += 1
+        self._forget(deletes)
+        if exc is not None:
+            log.error("%s: store failed: %s", self.dir, exc)
+            self._failed = exc
+            error = StoreError(str(exc))
+            for done in waiters:
+                done(error)
+            return
+        for done in waiters:
+            done(None)
+        if self._log_writes:
+            self._kick()  # publishes that arrived during the job: the next group commit
+
+    # -- the flush job (executor thread) ----------------------------------------------------
+
+    def _run_job(self, job) -> None:
+        dlq_writes, log_writes, waiters, finished, deletes, sync_data, sync_acks = job
+        exc = None
+        try:
+            self._write_dead_letters(dlq_writes)
+            self._write_log(log_writes, sync_data)
+            self._write_acks(finished, sync_acks)
+            for seg in deletes:
+                self._delete(seg)
+        except BaseException as e:  # reported to every waiter of this job
+            exc = e
+        self.notify(self._job_done, waiters, deletes, exc)
+
+    def _write_dead_letters(self, dlq_writes: dict[str, list[bytes]]) -> None:
+        for group, records in dlq_writes.items():
+            fd = self._dlq_fds.get(group)
+            if fd is None:
+                self.dlq_dir.mkdir(parents=True, exist_ok=True)
+                fd = os.open(self.dlq_dir / f"{safe_name(group)}.dlq", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                self._dlq_fds[group] = fd
+            _write_all(fd, b"".join(records))
+            if self.fsync != "never":
+                os.fsync(fd)  # before the finish record that retires the message is written
+
+    def _write_log(self, log_writes: list[tuple[Segment, bytes]], sync_data: bool) -> None:
+        touched: list[Segment] = []
+        created = False
+        i = 0
+        while i < len(log_writes):
+            seg = log_writes[i][0]
+            j = i
+            while j < len(log_writes) and log_writes[j][0] is seg:
+                j += 1
+            if seg.log_fd is None:
+                seg.log_fd = os.open(seg.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                created = True
+            _write_all(seg.log_fd, b"".join(data for _, data in log_writes[i:j]))
+            if seg not in touched:
+                touched.append(seg)
+            i = j
+        if log_writes:
+            self._unsynced = True
+        if sync_data and (touched or self._unsynced):
+            for seg in touched or [s for s in self.segments if s.log_fd is not None and not s.deleted]:
+                os.fdatasync(seg.log_fd)
+                self.fsyncs += 1
+            if created:
+                _fsync_dir(self.dir)  # a new segment file must survive a crash too
+            self._unsynced = False
+
+    def _write_acks(self, finished: dict[tuple[Segment, str], list[int]], sync_acks: bool) -> None:
+        for (seg, group), seqs in finished.items():
+            if seg.deleted:
+                continue
+            if seg.ack_fd is None:
+                seg.ack_fd = os.open(seg.ack_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            _write_all(seg.ack_fd, encode_record(KIND_FINISH, [group, seqs]))
+            seg.ack_dirty = True
+        if sync_acks:
+            for seg in self.segments:
+                if seg.ack_dirty and seg.ack_fd is not None and not seg.deleted:
+                    os.fdatasync(seg.ack_fd)
+                    seg.ack_dirty = False
+
+    def _delete(self, seg: Segment) -> None:
+        if seg.deleted:
+            return
+        for fd in (seg.log_fd, seg.ack_fd):
+            if fd is not None:
+                os.close(fd)
+        seg.log_fd = seg.ack_fd = None
+        seg.log_path.unlink(missing_ok=True)  # the log first: an orphan ack file is removed at recovery
+        seg.ack_path.unlink(missing_ok=True)
+        seg.deleted = True
+        seg.ack_dirty = False
+
+    def _forget(self, deletes: list[Segment]) -> None:
+        for seg in deletes:
+            if seg.deleted and seg in self.segments:
+                self.segments.remove(seg)
+
+    # -- shutdown ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Write and fsync everything buffered, then close the files (call when not busy)."""
+        if self._busy:
+            raise RuntimeError("close() while a flush job runs; wait for `busy` to clear")
+        dlq_writes, log_writes, waiters, finished, deletes, _, _ = self._take_job()
+        error = None
+        try:
+            self._write_dead_letters(dlq_writes)
+            self._write_log(log_writes, sync_data=self.fsync != "never")
+            self._write_acks(finished, sync_acks=self.fsync != "never")
+            for seg in deletes:
+                self._delete(seg)
+            self._forget(deletes)
+        except OSError as exc:
+            error = StoreError(str(exc))
+            raise
+        finally:
+            for done in waiters:
+                done(error)
+            for seg in self.segments:
+                for fd in (seg.log_fd, seg.ack_fd):
+                    if fd is not None:
+                        os.close(fd)
+                seg.log_fd = seg.ack_fd = None
+            for fd in self._dlq_fds.values():
+                os.close(fd)
+            self._dlq_fds.clear()
+
+    def stats(self) -> dict:
+        return {
+            "storage": "file",
+            "fsync": self.fsync,
+            "segments": len(self.segments),
+            "bytes": sum(s.size for s in self.segments),
+            "next_seq": self.next_seq,
+            "flushes": self.flushes,
+            "fsyncs": self.fsyncs,
+            "failed": str(self._failed) if self._failed else None,
+        }

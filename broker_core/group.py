@@ -1,0 +1,475 @@
+"""A consumer group of one topic (nsqd's channel): queue, in-flight, backoff, dead letters.
+
+Every message owed to the group waits in a *lane* until a subscription with credit takes it; it is
+then in flight on that subscription until acked, nacked or timed out. Clustering mode has one lane
+that all subscriptions share (each message goes to one consumer); broadcast mode gives each
+subscription its own lane (each message goes to every consumer connected).
+
+Finished (acked or dead-lettered) messages are reported to the store, which makes the group's
+delivery state durable. A nack or an ack timeout schedules the message again after the binding's
+backoff; past the delivery limit or the TTL it goes to the dead-letter queue instead.
+
+Timing: in-flight deadlines use the monotonic clock; TTLs use wall-clock milliseconds from the
+time the broker received the message (so they hold across restarts). Expired messages are found
+when they reach the head of a lane, are dispatched, or come back from a consumer. Attempt counts
+are kept in memory: after a broker restart a message starts again from attempt 1.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import time
+from collections import deque
+
+from broker_core.cluster_state import Backoff, Binding
+from broker_core.store import StoredMessage, TopicStore
+from broker_core.trace import TraceSink
+
+log = logging.getLogger("broker_core.group")
+
+DEFAULT_BACKOFF = Backoff()
+
+
+class Consumer:
+    """What a group needs from a consumer connection (the server's ClientConnection provides it)."""
+
+    consumer_id: str
+    peer: str
+    paused: bool
+
+    def deliver(self, sub_id: int, items: list) -> None: ...
+
+    def unsubscribed(self, sub_id: int, reason: str) -> None: ...
+
+
+class Subscription:
+    """One connection's subscription to one group. `in_flight` keeps delivery order, so its first
+    entries have the earliest deadlines (every entry of a subscription has the same ack timeout)."""
+
+    __slots__ = ("sub_id", "conn", "group", "credit", "ack_timeout", "in_flight", "lane", "active")
+
+    def __init__(self, sub_id: int, conn: Consumer, group: Group, credit: int, ack_timeout: float):
+        self.sub_id = sub_id
+        self.conn = conn
+        self.group = group
+        self.credit = credit
+        self.ack_timeout = ack_timeout
+        # seq -> (message, attempt, deadline)
+        self.in_flight: dict[int, tuple[StoredMessage, int, float]] = {}
+        self.lane: Lane | None = None
+        self.active = True
+
+    def available(self) -> int:
+        return self.credit - len(self.in_flight)
+
+
+class Lane:
+    """Messages waiting for a set of subscriptions: ready in order, deferred until a due time."""
+
+    __slots__ = ("ready", "deferred", "waiting", "attempts", "subs", "rr")
+
+    def __init__(self) -> None:
+        self.ready: deque[StoredMessage] = deque()
+        self.deferred: list[tuple[float, int, StoredMessage]] = []  # heap of (due, seq, message)
+        self.waiting: set[int] = set()  # seqs in ready or deferred (an expired one leaves it early)
+        self.attempts: dict[int, int] = {}  # deliveries made so far, for messages delivered at least once
+        self.subs: list[Subscription] = []
+        self.rr = 0
+
+    def add(self, m: StoredMessage) -> None:
+        self.ready.append(m)
+        self.waiting.add(m.seq)
+
+    def depth(self) -> int:
+        return len(self.waiting)
+
+
+class Group:
+    def __init__(
+        self,
+        topic: str,
+        name: str,
+        store: TopicStore,
+        binding: Binding | None,
+        *,
+        trace: TraceSink,
+        tracing: bool,
+        max_credit: int,
+    ):
+        self.topic = topic
+        self.name = name
+        self.store = store
+        self.trace = trace
+        self.tracing = tracing
+        self.max_credit = max_credit
+        self.binding: Binding | None = None
+        self.mode = "clustering"
+        self.subs: list[Subscription] = []
+        self.main = Lane()  # clustering: the shared lane; broadcast: messages waiting for a consumer
+        self.lanes: dict[Subscription, Lane] = {}  # broadcast only
+        self.copies: dict[int, list] = {}  # broadcast: seq -> [lanes still holding it, some lane finished it]
+        self.acked = self.delivered = self.redelivered = self.nacked = self.timed_out = 0
+        self.dead_lettered = self.expired = 0
+        self.set_binding(binding)
+
+    # -- configuration ----------------------------------------------------------------------
+
+    def set_binding(self, binding: Binding | None) -> None:
+        """Apply a new or changed binding (None: removed). Subscriptions that no longer hold end."""
+        old = self.binding
+        self.binding = binding
+        if binding is None:
+            for sub in list(self.subs):
+                self.unsubscribe(sub, reason="binding removed")
+            return
+        if old is not None and (old.mode != binding.mode or old.app_id != binding.app_id):
+            for sub in list(self.subs):
+                self.unsubscribe(sub, reason="binding changed")
+        if self.mode != binding.mode and not self.subs:
+            self.mode = binding.mode
+        for sub in self.subs:
+            sub.credit = self.clamp_credit(sub.credit)
+
+    def clamp_credit(self, credit: int) -> int:
+        cap = self.max_credit
+        if self.binding is not None and self.binding.max_in_flight:
+            cap = min(cap, self.binding.max_in_flight)
+        return max(0, min(credit, cap))
+
+    @property
+    def backoff(self) -> Backoff:
+        return self.binding.backoff if self.binding is not None else DEFAULT_BACKOFF
+
+    def _limit(self, m: StoredMessage) -> int:
+        bound = self.binding.delivery_limit if self.binding is not None else 0
+        if m.delivery_limit and bound:
+            return min(m.delivery_limit, bound)
+        return m.delivery_limit or bound
+
+    def _expires_ms(self, m: StoredMessage) -> int:
+        ttl = m.ttl_ms
+        if self.binding is not None and self.binding.ttl_s:
+            bound = int(self.binding.ttl_s * 1000)
+            ttl = min(ttl, bound) if ttl else bound
+        return m.received_ms + ttl if ttl else 0
+
+    # -- messages in ----------------------------------------------------------------------------
+
+    def enqueue(self, messages: list[StoredMessage]) -> None:
+        """Messages now durable and owed to this group."""
+        if self.mode == "clustering" or not self.lanes:
+            main = self.main
+            for m in messages:
+                main.add(m)
+        else:
+            lanes = list(self.lanes.values())
+            for m in messages:
+                self.copies[m.seq] = [len(lanes), False]
+                for lane in lanes:
+                    lane.add(m)
+        self.dispatch()
+
+    # -- subscriptions ----------------------------------------------------------------------
+
+    def subscribe(self, sub: Subscription) -> None:
+        sub.credit = self.clamp_credit(sub.credit)
+        self.subs.append(sub)
+        if self.mode == "clustering":
+            sub.lane = self.main
+            self.main.subs.append(sub)
+        else:
+            lane = Lane()
+            lane.subs.append(sub)
+            sub.lane = lane
+            self.lanes[sub] = lane
+            waiting = self._drain(self.main)
+            if waiting:
+                self.main = Lane()
+                self._give_to_lanes(waiting)
+        self.dispatch()
+
+    def unsubscribe(self, sub: Subscription, reason: str | None = None) -> None:
+        """End a subscription; what it held goes back to the group (its attempts are kept)."""
+        if not sub.active:
+            return
+        sub.active = False
+        if sub in self.subs:
+            self.subs.remove(sub)
+        lane = sub.lane
+        held = [m for m, _, _ in sub.in_flight.values()]
+        sub.in_flight.clear()
+        if self.mode == "clustering" or lane is self.main:
+            lane.subs.remove(sub)
+            for m in reversed(held):  # at the front: they were first in line
+                lane.ready.appendleft(m)
+                lane.waiting.add(m.seq)
+        else:
+            del self.lanes[sub]
+            orphans = []
+            for m in held + self._drain(lane):
+                copies = self.copies.get(m.seq)
+                if copies is None:
+                    continue
+                copies[0] -= 1
+                if copies[0] == 0:
+                    if copies[1]:
+                        self._finish_shared(m)
+                    else:
+                        del self.copies[m.seq]
+                        orphans.append(m)
+            if orphans:
+                self._give_to_lanes(orphans)
+        if reason is not None:
+            sub.conn.unsubscribed(sub.sub_id, reason)
+        if self.mode == "clustering":
+            self.dispatch()
+        elif not self.subs and self.binding is not None:
+            self.mode = self.binding.mode
+
+    def _drain(self, lane: Lane) -> list[StoredMessage]:
+        out = [m for m in lane.ready if m.seq in lane.waiting]
+        out += [m for _, _, m in sorted(lane.deferred) if m.seq in lane.waiting]
+        lane.ready.clear()
+        lane.deferred.clear()
+        lane.waiting.clear()
+        return out
+
+    def _give_to_lanes(self, messages: list[StoredMessage]) -> None:
+        """Broadcast: hand waiting messages to every consumer now connected (or keep them)."""
+        if not self.lanes:
+            for m in messages:
+                self.main.add(m)
+            return
+        lanes = list(self.lanes.values())
+        for m in messages:
+            self.copies[m.seq] = [len(lanes), False]
+            for lane in lanes:
+                lane.add(m)
+
+    def set_credit(self, sub: Subscription, credit: int) -> None:
+        sub.credit = self.clamp_credit(credit)
+        self.dispatch()
+
+    # -- delivery -------------------------------------------------------------------------------
+
+    def dispatch(self) -> None:
+        if self.binding is None:
+            return
+        if self.mode == "clustering":
+            self._dispatch_lane(self.main)
+        else:
+            for lane in self.lanes.values():
+                self._dispatch_lane(lane)
+
+    def _dispatch_lane(self, lane: Lane) -> None:
+        if not lane.ready:
+            return
+        subs = [s for s in lane.subs if s.credit > len(s.in_flight) and not s.conn.paused]
+        if not subs:
+            return
+        now = time.monotonic()
+        now_ms = int(time.time() * 1000)
+        ready, waiting, attempts = lane.ready, lane.waiting, lane.attempts
+        lane.rr = (lane.rr + 1) % len(subs)
+        subs = subs[lane.rr:] + subs[:lane.rr]
+        tracing = self.tracing
+        while ready and subs:
+            share = max(1, -(-len(ready) // len(subs)))
+            for sub in list(subs):
+                n = min(sub.credit - len(sub.in_flight), share)
+                deadline = now + sub.ack_timeout
+                in_flight = sub.in_flight
+                items = []
+                while n > 0 and ready:
+                    m = ready.popleft()
+                    seq = m.seq
+                    if seq not in waiting:
+                        continue  # expired while it waited
+                    if m.ttl_ms or self.binding.ttl_s:
+                        expires = self._expires_ms(m)
+                        if expires and now_ms >= expires:
+                            waiting.discard(seq)
+                            self._dead_letter(lane, m, attempts.get(seq, 0), "ttl expired", expired=True)
+                            continue
+                    waiting.discard(seq)
+                    attempt = attempts.get(seq, 0) + 1
+                    attempts[seq] = attempt
+                    in_flight[seq] = (m, attempt, deadline)
+                    items.append((seq, attempt, m.raw))
+                    n -= 1
+                    if attempt > 1:
+                        self.redelivered += 1
+                    if tracing:
+                        self._emit("delivered", m, sub, attempt)
+                if items:
+                    self.delivered += len(items)
+                    sub.conn.deliver(sub.sub_id, items)
+                if n > 0 or sub.credit <= len(in_flight):
+                    subs.remove(sub)
+                if not ready:
+                    break
+
+    # -- answers from consumers -------------------------------------------------------------
+
+    def ack(self, sub: Subscription, seqs: list[int]) -> None:
+        in_flight = sub.in_flight
+        lane = sub.lane
+        store_finish = self.store.finish
+        tracing = self.tracing
+        broadcast = self.mode == "broadcast" and lane is not self.main
+        for seq in seqs:
+            entry = in_flight.pop(seq, None)
+            if entry is None:
+                continue  # late: it timed out and went to someone else, or it was never ours
+            m = entry[0]
+            lane.attempts.pop(seq, None)
+            self.acked += 1
+            if tracing:
+                self._emit("acked", m, sub, entry[1])
+            if broadcast:
+                self._copy_done(m)
+            else:
+                store_finish(m, self.name)
+                m.pending -= 1
+        self.dispatch()
+
+    def nack(self, sub: Subscription, items: list) -> None:
+        now = time.monotonic()
+        for item in items:
+            try:
+                seq, delay_ms, reason = int(item[0]), int(item[1]), str(item[2] or "")
+            except (TypeError, ValueError, IndexError):
+                continue
+            entry = sub.in_flight.pop(seq, None)
+            if entry is None:
+                continue
+            m, attempt, _ = entry
+            self.nacked += 1
+            if self.tracing:
+                self._emit("nacked", m, sub, attempt, reason or None)
+            self._retry(sub.lane, m, attempt, now, delay_ms if delay_ms >= 0 else None)
+        self.dispatch()
+
+    def _retry(self, lane: Lane, m: StoredMessage, attempt: int, now: float, delay_ms: int | None) -> None:
+        expires = self._expires_ms(m)
+        if expires and time.time() * 1000 >= expires:
+            self._dead_letter(lane, m, attempt, "ttl expired", expired=True)
+            return
+        limit = self._limit(m)
+        if limit and attempt >= limit:
+            self._dead_letter(lane, m, attempt, f"delivery limit of {limit} reached")
+            return
+        if delay_ms is None:
+            delay_ms = self.backoff.delay_ms(attempt)
+        if delay_ms <= 0:
+            lane.ready.appendleft(m)
+        else:
+            heapq.heappush(lane.deferred, (now + delay_ms / 1000, m.seq, m))
+        lane.waiting.add(m.seq)
+
+    def _dead_letter(self, lane: Lane, m: StoredMessage, attempts: int, cause: str, expired: bool = False) -> None:
+        lane.attempts.pop(m.seq, None)
+        broadcast = self.mode == "broadcast" and lane is not self.main
+        self.store.dead_letter(m, self.name, cause, attempts, int(time.time() * 1000), finish=not broadcast)
+        if expired:
+            self.expired += 1
+        else:
+            self.dead_lettered += 1
+        if self.tracing:
+            self._emit("expired" if expired else "dead_lettered", m, None, attempts or None, cause)
+        if broadcast:
+            self._copy_done(m)
+        else:
+            m.pending -= 1
+
+    def _copy_done(self, m: StoredMessage) -> None:
+        copies = self.copies.get(m.seq)
+        if copies is None:
+            return
+        copies[0] -= 1
+        copies[1] = True
+        if copies[0] == 0:
+            self._finish_shared(m)
+
+    def _finish_shared(self, m: StoredMessage) -> None:
+        del self.copies[m.seq]
+        self.store.finish(m, self.name)
+        m.pending -= 1
+
+    # -- timers -----------------------------------------------------------------------------
+
+    def tick(self, now: float, now_ms: int) -> None:
+        """Ack timeouts, due retries and expired heads of lanes."""
+        for sub in list(self.subs):
+            if not sub.in_flight:
+                continue
+            late = []
+            for seq, entry in sub.in_flight.items():
+                if entry[2] > now:
+                    break
+                late.append(seq)
+            for seq in late:
+                m, attempt, _ = sub.in_flight.pop(seq)
+                self.timed_out += 1
+                if self.tracing:
+                    self._emit("timed_out", m, sub, attempt)
+                self._retry(sub.lane, m, attempt, now, None)
+        lanes = [self.main] if self.mode == "clustering" else [self.main, *self.lanes.values()]
+        for lane in lanes:
+            deferred = lane.deferred
+            while deferred and deferred[0][0] <= now:
+                _, seq, m = heapq.heappop(deferred)
+                if seq in lane.waiting:
+                    lane.ready.append(m)
+            self._expire_heads(lane, now_ms)
+        self.dispatch()
+
+    def _expire_heads(self, lane: Lane, now_ms: int) -> None:
+        ready = lane.ready
+        while ready:
+            m = ready[0]
+            if m.seq not in lane.waiting:
+                ready.popleft()
+                continue
+            expires = self._expires_ms(m)
+            if not expires or now_ms < expires:
+                return
+            ready.popleft()
+            lane.waiting.discard(m.seq)
+            self._dead_letter(lane, m, lane.attempts.get(m.seq, 0), "ttl expired", expired=True)
+
+    # -- reporting --------------------------------------------------------------------------
+
+    def _emit(self, event: str, m: StoredMessage, sub: Subscription | None, attempt: int | None,
+              detail: str | None = None) -> None:
+        self.trace.emit(event, message_id=m.id, topic=self.topic, message_type=m.message_type, key=m.key,
+                        business_id=m.business_id, group=self.name,
+                        consumer=sub.conn.consumer_id if sub else None,
+                        client_host=sub.conn.peer if sub else None, attempt=attempt, detail=detail)
+
+    def depth(self) -> int:
+        if self.mode == "clustering":
+            return self.main.depth()
+        return self.main.depth() + sum(lane.depth() for lane in self.lanes.values())
+
+    def in_flight(self) -> int:
+        return sum(len(s.in_flight) for s in self.subs)
+
+    def stats(self) -> dict:
+        return {
+            "mode": self.mode,
+            "bound": self.binding is not None,
+            "depth": self.depth(),
+            "in_flight": self.in_flight(),
+            "delivered": self.delivered,
+            "acked": self.acked,
+            "nacked": self.nacked,
+            "timed_out": self.timed_out,
+            "redelivered": self.redelivered,
+            "dead_lettered": self.dead_lettered,
+            "expired": self.expired,
+            "dead_letter_queue": self.store.dead_letter_count(self.name),
+            "consumers": len(self.subs),
+        }
+

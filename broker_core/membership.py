@@ -1,0 +1,211 @@
+"""The broker in ZooKeeper: its ephemeral registration, and watches on what the control plane writes.
+
+kazoo runs callbacks on its own thread; every result is handed to the event loop through `notify`
+(the node passes `loop.call_soon_threadsafe`), so `ClusterState` is only touched on the loop.
+
+- Registration: an ephemeral node `/brokers/<node-id>` (docs/zookeeper-layout.md). kazoo does not
+  re-create ephemeral nodes after a lost session, so every CONNECTED event (and a periodic check)
+  makes sure it exists and belongs to the current session; a node left by an earlier process of
+  the same broker (killed before its session expired) is replaced.
+- Watches: `/topics/*`, `/apps/*`, `/bindings/*/*` and `/grants/*/*`, children and data. Roots that
+  do not exist yet are watched for creation. kazoo's watch recipes re-read after a lost session.
+
+The client connects without a chroot and prefixes paths itself, so the broker can create its
+cluster's chroot and `/brokers` when they are missing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.retry import KazooRetry
+
+from broker_core.layout import LAYOUT, encode
+
+log = logging.getLogger("broker_core.membership")
+
+Apply = Callable[[str, tuple[str, ...], dict | None], None]
+
+
+class ZkMembership:
+    def __init__(
+        self,
+        hosts: str,
+        chroot: str,
+        node_id: str,
+        info: dict,
+        *,
+        notify: Callable[..., object],
+        apply: Apply,
+        session_timeout: float = 10.0,
+    ):
+        self.root = chroot.rstrip("/")
+        self.node_id = node_id
+        self.info = info
+        self.notify = notify
+        self.apply = apply
+        self.client = KazooClient(
+            hosts=hosts,
+            timeout=session_timeout,
+            connection_retry=KazooRetry(max_tries=-1, delay=0.2, max_delay=2.0),
+            command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0),
+        )
+        self.client.add_listener(self._on_state)
+        self._lock = threading.RLock()
+        self._watched: set[str] = set()
+        self._children_live: set[str] = set()
+        self._watching = False
+        self._want_registered = False
+        self.connected = threading.Event()
+        self.synced = threading.Event()  # the first full read of the layout has been handed over
+        self.registrations = 0
+        self.sessions_lost = 0
+
+    def path(self, relative: str) -> str:
+        return self.root + relative
+
+    # -- lifecycle (blocking: call from a worker thread) ------------------------------------
+
+    def start(self, timeout: float) -> bool:
+        """Connect and read the layout; True when done within `timeout`. Keeps trying after that."""
+        self.client.start_async()
+        return self.synced.wait(timeout)
+
+    def register(self) -> None:
+        """From now on, keep `/brokers/<node-id>` registered whenever the session is up."""
+        self._want_registered = True
+        if self.client.connected:
+            self.ensure_registered()
+
+    def stop(self) -> None:
+        self._want_registered = False
+        try:
+            self.client.stop()
+            self.client.close()
+        except Exception as exc:  # stopping must not fail a shutdown
+            log.warning("zookeeper stop: %s", exc)
+
+    # -- session ----------------------------------------------------------------------------
+
+    def _on_state(self, state: str) -> None:
+        # kazoo's connection thread: never block here
+        if state == KazooState.LOST:
+            self.sessions_lost += 1
+            self.connected.clear()
+            log.warning("zookeeper session lost; will register again when connected")
+        elif state == KazooState.SUSPENDED:
+            self.connected.clear()
+            log.warning("zookeeper connection suspended")
+        elif state == KazooState.CONNECTED:
+            self.connected.set()
+            self.client.handler.spawn(self._on_connected)
+
+    def _on_connected(self) -> None:
+        try:
+            self.client.ensure_path(self.path(LAYOUT.BROKERS))
+            if not self._watching:
+                self._watching = True
+                self._watch_all()
+                self.synced.set()
+            if self._want_registered:
+                self.ensure_registered()
+        except KazooException as exc:
+            log.warning("zookeeper set-up after connect failed (%s); retrying on the next connect", exc)
+            self._watching = self._watching and self.synced.is_set()
+
+    def ensure_registered(self) -> bool:
+        """Make sure our ephemeral node exists and belongs to this session. Safe to call any time."""
+        if not self._want_registered:
+            return False
+        path = self.path(LAYOUT.broker(self.node_id))
+        session = self.client.client_id[0] if self.client.client_id else None
+        with self._lock:
+            try:
+                try:
+                    _, stat = self.client.get(path)
+                    if stat.ephemeralOwner == session:
+                        return True
+                    self.client.delete(path)  # left by an earlier session of this broker
+                except NoNodeError:
+                    pass
+                self.client.create(path, encode(self.info), ephemeral=True, makepath=True)
+                self.registrations += 1
+                log.info("registered %s", path)
+                return True
+            except NodeExistsError:
+                return False  # a concurrent call won; the next check will confirm
+            except KazooException as exc:
+                log.warning("could not register %s: %s", path, exc)
+                return False
+
+    # -- watches ----------------------------------------------------------------------------
+
+    def _watch_all(self) -> None:
+        self._watch_children(LAYOUT.TOPICS, lambda name: self._watch_leaf("topic", (name,), LAYOUT.topic(name)))
+        self._watch_children(LAYOUT.APPS, lambda app: self._watch_leaf("app", (app,), LAYOUT.app(app)))
+        self._watch_children(LAYOUT.BINDINGS, lambda topic: self._watch_children(
+            LAYOUT.topic_bindings(topic),
+            lambda group: self._watch_leaf("binding", (topic, group), LAYOUT.binding(topic, group))))
+        self._watch_children(LAYOUT.GRANTS, lambda topic: self._watch_children(
+            LAYOUT.topic_grants(topic),
+            lambda app: self._watch_leaf("grant", (topic, app), LAYOUT.grant(topic, app))))
+
+    def _watch_children(self, relative: str, on_child: Callable[[str], None]) -> None:
+        """Call on_child for each child of `relative`, now and whenever one appears (even if the
+        node itself appears only later)."""
+        path = self.path(relative)
+        with self._lock:
+            if path in self._watched:
+                return
+            self._watched.add(path)
+
+        def on_children(children: list[str]) -> None:
+            for child in children:
+                if f"{path}/{child}" not in self._watched:
+                    on_child(child)
+
+        def on_exists(data, stat) -> bool | None:
+            with self._lock:
+                if stat is None:
+                    self._children_live.discard(path)
+                    if relative.count("/") > 1:  # a /bindings/<topic> or /grants/<topic> went away
+                        self._watched.discard(path)
+                        return False
+                    return None
+                if path in self._children_live:
+                    return None
+                self._children_live.add(path)
+            self.client.ChildrenWatch(path, on_children)
+            return None
+
+        self.client.DataWatch(path, on_exists)
+
+    def _watch_leaf(self, kind: str, key: tuple[str, ...], relative: str) -> None:
+        path = self.path(relative)
+        with self._lock:
+            if path in self._watched:
+                return
+            self._watched.add(path)
+
+        def on_data(data, stat) -> bool | None:
+            if stat is None:
+                with self._lock:
+                    self._watched.discard(path)
+                self.notify(self.apply, kind, key, None)
+                return False
+            try:
+                doc = json.loads(data) if data else {}
+                if not isinstance(doc, dict):
+                    raise ValueError("not a JSON object")
+            except ValueError as exc:
+                log.error("%s: unreadable document (%s); treated as absent", path, exc)
+                doc = None
+            self.notify(self.apply, kind, key, doc)
+            return None
+
+        self.client.DataWatch(path, on_data)

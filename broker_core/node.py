@@ -1,0 +1,290 @@
+"""A broker node: wires options, storage, topics, connections, ZooKeeper and the HTTP endpoints.
+
+Start-up order matters for at-least-once: read what ZooKeeper holds (or the last snapshot of it,
+when ZooKeeper does not answer), recover every topic from disk, listen, and only then register
+in ZooKeeper, so clients never find a broker that cannot serve them yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import socket
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from urllib.parse import unquote
+
+from broker_core import __version__
+from broker_core.auth import VerifiedCache, verify_secret
+from broker_core.cluster_state import App, Binding, ClusterState, TopicConfig
+from broker_core.file_store import FileStore, safe_name
+from broker_core.membership import ZkMembership
+from broker_core.memory_store import MemoryStore
+from broker_core.options import Options
+from broker_core.server import ClientConnection
+from broker_core.topic import Topic
+from broker_core.trace import NullTraceSink, TraceSink
+
+log = logging.getLogger("broker_core.node")
+
+
+class Broker:
+    def __init__(self, options: Options, trace: TraceSink | None = None):
+        self.options = options
+        self.state = ClusterState()
+        self.topics: dict[str, Topic] = {}
+        self.connections: set[ClientConnection] = set()
+        self.verified = VerifiedCache()
+        self.verify_secret = verify_secret
+        self.auth_failures = 0
+        self.node_id = ""
+        self.trace: TraceSink = trace or NullTraceSink()
+        self.started_at = time.time()
+        self.store_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="store")
+        self.auth_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="auth")
+        self.membership: ZkMembership | None = None
+        self.server: asyncio.base_events.Server | None = None
+        self.http = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._snapshot_due = False
+        self.stopping = asyncio.Event()
+
+    @property
+    def tracing(self) -> bool:
+        return not isinstance(self.trace, NullTraceSink)
+
+    # -- start --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        opts = self.options
+        self.loop = asyncio.get_running_loop()
+        opts.data_dir.mkdir(parents=True, exist_ok=True)
+        self.node_id = opts.node_id or self._stored_node_id()
+        if opts.trace and isinstance(self.trace, NullTraceSink):
+            self.trace = self._open_trace_writer()
+        self.state.on_binding.append(self._binding_changed)
+        self.state.on_app.append(self._app_changed)
+        self.state.on_topic.append(lambda name, cfg: self._schedule_snapshot())
+
+        info = {"node_id": self.node_id, "host": opts.advertise_host, "port": opts.port,
+                "metrics_port": opts.metrics_port or None,
+                "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.started_at)),
+                "version": __version__}
+        self.membership = ZkMembership(opts.zk_hosts, opts.zk_chroot, self.node_id, info,
+                                       notify=self.loop.call_soon_threadsafe, apply=self.state.apply,
+                                       session_timeout=opts.zk_session_timeout_s)
+        synced = await self.loop.run_in_executor(None, self.membership.start, opts.zk_start_timeout_s)
+        await asyncio.sleep(0)  # let the state changes handed over by kazoo run
+        if synced:
+            self.state.ready = True
+        else:
+            log.error("ZooKeeper %s did not answer within %.0fs; serving from the last snapshot and retrying",
+                      opts.zk, opts.zk_start_timeout_s)
+            self._load_snapshot()
+        self._recover_topics()
+        self.server = await self.loop.create_server(lambda: ClientConnection(self), opts.host, opts.port,
+                                                    reuse_address=True, backlog=1024)
+        if opts.metrics_port:
+            from broker_core.http import start_http
+
+            self.http = await start_http(self, opts.metrics_host, opts.metrics_port)
+        await self.loop.run_in_executor(None, self.membership.register)
+        self._tasks = [asyncio.create_task(self._tick_loop(), name="tick"),
+                       asyncio.create_task(self._zk_check_loop(), name="zk-check")]
+        log.info("broker %s of cluster %s serving on %s:%s (storage %s, fsync %s)", self.node_id, opts.cluster,
+                 opts.host, opts.port, opts.storage, opts.fsync)
+
+    def _stored_node_id(self) -> str:
+        path = self.options.data_dir / "node_id"
+        if path.exists():
+            return path.read_text().strip()
+        node_id = f"{socket.gethostname()}-{self.options.port}-{uuid.uuid4().hex[:6]}"
+        path.write_text(node_id + "\n")
+        return node_id
+
+    def _open_trace_writer(self) -> TraceSink:
+        directory = self.options.trace_dir or self.options.data_dir / "trace"
+        try:
+            from broker_core.trace_writer import JsonlTraceWriter  # written alongside issue 6
+        except ImportError:
+            log.warning("trace requested but broker_core.trace_writer is not available; tracing is off")
+            return NullTraceSink()
+        try:
+            return JsonlTraceWriter(directory, cluster=self.options.cluster, broker=self.node_id)
+        except TypeError as exc:
+            log.error("could not open the trace writer (%s); tracing is off", exc)
+            return NullTraceSink()
+
+    def _recover_topics(self) -> None:
+        root = self.options.data_dir / "topics"
+        if not root.is_dir():
+            return
+        for path in sorted(root.iterdir()):
+            if path.is_dir():
+                self.topic(unquote(path.name), storage="file")
+
+    # -- topics -------------------------------------------------------------------------------
+
+    def topic(self, name: str, storage: str | None = None) -> Topic:
+        topic = self.topics.get(name)
+        if topic is not None:
+            return topic
+        config: TopicConfig | None = self.state.topics.get(name)
+        storage = storage or (config.storage if config and config.storage in ("file", "memory") else None) \
+            or self.options.storage
+        if storage == "memory":
+            store = MemoryStore(notify=self.loop.call_soon)
+        else:
+            opts = self.options
+            store = FileStore(opts.data_dir / "topics" / safe_name(name), executor=self.store_executor,
+                              notify=self.loop.call_soon_threadsafe, fsync=opts.fsync,
+                              segment_bytes=opts.segment_bytes, fsync_interval_s=opts.fsync_interval_ms / 1000)
+        topic = Topic(name, store, self.state, trace=self.trace, tracing=self.tracing,
+                      max_credit=self.options.max_credit)
+        self.topics[name] = topic
+        topic.recover()
+        return topic
+
+    # -- live changes from ZooKeeper ------------------------------------------------------------
+
+    def _binding_changed(self, topic: str, group: str, binding: Binding | None) -> None:
+        if topic in self.topics:
+            self.topics[topic].binding_changed(group, binding)
+        self._schedule_snapshot()
+
+    def _app_changed(self, app_id: str, app: App | None) -> None:
+        self.verified.forget(app_id)
+        if app is None or not app.active:
+            for conn in list(self.connections):
+                if conn.app_id == app_id:
+                    conn.fail("auth_failed", f"app {app_id!r} was {'removed' if app is None else 'deactivated'}")
+        self._schedule_snapshot()
+
+    def _schedule_snapshot(self) -> None:
+        if not self._snapshot_due and self.state.ready:
+            self._snapshot_due = True
+            self.loop.call_later(1.0, self._write_snapshot)
+
+    def _write_snapshot(self) -> None:
+        self._snapshot_due = False
+        path = self.options.data_dir / "cluster-state.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.state.snapshot()))
+        os.replace(tmp, path)
+
+    def _load_snapshot(self) -> None:
+        path = self.options.data_dir / "cluster-state.json"
+        if path.exists():
+            self.state.load_snapshot(json.loads(path.read_text()))
+            log.warning("loaded the cluster state snapshot of %s", time.ctime(path.stat().st_mtime))
+
+    # -- timers -------------------------------------------------------------------------------
+
+    async def _tick_loop(self) -> None:
+        interval = self.options.tick_ms / 1000
+        next_liveness = 0.0
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            now_ms = int(time.time() * 1000)
+            for topic in list(self.topics.values()):
+                try:
+                    topic.tick(now, now_ms)
+                except Exception:
+                    log.exception("tick of topic %s failed", topic.name)
+            if now >= next_liveness:
+                next_liveness = now + 0.1
+                for conn in list(self.connections):
+                    conn.check_liveness(now)
+
+    async def _zk_check_loop(self) -> None:
+        # a thread-free check that our registration still stands (seed 003: check and re-register)
+        while True:
+            await asyncio.sleep(5)
+            if self.membership.connected.is_set():
+                await self.loop.run_in_executor(None, self.membership.ensure_registered)
+
+    # -- stop ---------------------------------------------------------------------------------
+
+    async def stop(self) -> None:
+        log.info("broker %s stopping", self.node_id)
+        if self.membership is not None:
+            await self.loop.run_in_executor(None, self.membership.stop)  # clients stop choosing us
+        if self.server is not None:
+            self.server.close()
+        for conn in list(self.connections):
+            conn.close("broker shutting down")
+        for task in self._tasks:
+            task.cancel()
+        if self.http is not None:
+            self.http.close()
+        for topic in self.topics.values():
+            while topic.store.busy:
+                await asyncio.sleep(0.005)
+            topic.store.close()
+        if self.state.ready:
+            self._write_snapshot()
+        self.trace.close()
+        self.store_executor.shutdown(wait=True)
+        self.auth_executor.shutdown(wait=False)
+
+    # -- reporting ------------------------------------------------------------------------------
+
+    def stats(self) -> dict:
+        """The JSON served at /stats:
+
+        {"node_id": str, "cluster": str, "version": str, "started_at": float (epoch s), "uptime_s": float,
+         "zookeeper": {"connected": bool, "registrations": int, "sessions_lost": int},
+         "connections": int, "auth_failures": int,
+         "topics": {<topic>: {"published": int, "published_bytes": int, "publish_failures": int,
+                              "store": {"storage": "file"|"memory", ...},
+                              "groups": {<group>: {"mode", "bound": bool, "depth", "in_flight",
+                                                   "delivered", "acked", "nacked", "timed_out",
+                                                   "redelivered", "dead_lettered", "expired",
+                                                   "dead_letter_queue", "consumers"}}}}}
+
+        `depth` counts messages waiting (ready or in backoff), `in_flight` those sent and not yet
+        acked, `dead_letter_queue` the entries in the group's dead-letter queue; the other group
+        figures are counters since the broker started.
+        """
+        m = self.membership
+        return {
+            "node_id": self.node_id,
+            "cluster": self.options.cluster,
+            "version": __version__,
+            "started_at": self.started_at,
+            "uptime_s": round(time.time() - self.started_at, 3),
+            "zookeeper": {"connected": bool(m and m.connected.is_set()),
+                          "registrations": m.registrations if m else 0,
+                          "sessions_lost": m.sessions_lost if m else 0},
+            "connections": len(self.connections),
+            "auth_failures": self.auth_failures,
+            "topics": {name: t.stats() for name, t in sorted(self.topics.items())},
+        }
+
+
+def run(options: Options) -> None:
+    """Run a broker until SIGTERM or SIGINT."""
+    try:
+        import uvloop
+    except ImportError:  # optional: plain asyncio works, slower
+        uvloop = None
+
+    async def main() -> None:
+        broker = Broker(options)
+        await broker.start()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, broker.stopping.set)
+        await broker.stopping.wait()
+        await broker.stop()
+
+    if uvloop is not None:
+        uvloop.run(main())
+    else:
+        asyncio.run(main())

@@ -1,0 +1,139 @@
+"""Broker settings, in one place. Sources, later wins: defaults, config file, environment, command line.
+
+    python -m broker_core --cluster NAME --zk HOST:PORT[,HOST:PORT]/CHROOT --data-dir DIR --port N
+                          [--metrics-port M] [--config broker.toml] [--fsync batch|interval|never] ...
+
+The config file is TOML (or JSON if it ends in .json) with the same names as the fields below,
+e.g. `fsync = "interval"`. Environment variables are `SWITCHYARD_BROKER_<FIELD>` in upper case,
+e.g. `SWITCHYARD_BROKER_FSYNC=never`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ENV_PREFIX = "SWITCHYARD_BROKER_"
+
+
+@dataclass
+class Options:
+    cluster: str = ""
+    zk: str = ""  # host:port[,host:port...][/chroot], as kazoo takes it
+    data_dir: Path = Path("broker-data")
+    host: str = "127.0.0.1"  # where to listen
+    port: int = 27500
+    advertise_host: str = ""  # the address written to ZooKeeper (default: host, or 127.0.0.1)
+    metrics_port: int = 0  # HTTP /metrics and /stats; 0 turns it off
+    metrics_host: str = "127.0.0.1"
+    node_id: str = ""  # default: kept in <data_dir>/node_id, made once
+    storage: str = "file"  # the cluster's level: "file" or "memory" (a topic document may override it)
+    fsync: str = "batch"  # "batch" (group commit), "interval" or "never"
+    fsync_interval_ms: int = 200
+    segment_bytes: int = 64 * 1024 * 1024
+    max_frame_bytes: int = 16 * 1024 * 1024
+    max_message_bytes: int = 4 * 1024 * 1024
+    heartbeat_ms: int = 5000  # a client may ask for a value between min_heartbeat_ms and this one
+    min_heartbeat_ms: int = 100
+    missed_heartbeats: float = 2.5  # silence longer than this many intervals closes a connection
+    hello_timeout_ms: int = 10_000
+    ack_timeout_ms: int = 30_000
+    min_ack_timeout_ms: int = 100
+    max_ack_timeout_ms: int = 15 * 60 * 1000
+    max_credit: int = 10_000  # per subscription; a binding's max_in_flight lowers it
+    slow_consumer_timeout_ms: int = 30_000  # a consumer whose socket stays full this long is cut off
+    tick_ms: int = 20
+    zk_session_timeout_s: float = 10.0
+    zk_start_timeout_s: float = 15.0
+    trace: bool = False  # write trace events (needs broker_core.trace_writer)
+    trace_dir: Path | None = None  # default: <data_dir>/trace
+    log_level: str = "INFO"
+    extra: dict = field(default_factory=dict)
+
+    def validate(self) -> Options:
+        if not self.cluster:
+            raise ValueError("--cluster is required")
+        if not self.zk:
+            raise ValueError("--zk is required (host:port[/chroot])")
+        if self.storage not in ("file", "memory"):
+            raise ValueError("storage must be 'file' or 'memory'")
+        if self.fsync not in ("batch", "interval", "never"):
+            raise ValueError("fsync must be 'batch', 'interval' or 'never'")
+        if not 0 < self.port < 65536:
+            raise ValueError("port must be between 1 and 65535")
+        self.data_dir = Path(self.data_dir)
+        if self.trace_dir is not None:
+            self.trace_dir = Path(self.trace_dir)
+        if not self.advertise_host:
+            self.advertise_host = "127.0.0.1" if self.host in ("", "0.0.0.0", "::") else self.host
+        return self
+
+    @property
+    def zk_hosts(self) -> str:
+        return self.zk.split("/", 1)[0]
+
+    @property
+    def zk_chroot(self) -> str:
+        return "/" + self.zk.split("/", 1)[1] if "/" in self.zk else ""
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Options) if f.name != "extra"}
+
+
+def _convert(name: str, value):
+    kind = _FIELDS[name].type
+    if value is None:
+        return None
+    if "bool" in kind:
+        return value if isinstance(value, bool) else str(value).lower() in ("1", "true", "yes", "on")
+    if "int" in kind:
+        return int(value)
+    if "float" in kind:
+        return float(value)
+    if "Path" in kind:
+        return Path(value)
+    return str(value)
+
+
+def load_file(path: Path) -> dict:
+    data = path.read_bytes()
+    doc = json.loads(data) if path.suffix == ".json" else tomllib.loads(data.decode())
+    unknown = set(doc) - set(_FIELDS)
+    if unknown:
+        raise ValueError(f"unknown settings in {path}: {', '.join(sorted(unknown))}")
+    return doc
+
+
+def parse(argv: list[str] | None = None, environ: dict[str, str] | None = None) -> Options:
+    parser = argparse.ArgumentParser(prog="python -m broker_core", description="Switchyard broker node")
+    parser.add_argument("--config", type=Path, help="TOML or JSON file of settings")
+    for name, f in _FIELDS.items():
+        flag = "--" + name.replace("_", "-")
+        if "bool" in f.type:
+            parser.add_argument(flag, dest=name, default=None, action=argparse.BooleanOptionalAction)
+        else:
+            parser.add_argument(flag, dest=name, default=None)
+    args = parser.parse_args(argv)
+    values: dict = {}
+    if args.config:
+        values.update(load_file(args.config))
+    environ = os.environ if environ is None else environ
+    for name in _FIELDS:
+        env = environ.get(ENV_PREFIX + name.upper())
+        if env is not None:
+            values[name] = env
+    for name in _FIELDS:
+        cli = getattr(args, name)
+        if cli is not None:
+            values[name] = cli
+    opts = Options(**{k: _convert(k, v) for k, v in values.items()})
+    try:
+        return opts.validate()
+    except ValueError as exc:
+        parser.error(str(exc))
+        raise

@@ -1,0 +1,69 @@
+"""Write apps, topics, bindings and grants straight into a cluster's ZooKeeper, in the layout the
+brokers read (docs/zookeeper-layout.md).
+
+For tests, the benchmark and the demo seed only: in a real deployment the control plane is the one
+writer of these nodes, through its approval workflow and audit log.
+"""
+
+from __future__ import annotations
+
+from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError
+
+from broker_core.auth import hash_secret
+from broker_core.layout import LAYOUT, LAYOUT_VERSION, encode
+
+
+class Provisioner:
+    def __init__(self, zk: KazooClient, chroot: str, cluster: str = ""):
+        self.zk = zk
+        self.root = chroot.rstrip("/")
+        self.cluster = cluster or self.root.rsplit("/", 1)[-1]
+
+    def _put(self, relative: str, doc: dict) -> None:
+        path = self.root + relative
+        data = encode(doc)
+        try:
+            self.zk.create(path, data, makepath=True)
+        except NodeExistsError:
+            self.zk.set(path, data)
+
+    def exists(self, relative: str) -> bool:
+        return self.zk.exists(self.root + relative) is not None
+
+    def meta(self) -> None:
+        self._put(LAYOUT.META, {"layout_version": LAYOUT_VERSION, "cluster": self.cluster})
+
+    def app(self, app_id: str, secret: str, *, team: str = "demo", active: bool = True, iterations: int = 1000,
+            revision: int = 1) -> None:
+        self._put(LAYOUT.app(app_id), {"app_id": app_id, "team": team, "active": active, "revision": revision,
+                                       "secret_hash": hash_secret(secret, iterations=iterations)})
+
+    def topic(self, name: str, *, message_types: list[str] | None = None, storage: str | None = None,
+              max_message_bytes: int = 0, revision: int = 1) -> None:
+        doc = {"name": name, "message_types": message_types or [], "ordered": False, "transactional": False,
+               "retention_s": 0, "max_message_bytes": max_message_bytes,
+               "tx_check": {"delay_s": 60, "interval_s": 60, "max_checks": 5}, "revision": revision}
+        if storage:
+            doc["storage"] = storage
+        self._put(LAYOUT.topic(name), doc)
+
+    def binding(self, topic: str, group: str, app_id: str, *, mode: str = "clustering", selector: str = "*",
+                selector_kind: str = "wildcard", delivery_limit: int = 16, ttl_s: float = 0,
+                backoff_initial_ms: int = 1000, backoff_max_ms: int = 60_000, backoff_multiplier: float = 2.0,
+                max_in_flight: int = 0, revision: int = 1) -> None:
+        self._put(LAYOUT.binding(topic, group), {
+            "topic": topic, "group": group, "app_id": app_id, "mode": mode,
+            "selector": {"kind": selector_kind, "pattern": selector},
+            "delivery_limit": delivery_limit, "ttl_s": ttl_s,
+            "backoff": {"initial_ms": backoff_initial_ms, "max_ms": backoff_max_ms,
+                        "multiplier": backoff_multiplier},
+            "max_in_flight": max_in_flight, "revision": revision,
+        })
+
+    def grant(self, topic: str, app_id: str, revision: int = 1) -> None:
+        self._put(LAYOUT.grant(topic, app_id), {"topic": topic, "app_id": app_id, "produce": True,
+                                                "revision": revision})
+
+    def delete(self, relative: str) -> None:
+        self.zk.delete(self.root + relative, recursive=True)

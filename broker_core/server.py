@@ -1,0 +1,354 @@
+"""One client connection on the broker (nsqd's protocol_v2): frames in, one method per command.
+
+The connection authenticates first (`Hello`), then publishes, subscribes, acks. Refusals are
+`Error` frames naming the request; a frame that cannot be parsed, or is too large, gets a fatal
+`Error` and closes this connection only. Outgoing frames are gathered and written once per loop turn.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import socket
+import time
+from typing import TYPE_CHECKING
+
+from broker_core import protocol as p
+from broker_core.group import Subscription
+
+if TYPE_CHECKING:
+    from broker_core.node import Broker
+
+log = logging.getLogger("broker_core.server")
+
+_conn_ids = itertools.count(1)
+
+
+class ClientConnection(asyncio.Protocol):
+    def __init__(self, broker: Broker):
+        self.broker = broker
+        self.options = broker.options
+        self.proto = p.Connection(p.SERVER, max_frame=self.options.max_frame_bytes)
+        self.transport: asyncio.Transport | None = None
+        self.conn_no = next(_conn_ids)
+        self.peer = "?"
+        self.app_id: str | None = None
+        self.client_id = ""
+        self.consumer_id = f"c{self.conn_no}"
+        self.authenticated = False
+        self.authenticating = False
+        self.closed = False
+        self.subs: dict[int, Subscription] = {}
+        self._sub_ids = itertools.count(1)
+        self.heartbeat_s = self.options.heartbeat_ms / 1000
+        self.opened_at = self.last_recv = self.last_send = time.monotonic()
+        self.paused = False
+        self.paused_since = 0.0
+        self._out: list[bytes] = []
+        self._flush_scheduled = False
+        self.loop = asyncio.get_running_loop()
+
+    # -- asyncio.Protocol -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        self.broker.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_recv = time.monotonic()
+        try:
+            self.proto.receive_data(data)
+            self._process()
+        except p.ProtocolError as exc:
+            self.fail(exc.code, str(exc))
+        except Exception as exc:  # a bug must cost one connection, not the broker
+            log.exception("connection %s (%s): internal error", self.consumer_id, self.peer)
+            self.fail(p.E_INTERNAL, f"internal error: {exc.__class__.__name__}")
+
+    def _process(self) -> None:
+        while not self.authenticating and not self.closed:
+            event = self.proto.next_event()
+            if event is p.NEED_DATA:
+                return
+            handler = self.HANDLERS.get(type(event))
+            if handler is None:
+                raise p.ProtocolError(f"{type(event).__name__} is not accepted here")
+            if not self.authenticated and type(event) not in (p.Hello, p.Ping, p.Pong, p.Goodbye):
+                self.fail(p.E_NOT_AUTHENTICATED, "send Hello with app id and secret first")
+                return
+            handler(self, event)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.broker.connections.discard(self)
+        for sub in list(self.subs.values()):
+            sub.group.unsubscribe(sub)  # its in-flight messages go back to the group
+        self.subs.clear()
+
+    def pause_writing(self) -> None:
+        self.paused = True
+        self.paused_since = time.monotonic()
+
+    def resume_writing(self) -> None:
+        self.paused = False
+        for sub in self.subs.values():
+            sub.group.dispatch()
+
+    # -- writing ------------------------------------------------------------------------------
+
+    def write(self, frame: bytes) -> None:
+        if self.closed:
+            return
+        self._out.append(frame)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def send(self, event: p.Event) -> None:
+        self.write(p.encode_frame(event))
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self.closed or not self._out:
+            self._out.clear()
+            return
+        out, self._out = self._out, []
+        self.transport.write(out[0] if len(out) == 1 else b"".join(out))
+        self.last_send = time.monotonic()
+
+    def error(self, ref: int | None, code: str, message: str) -> None:
+        self.send(p.Error(ref, code, message, False))
+
+    def fail(self, code: str, message: str, abort: bool = False) -> None:
+        """Send a fatal error and close this connection."""
+        if self.closed:
+            return
+        log.info("closing %s (%s, app %s): %s: %s", self.consumer_id, self.peer, self.app_id, code, message)
+        self._flush()
+        self.transport.write(p.encode_frame(p.Error(None, code, message, True)))
+        self.closed = True
+        if abort:
+            self.transport.abort()
+        else:
+            self.transport.close()
+
+    def close(self, reason: str = "") -> None:
+        if not self.closed:
+            self.send(p.Goodbye(reason))
+            self._flush()
+            self.closed = True
+            self.transport.close()
+
+    # -- consumer side, called by groups ------------------------------------------------------
+
+    def deliver(self, sub_id: int, items: list) -> None:
+        self.write(p.encode_frame(p.Deliver(sub_id, items)))
+
+    def unsubscribed(self, sub_id: int, reason: str) -> None:
+        self.subs.pop(sub_id, None)
+        self.send(p.Unsubscribed(sub_id, reason))
+
+    # -- timers, from the broker's tick -----------------------------------------------------
+
+    def check_liveness(self, now: float) -> None:
+        if self.closed:
+            return
+        if not self.authenticated and not self.authenticating \
+                and now - self.opened_at > self.options.hello_timeout_ms / 1000:
+            self.fail(p.E_NOT_AUTHENTICATED, "no Hello within the time allowed", abort=True)
+        elif now - self.last_recv > self.heartbeat_s * self.options.missed_heartbeats:
+            self.fail(p.E_HEARTBEAT, f"nothing received for {now - self.last_recv:.1f}s (heartbeats missed)",
+                      abort=True)
+        elif self.paused and now - self.paused_since > self.options.slow_consumer_timeout_ms / 1000:
+            self.fail(p.E_SLOW_CONSUMER, "the connection has not read its deliveries in time", abort=True)
+        elif self.authenticated and now - self.last_send >= self.heartbeat_s:
+            self.send(p.Ping())
+
+    # -- commands -------------------------------------------------------------------------------
+
+    def on_hello(self, ev: p.Hello) -> None:
+        if self.authenticated:
+            raise p.ProtocolError("Hello sent twice")
+        state = self.broker.state
+        app = state.apps.get(ev.app_id)
+        if app is None:
+            self.fail(p.E_AUTH_FAILED, f"unknown app {ev.app_id!r}")
+            return
+        if not app.active:
+            self.fail(p.E_AUTH_FAILED, f"app {ev.app_id!r} is not active")
+            return
+        cache = self.broker.verified
+        if cache.hit(app.app_id, app.secret_hash, ev.secret):
+            self._welcome(ev)
+            return
+        self.authenticating = True
+        future = self.loop.run_in_executor(self.broker.auth_executor, self.broker.verify_secret, ev.secret,
+                                           app.secret_hash)
+        future.add_done_callback(lambda f: self._verified(ev, app.secret_hash, f))
+
+    def _verified(self, ev: p.Hello, secret_hash: str, future: asyncio.Future) -> None:
+        self.authenticating = False
+        if self.closed:
+            return
+        if future.exception() is not None or not future.result():
+            self.broker.auth_failures += 1
+            self.fail(p.E_AUTH_FAILED, f"wrong secret for app {ev.app_id!r}")
+            return
+        self.broker.verified.remember(ev.app_id, secret_hash, ev.secret)
+        self._welcome(ev)
+        try:
+            self._process()  # frames that arrived while the secret was being checked
+        except p.ProtocolError as exc:
+            self.fail(exc.code, str(exc))
+
+    def _welcome(self, ev: p.Hello) -> None:
+        self.authenticated = True
+        self.app_id = ev.app_id
+        self.client_id = ev.client_id[:128]
+        self.consumer_id = f"{self.client_id}#{self.conn_no}" if self.client_id else f"c{self.conn_no}"
+        opts = self.options
+        heartbeat_ms = max(opts.min_heartbeat_ms, min(ev.heartbeat_ms or opts.heartbeat_ms, opts.heartbeat_ms))
+        self.heartbeat_s = heartbeat_ms / 1000
+        self.send(p.Welcome(p.PROTOCOL_VERSION, self.broker.node_id, opts.cluster, heartbeat_ms,
+                            opts.max_frame_bytes))
+
+    def on_publish(self, ev: p.Publish) -> None:
+        state = self.broker.state
+        config = state.topics.get(ev.topic)
+        if config is None:
+            self.error(ev.ref, p.E_UNKNOWN_TOPIC, f"topic {ev.topic!r} does not exist in cluster "
+                                                  f"{self.options.cluster!r}")
+            return
+        if not state.may_publish(ev.topic, self.app_id):
+            self.error(ev.ref, p.E_NOT_GRANTED, f"app {self.app_id!r} has no grant to publish on topic {ev.topic!r}")
+            return
+        if not ev.messages:
+            self.error(ev.ref, p.E_INVALID, "a publish needs at least one message")
+            return
+        limit = config.max_message_bytes or self.options.max_message_bytes
+        types = config.message_types
+        batch = []
+        for raw in ev.messages:
+            if type(raw) is not bytes:
+                raise p.ProtocolError("malformed Publish: a message is not packed bytes")
+            fields = p.unpack_message(raw)
+            if len(raw) > limit:
+                self.error(ev.ref, p.E_INVALID, f"message {fields[p.M_ID]} is {len(raw)} bytes; the limit of "
+                                                f"topic {ev.topic!r} is {limit}")
+                return
+            if types and fields[p.M_TYPE] not in types:
+                self.error(ev.ref, p.E_INVALID, f"message type {fields[p.M_TYPE]!r} is not declared on topic "
+                                                f"{ev.topic!r} (declared: {', '.join(types)})")
+                return
+            if fields[p.M_FLAGS] & p.FLAG_PREPARED:
+                self.error(ev.ref, p.E_UNSUPPORTED, "transaction messages are not supported yet")
+                return
+            batch.append((raw, fields))
+        topic = self.broker.topic(ev.topic)
+        ref = ev.ref
+
+        def reply(exc: BaseException | None, first_seq: int, count: int) -> None:
+            if exc is not None:
+                self.error(ref, p.E_STORE_FAILED, f"not stored: {exc}")
+            else:
+                self.send(p.Published(ref, first_seq, count))
+
+        topic.publish(self.app_id, self.peer, batch, reply)
+
+    def on_subscribe(self, ev: p.Subscribe) -> None:
+        binding = self.broker.state.binding(ev.topic, ev.group)
+        if binding is None:
+            self.error(ev.ref, p.E_NO_BINDING, f"group {ev.group!r} has no approved binding on topic {ev.topic!r}")
+            return
+        if binding.app_id != self.app_id:
+            self.error(ev.ref, p.E_NO_BINDING, f"the binding of group {ev.group!r} on topic {ev.topic!r} belongs "
+                                               f"to another app, not {self.app_id!r}")
+            return
+        if any(s.group.topic == ev.topic and s.group.name == ev.group for s in self.subs.values()):
+            self.error(ev.ref, p.E_INVALID, f"already subscribed to {ev.topic}/{ev.group} on this connection")
+            return
+        opts = self.options
+        ack_timeout_ms = ev.ack_timeout_ms or opts.ack_timeout_ms
+        ack_timeout_ms = max(opts.min_ack_timeout_ms, min(ack_timeout_ms, opts.max_ack_timeout_ms))
+        group = self.broker.topic(ev.topic).group(ev.group)
+        sub = Subscription(next(self._sub_ids), self, group, group.clamp_credit(max(0, ev.credit)),
+                           ack_timeout_ms / 1000)
+        self.subs[sub.sub_id] = sub
+        self.send(p.Subscribed(ev.ref, sub.sub_id, binding.mode, sub.credit, ack_timeout_ms))
+        group.subscribe(sub)
+
+    def _sub(self, sub_id: int) -> Subscription | None:
+        sub = self.subs.get(sub_id)
+        if sub is None:
+            self.error(None, p.E_INVALID, f"no subscription {sub_id} on this connection")
+        return sub
+
+    def on_ready(self, ev: p.Ready) -> None:
+        sub = self._sub(ev.sub_id)
+        if sub is not None:
+            sub.group.set_credit(sub, ev.credit)
+
+    def on_ack(self, ev: p.Ack) -> None:
+        sub = self.subs.get(ev.sub_id)
+        if sub is None:
+            return  # acks after an unsubscribe: the messages went back to the group already
+        seqs = ev.seqs
+        for seq in seqs:
+            if type(seq) is not int:
+                raise p.ProtocolError("malformed Ack: seqs must be integers")
+        sub.group.ack(sub, seqs)
+
+    def on_nack(self, ev: p.Nack) -> None:
+        sub = self.subs.get(ev.sub_id)
+        if sub is not None:
+            sub.group.nack(sub, ev.items)
+
+    def on_unsubscribe(self, ev: p.Unsubscribe) -> None:
+        sub = self.subs.pop(ev.sub_id, None)
+        if sub is not None:
+            sub.group.unsubscribe(sub)
+            self.send(p.Unsubscribed(ev.sub_id, "unsubscribed"))
+
+    def on_ping(self, ev: p.Ping) -> None:
+        self.send(p.Pong())
+
+    def on_pong(self, ev: p.Pong) -> None:
+        return None
+
+    def on_goodbye(self, ev: p.Goodbye) -> None:
+        self.closed = True
+        self.transport.close()
+
+    def on_list_dead_letters(self, ev: p.ListDeadLetters) -> None:
+        binding = self.broker.state.binding(ev.topic, ev.group)
+        if binding is None or binding.app_id != self.app_id:
+            self.error(ev.ref, p.E_NO_BINDING, f"app {self.app_id!r} holds no binding of group {ev.group!r} on "
+                                               f"topic {ev.topic!r}")
+            return
+        topic = self.broker.topics.get(ev.topic)
+        entries = [d.to_dict() for d in topic.store.dead_letters(ev.group, max(0, min(ev.limit, 10_000)))] \
+            if topic else []
+        self.send(p.DeadLetters(ev.ref, entries))
+
+    HANDLERS = {
+        p.Hello: on_hello,
+        p.Publish: on_publish,
+        p.Subscribe: on_subscribe,
+        p.Ready: on_ready,
+        p.Ack: on_ack,
+        p.Nack: on_nack,
+        p.Unsubscribe: on_unsubscribe,
+        p.Ping: on_ping,
+        p.Pong: on_pong,
+        p.Goodbye: on_goodbye,
+        p.ListDeadLetters: on_list_dead_letters,
+    }

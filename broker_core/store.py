@@ -1,0 +1,185 @@
+"""What a topic's storage must do, the stored message, and the record format shared by the stores.
+
+A store keeps one topic's messages and, per message, which bound groups have finished with it
+(acked or dead-lettered). It knows nothing of the network or of the event loop: work that must
+happen off the caller's thread runs in the executor it is given, and completions are handed back
+through the `notify` callable (the broker passes `loop.call_soon_threadsafe`).
+
+Record framing (file store, all files): `length u32 | crc32 u32 | kind u8 | payload`, big-endian;
+`length` counts the payload, the CRC covers kind and payload. Payloads are msgpack arrays:
+
+    KIND_BATCH    [first_seq, app_id, received_ms, [packed message, ...], [[group, ...], ...]]
+    KIND_FINISH   [group, [seq, ...]]            (the ack file: these seqs are done for the group)
+    KIND_DEAD     [seq, group, cause, attempts, dead_ms, app_id, received_ms, packed message]
+
+Kinds 2-4 are reserved for transaction messages (issue 5: prepared, commit, rollback).
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+import msgpack
+
+from broker_core.protocol import (
+    M_BUSINESS_ID,
+    M_DELIVERY_LIMIT,
+    M_FLAGS,
+    M_ID,
+    M_KEY,
+    M_TIMESTAMP_MS,
+    M_TTL_MS,
+    M_TYPE,
+    unpack_message,
+)
+
+KIND_BATCH = 1
+KIND_PREPARED, KIND_COMMIT, KIND_ROLLBACK = 2, 3, 4  # reserved for issue 5
+KIND_FINISH = 16
+KIND_DEAD = 32
+
+RECORD_HEADER = struct.Struct(">IIB")
+MAX_RECORD = 256 * 1024 * 1024
+
+
+class StoreError(Exception):
+    """The store could not make a record durable; the publish that asked for it has failed."""
+
+
+class StoredMessage:
+    """One message as the broker holds it between publish and the last group finishing with it."""
+
+    __slots__ = ("seq", "raw", "id", "message_type", "key", "business_id", "ttl_ms", "delivery_limit",
+                 "flags", "timestamp_ms", "received_ms", "app_id", "groups", "pending", "segment")
+
+    def __init__(self, seq: int, raw: bytes, fields: list, app_id: str | None, received_ms: int,
+                 groups: tuple[str, ...]):
+        self.seq = seq
+        self.raw = raw
+        self.id = fields[M_ID]
+        self.message_type = fields[M_TYPE]
+        self.key = fields[M_KEY]
+        self.business_id = fields[M_BUSINESS_ID]
+        self.ttl_ms = fields[M_TTL_MS]
+        self.delivery_limit = fields[M_DELIVERY_LIMIT]
+        self.flags = fields[M_FLAGS]
+        self.timestamp_ms = fields[M_TIMESTAMP_MS]
+        self.received_ms = received_ms
+        self.app_id = app_id
+        self.groups = groups  # the groups bound when it was published: it is owed to each of them
+        self.pending = len(groups)  # groups not yet finished with it (kept up to date by the topic)
+        self.segment = None  # the store's handle for where it lives
+
+    def __repr__(self) -> str:
+        return f"<StoredMessage seq={self.seq} id={self.id} type={self.message_type!r}>"
+
+
+@dataclass
+class DeadLetter:
+    seq: int
+    group: str
+    cause: str
+    attempts: int
+    dead_ms: int
+    app_id: str | None
+    received_ms: int
+    raw: bytes
+
+    def to_dict(self) -> dict:
+        """The JSON-able view (body as bytes: the HTTP layer encodes it)."""
+        m = unpack_message(self.raw)
+        return {
+            "seq": self.seq, "group": self.group, "cause": self.cause, "attempts": self.attempts,
+            "dead_ms": self.dead_ms, "app_id": self.app_id, "received_ms": self.received_ms,
+            "message_id": m[M_ID], "message_type": m[M_TYPE], "key": m[M_KEY], "business_id": m[M_BUSINESS_ID],
+            "body": m[5],
+        }
+
+    def to_record(self) -> bytes:
+        return encode_record(KIND_DEAD, [self.seq, self.group, self.cause, self.attempts, self.dead_ms,
+                                         self.app_id, self.received_ms, self.raw])
+
+    @classmethod
+    def from_payload(cls, p: list) -> DeadLetter:
+        return cls(*p[:8])
+
+
+# A publish's completion: called on the owner's thread with the exception, or None when durable.
+DoneCallback = Callable[[BaseException | None], None]
+
+
+class TopicStore(Protocol):
+    """Storage of one topic (nsqd's BackendQueue, plus per-group delivery state)."""
+
+    durable: bool
+
+    def recover(self) -> list[tuple[StoredMessage, tuple[str, ...]]]:
+        """Messages some group has not finished with, in seq order, each with those groups."""
+        ...
+
+    def append(self, app_id: str | None, received_ms: int, batch: list[tuple[bytes, list, tuple[str, ...]]],
+               on_done: DoneCallback) -> list[StoredMessage]:
+        """Assign seqs and store a publish batch of (packed message, its fields, its groups).
+
+        Returns the messages at once; `on_done` runs once they are durable under the fsync policy.
+        """
+        ...
+
+    def finish(self, message: StoredMessage, group: str) -> None:
+        """The group is done with the message (acked). Need not be durable at once: losing it in a
+        crash means one more delivery, never a lost message."""
+        ...
+
+    def dead_letter(self, message: StoredMessage, group: str, cause: str, attempts: int, now_ms: int,
+                    finish: bool = True) -> None:
+        """Copy the message to the group's dead-letter queue, then (if `finish`) finish it for the group.
+        The copy is durable before the finish can be."""
+        ...
+
+    def dead_letters(self, group: str, limit: int) -> list[DeadLetter]: ...
+
+    def dead_letter_count(self, group: str) -> int: ...
+
+    def tick(self, now: float) -> None:
+        """Called a few times a second: flush buffered state, fsync on the interval policy."""
+        ...
+
+    def stats(self) -> dict: ...
+
+    def close(self) -> None: ...
+
+
+def encode_record(kind: int, payload: list) -> bytes:
+    body = msgpack.packb(payload, use_bin_type=True)
+    crc = zlib.crc32(body, zlib.crc32(bytes((kind,))))
+    return RECORD_HEADER.pack(len(body), crc, kind) + body
+
+
+def scan_records(data: bytes) -> tuple[list[tuple[int, list]], int]:
+    """The intact records of a record file as (kind, payload), and the length of the intact prefix.
+
+    Scanning stops at the first torn or corrupt record; the caller truncates the file to the
+    returned length when it is shorter than the data.
+    """
+    view = memoryview(data)
+    pos, size = 0, len(data)
+    records: list[tuple[int, list]] = []
+    while pos + RECORD_HEADER.size <= size:
+        length, crc, kind = RECORD_HEADER.unpack_from(view, pos)
+        end = pos + RECORD_HEADER.size + length
+        if length > MAX_RECORD or end > size:
+            break
+        body = view[pos + RECORD_HEADER.size:end]
+        if zlib.crc32(body, zlib.crc32(bytes((kind,)))) != crc:
+            break
+        try:
+            payload = msgpack.unpackb(body, raw=False, use_list=True)
+        except Exception:  # a checksum collision on garbage; treat as corrupt
+            break
+        records.append((kind, payload))
+        pos = end
+    return records, pos

@@ -1,0 +1,136 @@
+"""A topic on one broker: stores what producers publish and fans it out to the bound groups.
+
+A message is owed to every group whose binding's selector matches its message type at publish
+time; that list is stored with it, so a restart redelivers to the same groups. Groups get a
+message only once it is durable (store first, then deliver).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from broker_core.cluster_state import Binding, ClusterState
+from broker_core.group import Group
+from broker_core.protocol import M_TYPE
+from broker_core.store import StoredMessage, TopicStore
+from broker_core.trace import TraceSink
+
+log = logging.getLogger("broker_core.topic")
+
+# reply(error or None, first seq, count)
+PublishReply = Callable[[BaseException | None, int, int], None]
+
+
+class Topic:
+    def __init__(self, name: str, store: TopicStore, state: ClusterState, *, trace: TraceSink, tracing: bool,
+                 max_credit: int):
+        self.name = name
+        self.store = store
+        self.state = state
+        self.trace = trace
+        self.tracing = tracing
+        self.max_credit = max_credit
+        self.groups: dict[str, Group] = {}
+        self._routes: dict[str, tuple[str, ...]] = {}
+        self.published = 0
+        self.published_bytes = 0
+        self.publish_failures = 0
+
+    def recover(self) -> int:
+        """Load what the store still owes and queue it for its groups; returns the message count."""
+        owed = self.store.recover()
+        by_group: dict[str, list[StoredMessage]] = {}
+        for m, groups in owed:
+            for g in groups:
+                by_group.setdefault(g, []).append(m)
+        for g, messages in by_group.items():
+            self.group(g).enqueue(messages)
+        if owed:
+            log.info("topic %s: recovered %d messages owed to %d groups", self.name, len(owed), len(by_group))
+        return len(owed)
+
+    def group(self, name: str) -> Group:
+        group = self.groups.get(name)
+        if group is None:
+            group = Group(self.name, name, self.store, self.state.binding(self.name, name), trace=self.trace,
+                          tracing=self.tracing, max_credit=self.max_credit)
+            self.groups[name] = group
+        return group
+
+    def binding_changed(self, group: str, binding: Binding | None) -> None:
+        self._routes.clear()
+        if binding is not None:
+            self.group(group).set_binding(binding)
+        elif group in self.groups:
+            self.groups[group].set_binding(None)
+
+    def routes(self, message_type: str) -> tuple[str, ...]:
+        """The groups a message of this type is owed to (cached until a binding changes)."""
+        groups = self._routes.get(message_type)
+        if groups is None:
+            groups = tuple(sorted(g for g, b in self.state.topic_bindings(self.name).items()
+                                  if b.matches(message_type)))
+            for g in groups:
+                self.group(g)
+            if len(self._routes) > 10_000:
+                self._routes.clear()
+            self._routes[message_type] = groups
+        return groups
+
+    def publish(self, app_id: str, client_host: str | None, batch: list[tuple[bytes, list]],
+                reply: PublishReply) -> None:
+        """Store a batch of (packed message, fields); `reply` runs once it is durable (or failed)."""
+        received_ms = int(time.time() * 1000)
+        routes = self.routes
+        routed = [(raw, fields, routes(fields[M_TYPE])) for raw, fields in batch]
+        stored: list[list[StoredMessage]] = []
+
+        def done(exc: BaseException | None) -> None:
+            self._stored(stored[0] if stored else [], exc, reply, client_host)
+
+        stored.append(self.store.append(app_id, received_ms, routed, done))
+        if self.tracing:
+            for m in stored[0]:
+                self.trace.emit("published", message_id=m.id, topic=self.name, message_type=m.message_type,
+                                key=m.key, business_id=m.business_id, app_id=app_id, client_host=client_host,
+                                size=len(m.raw), ts_us=received_ms * 1000)
+
+    def _stored(self, messages: list[StoredMessage], exc: BaseException | None, reply: PublishReply,
+                client_host: str | None) -> None:
+        if exc is not None or not messages:
+            self.publish_failures += len(messages)
+            reply(exc, 0, 0)
+            return
+        self.published += len(messages)
+        self.published_bytes += sum(len(m.raw) for m in messages)
+        reply(None, messages[0].seq, len(messages))
+        if self.tracing:
+            for m in messages:
+                self.trace.emit("stored", message_id=m.id, topic=self.name, message_type=m.message_type,
+                                key=m.key, business_id=m.business_id, app_id=m.app_id, client_host=client_host)
+        by_group: dict[str, list[StoredMessage]] = {}
+        for m in messages:
+            for g in m.groups:
+                lst = by_group.get(g)
+                if lst is None:
+                    by_group[g] = [m]
+                else:
+                    lst.append(m)
+        for g, owed in by_group.items():
+            self.group(g).enqueue(owed)
+
+    def tick(self, now: float, now_ms: int) -> None:
+        for group in self.groups.values():
+            group.tick(now, now_ms)
+        self.store.tick(now)
+
+    def stats(self) -> dict:
+        return {
+            "published": self.published,
+            "published_bytes": self.published_bytes,
+            "publish_failures": self.publish_failures,
+            "store": self.store.stats(),
+            "groups": {name: g.stats() for name, g in sorted(self.groups.items())},
+        }
