@@ -95,6 +95,8 @@ class ZkMembership:
     def _on_state(self, state: str) -> None:
         # kazoo's connection thread: never block here
         if state == KazooState.LOST:
+            if not self._want_registered:
+                return  # our own stop()
             self.sessions_lost += 1
             self.connected.clear()
             log.warning("zookeeper session lost; will register again when connected")

@@ -110,15 +110,11 @@ class Broker:
     def _open_trace_writer(self) -> TraceSink:
         directory = self.options.trace_dir or self.options.data_dir / "trace"
         try:
-            from broker_core.trace_writer import JsonlTraceWriter  # written alongside issue 6
+            from broker_core.trace_writer import JsonlTraceWriter
         except ImportError:
             log.warning("trace requested but broker_core.trace_writer is not available; tracing is off")
             return NullTraceSink()
-        try:
-            return JsonlTraceWriter(directory, cluster=self.options.cluster, broker=self.node_id)
-        except TypeError as exc:
-            log.error("could not open the trace writer (%s); tracing is off", exc)
-            return NullTraceSink()
+        return JsonlTraceWriter(directory, node_id=self.node_id, cluster=self.options.cluster)
 
     def _recover_topics(self) -> None:
         root = self.options.data_dir / "topics"

@@ -32,12 +32,24 @@ class LoopThread:
     def run(self, coro: Coroutine, timeout: float | None = None):
         return self.submit(coro).result(timeout)
 
+    @staticmethod
+    async def _cancel_tasks() -> None:
+        current = asyncio.current_task()
+        tasks = [t for t in asyncio.all_tasks() if t is not current]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     def call(self, fn, *args) -> None:
         self.loop.call_soon_threadsafe(fn, *args)
 
     def stop(self) -> None:
         if self.loop.is_closed():
             return
+        try:
+            self.run(self._cancel_tasks(), timeout=5)
+        except Exception:  # stopping must go on
+            pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(timeout=10)
         if not self.thread.is_alive():

@@ -137,7 +137,9 @@ class _BrokerSession:
 
     def _delivered(self, conn: BrokerConnection, ev: p.Deliver) -> None:
         consumer = self.consumer
-        if ev.sub_id != self.sub_id:
+        if self.sub_id is None:
+            self.sub_id = ev.sub_id  # deliveries can arrive in the same read as the Subscribed answer
+        elif ev.sub_id != self.sub_id:
             return
         node = conn.welcome.node_id if conn.welcome else str(self.address)
         try:

@@ -1,0 +1,218 @@
+"""Fixtures of the broker tests: a real ZooKeeper, a chroot per test, real broker processes.
+
+ZooKeeper: $SWITCHYARD_ZK when set (`./dev test` exports it), else one started here on port 27590.
+Brokers run as `python -m broker_core` subprocesses on ports 27500-27589 and are killed at teardown.
+State lives under /tmp/sy-broker/.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from broker_core.layout import LAYOUT
+from broker_core.provision import Provisioner
+from devstack.services import start_zookeeper, stop_zookeeper
+
+ROOT = Path(__file__).resolve().parents[2]
+STATE = Path("/tmp/sy-broker")
+ZK_PORT = 27590
+SECOND_ZK_PORT = 27591
+_ports = itertools.cycle(range(27500, 27590, 2))
+
+APP = "app-orders"
+SECRET = "s3cret-orders"
+
+
+def free_port_pair() -> int:
+    """A port P with P and P+1 free (P for the broker, P+1 for its HTTP endpoints)."""
+    import socket
+
+    for _ in range(45):
+        port = next(_ports)
+        ok = True
+        for candidate in (port, port + 1):
+            with socket.socket() as s:
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    s.bind(("127.0.0.1", candidate))
+                except OSError:
+                    ok = False
+        if ok:
+            return port
+    raise RuntimeError("no free port pair in 27500-27589")
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 0.02):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+
+
+@pytest.fixture(scope="session")
+def zk_hosts():
+    env = os.environ.get("SWITCHYARD_ZK")
+    if env:
+        yield env
+        return
+    state = STATE / "zk-tests"
+    start_zookeeper(state, ZK_PORT, "zk-broker-tests")
+    try:
+        yield f"127.0.0.1:{ZK_PORT}"
+    finally:
+        stop_zookeeper(state, "zk-broker-tests")
+
+
+@pytest.fixture(scope="session")
+def zk(zk_hosts):
+    client = KazooClient(hosts=zk_hosts, timeout=10)
+    client.start(timeout=15)
+    yield client
+    client.stop()
+    client.close()
+
+
+class BrokerProcess:
+    def __init__(self, cluster: Cluster, index: int, port: int, extra: list[str]):
+        self.cluster = cluster
+        self.index = index
+        self.port = port
+        self.metrics_port = port + 1
+        self.data_dir = cluster.state / f"broker-{index}"
+        self.log_path = cluster.state / f"broker-{index}.log"
+        self.extra = extra
+        self.proc: subprocess.Popen | None = None
+        self.node_id = f"{cluster.name}-b{index}"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, wait: bool = True) -> BrokerProcess:
+        argv = [sys.executable, "-m", "broker_core", "--cluster", self.cluster.name, "--zk", self.cluster.zk,
+                "--data-dir", str(self.data_dir), "--port", str(self.port), "--metrics-port",
+                str(self.metrics_port), "--node-id", self.node_id, "--zk-session-timeout-s", "2",
+                "--heartbeat-ms", "1000", *self.extra]
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     cwd=ROOT, start_new_session=True)
+        log.close()
+        if wait:
+            self.wait_ready()
+        return self
+
+    def wait_ready(self, timeout: float = 20) -> None:
+        def ready():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"broker exited with {self.proc.returncode}; log:\n{self.log()}")
+            return self.registered()
+
+        wait_for(ready, timeout, f"broker {self.node_id} to register")
+
+    def registered(self) -> bool:
+        return self.cluster.zk_client.exists(self.cluster.chroot + LAYOUT.broker(self.node_id)) is not None
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+            if sig in (signal.SIGKILL, signal.SIGTERM):
+                self.proc.wait(timeout=20)
+
+    def stop(self) -> None:
+        self.kill(signal.SIGTERM)
+
+    def restart(self) -> BrokerProcess:
+        self.kill()
+        return self.start()
+
+    def stats(self) -> dict:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/stats", timeout=5) as r:
+            return json.loads(r.read())
+
+    def group_stats(self, topic: str, group: str) -> dict:
+        return self.stats()["topics"].get(topic, {}).get("groups", {}).get(group, {})
+
+    def http(self, path: str) -> bytes:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}{path}", timeout=5) as r:
+            return r.read()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")[-5000:]
+
+
+class Cluster:
+    """One test's cluster: its own chroot, provisioning helpers and broker processes."""
+
+    def __init__(self, zk_hosts: str, zk_client: KazooClient, name: str, state: Path):
+        self.name = name
+        self.chroot = f"/sy-broker-tests/{name}"
+        self.zk_hosts = zk_hosts
+        self.zk = f"{zk_hosts}{self.chroot}"
+        self.zk_client = zk_client
+        self.state = state
+        self.pv = Provisioner(zk_client, self.chroot, cluster=name)
+        self.brokers: list[BrokerProcess] = []
+        self.cache_dir = state / "sdk-cache"
+
+    def standard(self, topic: str = "orders", app: str = APP, secret: str = SECRET) -> None:
+        """An app with a grant on a topic: the usual starting point."""
+        self.pv.meta()
+        self.pv.app(app, secret)
+        self.pv.topic(topic)
+        self.pv.grant(topic, app)
+
+    def broker(self, *extra: str, start: bool = True) -> BrokerProcess:
+        b = BrokerProcess(self, len(self.brokers), free_port_pair(), list(extra))
+        self.brokers.append(b)
+        return b.start() if start else b
+
+    def client_kwargs(self, app: str = APP, secret: str = SECRET, **kw) -> dict:
+        return {"app_id": app, "secret": secret, "zk": self.zk, "cache_dir": self.cache_dir, **kw}
+
+    def teardown(self) -> None:
+        for b in self.brokers:
+            try:
+                b.kill()
+            except Exception:
+                pass
+        try:
+            self.zk_client.delete(self.chroot, recursive=True)
+        except Exception:
+            pass
+
+
+@pytest.fixture
+def cluster(zk_hosts, zk, request):
+    name = f"{request.node.name[:40].replace('[', '-').replace(']', '')}-{uuid.uuid4().hex[:6]}".lower()
+    state = STATE / "tests" / name
+    shutil.rmtree(state, ignore_errors=True)
+    state.mkdir(parents=True)
+    c = Cluster(zk_hosts, zk, name, state)
+    yield c
+    c.teardown()
+    if not (hasattr(request.node, "rep_call") and request.node.rep_call.failed):
+        shutil.rmtree(state, ignore_errors=True)
+
+
+@pytest.hookimpl(tryfirst=True, hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    rep = outcome.get_result()
+    setattr(item, "rep_" + rep.when, rep)
