@@ -117,7 +117,7 @@ class ZkDiscovery(Discovery):
         self.zk = zk
         hosts, _, chroot = zk.partition("/")
         self.root = ("/" + chroot).rstrip("/") if chroot else ""
-        self.cache_path = (cache_dir or default_cache_dir()) / f"brokers-{hashlib.sha1(zk.encode()).hexdigest()[:16]}.json"
+        self.cache_path = Path(cache_dir or default_cache_dir()) / f"brokers-{hashlib.sha1(zk.encode()).hexdigest()[:16]}.json"
         self.client = KazooClient(hosts=hosts, timeout=10.0,
                                   connection_retry=KazooRetry(max_tries=-1, delay=0.2, max_delay=2.0),
                                   command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0))

@@ -106,6 +106,7 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self, wait: bool = True) -> BrokerProcess:
+        self._old_owner = self.owner()  # a killed broker's node lingers until its session expires
         argv = [sys.executable, "-m", "broker_core", "--cluster", self.cluster.name, "--zk", self.cluster.zk,
                 "--data-dir", str(self.data_dir), "--port", str(self.port), "--metrics-port",
                 str(self.metrics_port), "--node-id", self.node_id, "--zk-session-timeout-s", "2",
@@ -122,12 +123,18 @@ class BrokerProcess:
         def ready():
             if self.proc.poll() is not None:
                 raise AssertionError(f"broker exited with {self.proc.returncode}; log:\n{self.log()}")
-            return self.registered()
+            owner = self.owner()
+            return owner is not None and owner != self._old_owner
 
         wait_for(ready, timeout, f"broker {self.node_id} to register")
 
+    def owner(self) -> int | None:
+        """The ZooKeeper session holding this broker's ephemeral node (None: not registered)."""
+        stat = self.cluster.zk_client.exists(self.cluster.chroot + LAYOUT.broker(self.node_id))
+        return stat.ephemeralOwner if stat else None
+
     def registered(self) -> bool:
-        return self.cluster.zk_client.exists(self.cluster.chroot + LAYOUT.broker(self.node_id)) is not None
+        return self.owner() is not None
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -209,6 +216,16 @@ def cluster(zk_hosts, zk, request):
     c.teardown()
     if not (hasattr(request.node, "rep_call") and request.node.rep_call.failed):
         shutil.rmtree(state, ignore_errors=True)
+
+
+REPORTS: list[str] = []
+
+
+def pytest_terminal_summary(terminalreporter):
+    if REPORTS:
+        terminalreporter.section("broker test figures")
+        for line in REPORTS:
+            terminalreporter.write_line(line)
 
 
 @pytest.hookimpl(tryfirst=True, hookwrapper=True)
