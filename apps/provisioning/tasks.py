@@ -1,19 +1,22 @@
-"""Celery tasks: thin wrappers that take ids and call the provisioning modules."""
+"""Celery tasks: thin wrappers that take ids and call the provisioning modules.
+
+They are bound to the project's app (not `shared_task`): Celery's "current app" is per thread, and
+a web request thread that queues a push must reach the project's Redis, not a default broker.
+"""
 
 from __future__ import annotations
 
 import logging
 from datetime import timedelta
 
-from celery import shared_task
-
 from apps.audit.context import action_context
 from apps.clusters.zookeeper import ZooKeeperUnreachable
+from control_plane.celery import app
 
 log = logging.getLogger(__name__)
 
 
-@shared_task(bind=True, name="provisioning.provision_application", max_retries=None, acks_late=True)
+@app.task(bind=True, name="provisioning.provision_application", max_retries=None, acks_late=True)
 def provision_application(self, kind: str, application_id: int):
     """Push what an approved application created; retry with exponential backoff while ZooKeeper is away."""
     from apps.provisioning import provision
@@ -28,7 +31,7 @@ def provision_application(self, kind: str, application_id: int):
             raise self.retry(exc=exc, countdown=delay) from exc
 
 
-@shared_task(bind=True, name="provisioning.provision_objects", max_retries=None, acks_late=True)
+@app.task(bind=True, name="provisioning.provision_objects", max_retries=None, acks_late=True)
 def provision_objects(self, cluster_id: int, units: list):
     from apps.provisioning import provision
 
@@ -41,7 +44,7 @@ def provision_objects(self, cluster_id: int, units: list):
             raise self.retry(exc=exc, countdown=delay) from exc
 
 
-@shared_task(bind=True, name="provisioning.reconcile_all")
+@app.task(bind=True, name="provisioning.reconcile_all")
 def reconcile_all(self, repair: bool = False):
     """The periodic sweep: compare every active cluster, then re-drive objects left pending or failed."""
     from apps.clusters.choices import ClusterStatus
@@ -59,7 +62,7 @@ def reconcile_all(self, repair: bool = False):
     return summary
 
 
-@shared_task(bind=True, name="provisioning.reconcile_cluster")
+@app.task(bind=True, name="provisioning.reconcile_cluster")
 def reconcile_cluster(self, cluster_id: int, repair: bool = False, actor_id: int | None = None):
     from django.contrib.auth import get_user_model
 
