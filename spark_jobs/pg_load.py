@@ -1,0 +1,110 @@
+"""Load the UI's lookup tables into PostgreSQL: JDBC into staging tables, then one idempotent SQL merge.
+
+The tables belong to the control plane (apps/tracing models and migrations, staging tables included);
+this module only fills them. Spark writes the staging tables over JDBC from the executors (Debian's
+pgjdbc, /usr/share/java/postgresql.jar); the driver then merges them in one transaction under an
+advisory lock, so a reader sees a message's old summary and timeline or its new ones, never a mix.
+Summaries are upserted by message_id and events inserted unless (message_id, event_id) is there, so
+loading the same run twice (a run that failed after loading) leaves the same rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from urllib.parse import parse_qs, urlparse
+
+from pyspark.sql import DataFrame
+
+from spark_jobs.trace_transforms import summary_rows, timeline_rows
+
+log = logging.getLogger("spark_jobs.pg_load")
+
+MESSAGE_TABLE = "tracing_message"
+EVENT_TABLE = "tracing_event"
+MESSAGE_STAGING = "tracing_message_staging"
+EVENT_STAGING = "tracing_event_staging"
+_LOCK_KEY = 0x5357_5452  # "SWTR": one loader at a time
+
+_TS = "'epoch'::timestamptz + {col} * interval '1 microsecond'"
+_MESSAGE_COPY = {
+    "message_id": "message_id", "topic": "topic", "message_type": "message_type", "key": "key",
+    "business_id": "business_id", "cluster": "cluster", "app_id": "app_id", "producer_host": "producer_host",
+    "broker": "broker", "size": "size",
+    "first_at": _TS.format(col="first_ts_us"), "last_at": _TS.format(col="last_ts_us"),
+    "published_at": _TS.format(col="published_ts_us"), "stored_at": _TS.format(col="stored_ts_us"),
+    "transaction_state": "transaction_state", "final_state": "final_state",
+    "final_states": "string_to_array(final_states, ',')", "attempts": "attempts", "event_count": "event_count",
+    "groups": "groups::jsonb", "indexed_at": "now()",
+}
+_EVENT_COPY = {
+    "message_id": "message_id", "event_id": "event_id", "ts_us": "ts_us", "rank": "rank",
+    "at": _TS.format(col="ts_us"), "event": "event", "group_name": '"group"', "attempt": "attempt",
+    "consumer": "consumer", "client_host": "client_host", "broker": "broker", "app_id": "app_id",
+    "detail": "detail", "size": "size",
+}
+
+MERGE_SQL = [
+    f"""INSERT INTO {MESSAGE_TABLE} ({", ".join(_MESSAGE_COPY)})
+        SELECT {", ".join(_MESSAGE_COPY.values())} FROM {MESSAGE_STAGING}
+        ON CONFLICT (message_id) DO UPDATE SET
+        {", ".join(f"{c} = EXCLUDED.{c}" for c in _MESSAGE_COPY if c != "message_id")}""",
+    f"""INSERT INTO {EVENT_TABLE} ({", ".join(_EVENT_COPY)})
+        SELECT {", ".join(_EVENT_COPY.values())} FROM {EVENT_STAGING}
+        ON CONFLICT (message_id, event_id) DO NOTHING""",
+    f"TRUNCATE {MESSAGE_STAGING}, {EVENT_STAGING}",
+]
+
+
+def libpq_dsn(jdbc_url: str) -> str:
+    """jdbc:postgresql://host:port/db?user=u&password=p → a libpq connection string."""
+    if not jdbc_url.startswith("jdbc:postgresql://"):
+        raise ValueError(f"not a PostgreSQL JDBC URL: {jdbc_url!r}")
+    url = urlparse(jdbc_url[len("jdbc:"):])
+    params = {k: v[0] for k, v in parse_qs(url.query).items()}
+    parts = {"host": url.hostname or "127.0.0.1", "port": str(url.port or 5432), "dbname": url.path.lstrip("/"),
+             "user": params.get("user", ""), "password": params.get("password", "")}
+    return " ".join(f"{k}='{v}'" for k, v in parts.items() if v)
+
+
+def _jdbc_write(df: DataFrame, jdbc_url: str, table: str, connections: int) -> None:
+    sep = "&" if "?" in jdbc_url else "?"
+    (df.write.format("jdbc")
+     .option("url", f"{jdbc_url}{sep}reWriteBatchedInserts=true")
+     .option("driver", "org.postgresql.Driver")
+     .option("dbtable", table)
+     .option("batchsize", 10000)
+     .option("numPartitions", connections)
+     .mode("append").save())
+
+
+def load_lookup_tables(messages: DataFrame, events: DataFrame, jdbc_url: str, *, connections: int = 2,
+                       progress=None) -> dict:
+    """Upsert the summaries of `messages` (those a run updated) and add `events` (its new events)."""
+    import psycopg2
+
+    conn = psycopg2.connect(libpq_dsn(jdbc_url))
+    try:
+        conn.autocommit = True
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_try_advisory_lock(%s)", [_LOCK_KEY])
+            if not cur.fetchone()[0]:
+                raise RuntimeError("another trace index load is running")
+            cur.execute(f"TRUNCATE {MESSAGE_STAGING}, {EVENT_STAGING}")  # leftovers of an interrupted load
+        _jdbc_write(summary_rows(messages), jdbc_url, MESSAGE_STAGING, connections)
+        if progress:
+            progress("loaded summary rows into staging")
+        _jdbc_write(timeline_rows(events), jdbc_url, EVENT_STAGING, connections)
+        if progress:
+            progress("loaded timeline rows into staging")
+        conn.autocommit = False
+        with conn.cursor() as cur:
+            cur.execute(f"SELECT count(*) FROM {MESSAGE_STAGING}")
+            message_rows = cur.fetchone()[0]
+            cur.execute(f"SELECT count(*) FROM {EVENT_STAGING}")
+            event_rows = cur.fetchone()[0]
+            for statement in MERGE_SQL:
+                cur.execute(statement)
+        conn.commit()
+        return {"message_rows": message_rows, "event_rows": event_rows}
+    finally:
+        conn.close()  # ends the session, so its advisory lock too

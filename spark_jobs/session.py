@@ -1,0 +1,49 @@
+"""One place that starts a SparkSession, for local[*] or a cluster's master URL."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
+
+
+def spark_session(
+    master: str = "local[*]",
+    app_name: str = "switchyard",
+    *,
+    shuffle_partitions: int | None = None,
+    driver_memory: str = "1g",
+    jars: list[str] | None = None,
+    conf: dict[str, str] | None = None,
+):
+    """Start (or return the running) session. Settings that matter on a small shared machine are fixed here."""
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    # Python workers run this interpreter (its pyarrow), unless the deployment chose another
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", driver_memory)
+        .config("spark.sql.session.timeZone", "UTC")
+        # topic names like "2024" must stay strings when read back from partition folders
+        .config("spark.sql.sources.partitionColumnTypeInference.enabled", "false")
+        # partitioned writes keep one writer per (date, topic) open instead of sorting every row first
+        .config("spark.sql.maxConcurrentOutputFileWriters", "64")
+        .config("spark.sql.parquet.compression.codec", "snappy")
+    )
+    if master.startswith("local"):
+        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    if shuffle_partitions:
+        builder = builder.config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+    if jars:
+        builder = builder.config("spark.jars", ",".join(jars))
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("WARN")
+    return spark

@@ -1,0 +1,77 @@
+"""Read trace files (JSON lines, docs/trace-events.md) into a DataFrame of EVENT_SCHEMA.
+
+Two readers give the same rows: Spark's own JSON source, and pyarrow's C++ JSON reader running in
+the executors (one task per file). The bench measures both; the job uses `arrow` by default because
+parsing JSON is most of an index build's time.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame, SparkSession
+
+from spark_jobs.trace_schema import EVENT_SCHEMA
+
+READERS = ("arrow", "spark")
+
+
+def read_events(spark: SparkSession, files: list[str], reader: str = "arrow") -> DataFrame:
+    if reader == "spark":
+        return spark.read.schema(EVENT_SCHEMA).option("mode", "DROPMALFORMED").json(files)
+    if reader != "arrow":
+        raise ValueError(f"unknown reader {reader!r}; expected one of {READERS}")
+    paths = spark.createDataFrame([(f,) for f in files], "path string").repartition(max(1, len(files)))
+    return paths.mapInArrow(_arrow_reader(), EVENT_SCHEMA)
+
+
+def _arrow_schema():
+    import pyarrow as pa
+
+    kinds = {"long": pa.int64(), "integer": pa.int32(), "string": pa.string()}
+    return pa.schema([pa.field(f.name, kinds[f.dataType.typeName()]) for f in EVENT_SCHEMA])
+
+
+def _arrow_reader():
+    schema = _arrow_schema()
+
+    def read(batches):
+        import pyarrow as pa
+        import pyarrow.json as pj
+
+        options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore",
+                                  newlines_in_values=False)
+        for batch in batches:
+            for path in batch.column(0).to_pylist():
+                try:
+                    table = pj.read_json(path, parse_options=options)
+                except pa.ArrowInvalid:  # a malformed line: read the file line by line and skip it
+                    table = _read_lenient(path, schema)
+                yield from table.select(schema.names).to_batches(max_chunksize=65536)
+
+    return read
+
+
+def _read_lenient(path: str, schema):
+    import json
+
+    import pyarrow as pa
+
+    rows = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(doc, dict):
+                rows.append({name: doc.get(name) for name in schema.names})
+    try:
+        return pa.Table.from_pylist(rows, schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):  # a field of the wrong type: keep the rows that fit
+        good = []
+        for row in rows:
+            try:
+                pa.Table.from_pylist([row], schema=schema)
+                good.append(row)
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                pass
+        return pa.Table.from_pylist(good, schema=schema)
