@@ -3,10 +3,12 @@
 from rest_framework.routers import DefaultRouter
 
 from apps.accounts.api import TeamViewSet
+from apps.audit.api.urls import register as register_audit
 from apps.bindings.api.urls import register as register_bindings
 from apps.clusters.api.views import ClusterViewSet
 from apps.provisioning.api.urls import register as register_provisioning
 from apps.topics.api.urls import register as register_topics
+from apps.tracing.api.urls import register as register_tracing
 
 api_router = DefaultRouter()
 api_router.register("clusters", ClusterViewSet, basename="cluster")
@@ -14,3 +16,5 @@ api_router.register("teams", TeamViewSet, basename="team")
 register_topics(api_router)
 register_bindings(api_router)
 register_provisioning(api_router)
+register_tracing(api_router)
+register_audit(api_router)

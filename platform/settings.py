@@ -148,3 +148,9 @@ LOGGING = {
         "django.db.backends": {"level": "INFO"},
     },
 }
+
+# Message tracing: where the brokers' trace files are (each broker writes <data dir>/trace/, listed
+# recursively), where the index lives, and the Spark master the index job runs on.
+SWITCHYARD_TRACE_INPUTS = [p for p in os.environ.get("SWITCHYARD_TRACE_INPUTS", str(STATE_DIR / "brokers")).split(",") if p]
+SWITCHYARD_TRACE_INDEX_DIR = os.environ.get("SWITCHYARD_TRACE_INDEX_DIR", str(STATE_DIR / "trace-index"))
+SWITCHYARD_SPARK_MASTER = os.environ.get("SWITCHYARD_SPARK_MASTER", "local[*]")

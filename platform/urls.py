@@ -13,6 +13,7 @@ urlpatterns = [
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("clusters/", include("apps.clusters.urls")),
     path("admin/", admin.site.urls),
+    path("api/v1/", include("apps.tracing.api.urls")),
     path("api/v1/", include(api_router.urls)),
     path("api/v1/auth/token/", views.ObtainTokenView.as_view(), name="api-token"),
     path("api/v1/approvals/", ApprovalQueueView.as_view(), name="api-approvals"),

@@ -1,0 +1,54 @@
+"""Writes of the tracing section: start an index build, change its schedule. Atomic, permission-checked, audited.
+
+The trace index itself is written only by the Spark job; auditors hold no permission used here.
+"""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.db import connection, transaction
+
+from apps.audit.recorder import record
+from apps.tracing import schedule
+from apps.tracing.choices import RunState, RunTrigger
+from apps.tracing.models import IndexRun
+from control_plane.errors import ActionError, require_perm
+
+MIN_EVERY_MINUTES, MAX_EVERY_MINUTES = 1, 24 * 60
+_RUNS_LOCK_KEY = 0x5357_5452_554E  # one decision at a time about starting a run
+
+
+def lock_runs() -> None:
+    """Serialise "is a run under way? then start one" so two requests cannot both start one."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", [_RUNS_LOCK_KEY])
+
+
+@transaction.atomic
+def request_index_build(*, actor, trigger: str = RunTrigger.MANUAL) -> IndexRun:
+    """Queue a build now; refused while another is queued or running (they would only wait on each other)."""
+    require_perm(actor, "tracing.start_indexrun")
+    lock_runs()
+    busy = IndexRun.objects.filter(state__in=[RunState.QUEUED, RunState.RUNNING]).first()
+    if busy is not None:
+        raise ActionError(f"index run #{busy.pk} is {busy.state}; wait for it to finish")
+    run = IndexRun.objects.create(trigger=trigger, requested_by=actor if getattr(actor, "pk", None) else None)
+    record(actor=actor, action="trace_index.build", obj=run, after={"trigger": trigger})
+    from apps.tracing.tasks import build_trace_index
+
+    transaction.on_commit(lambda: build_trace_index.delay(run.pk))
+    return run
+
+
+@transaction.atomic
+def update_index_schedule(*, actor, every_minutes: int, enabled: bool) -> schedule.IndexSchedule:
+    require_perm(actor, "tracing.change_index_schedule")
+    if not MIN_EVERY_MINUTES <= int(every_minutes) <= MAX_EVERY_MINUTES:
+        raise ValidationError({"every_minutes": f"Give a whole number of minutes from {MIN_EVERY_MINUTES} "
+                                                f"to {MAX_EVERY_MINUTES}."})
+    before = schedule.read_schedule()
+    after = schedule.write_schedule(int(every_minutes), bool(enabled))
+    record(actor=actor, action="trace_index.schedule", object_type="tracing.schedule",
+           object_id=schedule.TASK_NAME, object_repr="trace index schedule",
+           before=before.as_dict(), after=after.as_dict())
+    return after

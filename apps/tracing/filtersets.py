@@ -1,0 +1,39 @@
+"""One filter set per model for the web search and the API (and their CSV exports)."""
+
+import django_filters
+from django import forms
+
+from apps.tracing.choices import TraceState
+from apps.tracing.models import IndexRun, TracedMessage
+
+_DT = forms.DateTimeInput(attrs={"type": "datetime-local"})
+
+
+class TracedMessageFilterSet(django_filters.FilterSet):
+    """Find messages by message id, business id or key, or by topic + time range + final state."""
+
+    message_id = django_filters.CharFilter(label="Message id")
+    business_id = django_filters.CharFilter(label="Business id")
+    key = django_filters.CharFilter(label="Key")
+    topic = django_filters.CharFilter(label="Topic")
+    since = django_filters.IsoDateTimeFilter(field_name="first_at", lookup_expr="gte", label="From", widget=_DT)
+    until = django_filters.IsoDateTimeFilter(field_name="first_at", lookup_expr="lt", label="Until", widget=_DT)
+    state = django_filters.ChoiceFilter(choices=TraceState.choices, method="in_state", label="Final state",
+                                        help_text="in any of its groups")
+
+    class Meta:
+        model = TracedMessage
+        fields = ["message_id", "business_id", "key", "topic", "since", "until", "state"]
+
+    def in_state(self, queryset, name, value):
+        return queryset.filter(final_states__contains=[value])
+
+    @property
+    def has_criteria(self) -> bool:
+        return self.is_bound and any(self.data.get(f) for f in self.Meta.fields)
+
+
+class IndexRunFilterSet(django_filters.FilterSet):
+    class Meta:
+        model = IndexRun
+        fields = ["state", "trigger"]

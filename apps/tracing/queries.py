@@ -1,0 +1,15 @@
+"""Reads of the tracing index shared by the web pages and the API."""
+
+from __future__ import annotations
+
+from apps.tracing.models import TracedMessage, TraceEvent
+
+SEARCH_LIMIT = 200
+
+
+def timeline_of(message_id: str) -> list[TraceEvent]:
+    return list(TraceEvent.objects.filter(message_id=message_id).order_by("ts_us", "rank", "event_id"))
+
+
+def group_states(message: TracedMessage) -> dict[str, str]:
+    return {g["group"]: g["state"] for g in message.groups or []}
