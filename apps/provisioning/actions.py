@@ -76,10 +76,23 @@ def schedule_objects(cluster, units: list[tuple[str, int]]) -> None:
     transaction.on_commit(lambda: _enqueue(tasks.provision_objects, cluster_id, plain))
 
 
+def _differs(record: SyncState | None, desired: Desired, obs: Observation) -> bool:
+    if record is None:
+        return True
+    return (record.state, record.zk_revision, record.zk_version, record.problem, record.diff,
+            record.desired_revision, record.path) != (obs.state, obs.zk_revision, obs.zk_version, obs.problem,
+                                                      obs.diff, desired.revision, desired.path)
+
+
 @transaction.atomic
 def record_observations(cluster, observed: list[tuple[Desired, Observation]], *, attempt: bool = False,
-                        actor=None) -> int:
-    """Store what was read back. An object landing a new revision is audited. Returns records changed."""
+                        actor=None, audit_landing: bool = True, known: dict | None = None) -> int:
+    """Store what was read back. An object landing a new revision is audited (unless the caller audits the
+    write itself, as a repair does). `known` (records read just before) lets a caller skip what did not
+    change without locking it. Returns the number of records changed."""
+    if known is not None and not attempt:
+        observed = [(d, o) for d, o in observed
+                    if d.kind != META and _differs(known.get((d.kind, d.object_id)), d, o)]
     if not observed:
         return 0
     now = timezone.now()
@@ -109,7 +122,7 @@ def record_observations(cluster, observed: list[tuple[Desired, Observation]], *,
         if r.pk is None or attempt or before != (r.state, r.zk_revision, r.zk_version, r.problem, r.diff, r.error,
                                                   r.desired_revision):
             changed.append(r)
-        if landed_now:
+        if landed_now and audit_landing:
             record(actor=actor, action=f"{desired.kind}.provisioned", object_type=_object_type(desired.kind),
                    object_id=desired.object_id, object_repr=f"{cluster.name}:{desired.path}"[:200],
                    after={"cluster": cluster.name, "path": desired.path, "revision": desired.revision,
@@ -117,10 +130,34 @@ def record_observations(cluster, observed: list[tuple[Desired, Observation]], *,
     new = [r for r in changed if r.pk is None]
     old = [r for r in changed if r.pk is not None]
     SyncState.objects.bulk_create(new)
-    SyncState.objects.bulk_update(old, ["desired_revision", "path", "state", "zk_revision", "zk_version", "problem",
-                                        "diff", "landed_revision", "error", "synced_at", "attempts",
-                                        "last_attempt_at", "checked_at", "updated_at"], batch_size=2000)
+    _bulk_update(old, now)
     return len(changed)
+
+
+_UPDATED = ["desired_revision", "path", "state", "zk_revision", "zk_version", "problem", "diff", "landed_revision",
+            "error", "synced_at", "attempts", "last_attempt_at", "checked_at"]
+
+
+def _bulk_update(records: list[SyncState], now) -> None:
+    """One UPDATE … FROM (VALUES …) per batch: Django's bulk_update builds CASE expressions that cost
+    seconds for ten thousand rows."""
+    if not records:
+        return
+    from django.db import connection
+    from psycopg2.extras import Json, execute_values
+
+    table = SyncState._meta.db_table
+    columns = [SyncState._meta.get_field(f).column for f in _UPDATED]
+    types = ["integer", "varchar", "varchar", "integer", "integer", "varchar", "jsonb", "integer", "text",
+             "timestamptz", "integer", "timestamptz", "timestamptz"]
+    assignments = ", ".join(f"{c} = v.{c}::{t}" for c, t in zip(columns, types, strict=True))
+    rows = [(r.pk, *[Json(getattr(r, f)) if f == "diff" else getattr(r, f) for f in _UPDATED]) for r in records]
+    with connection.cursor() as cursor:
+        raw = cursor.cursor  # psycopg2's own cursor, for execute_values
+        updated_at = raw.mogrify("%s", [now]).decode()
+        sql = (f"UPDATE {table} AS s SET {assignments}, updated_at = {updated_at} "
+               f"FROM (VALUES %s) AS v(id, {', '.join(columns)}) WHERE s.id = v.id")
+        execute_values(raw, sql, rows, page_size=2000)
 
 
 def _object_type(kind: str) -> str:

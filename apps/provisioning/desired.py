@@ -39,18 +39,27 @@ def topic_doc(topic: Topic) -> dict:
 
 
 def binding_doc(binding: Binding) -> dict:
+    return _binding_doc(binding.topic.name, binding.app.app_id, {f: getattr(binding, f) for f in BINDING_FIELDS})
+
+
+# The binding's own fields its document carries (reconcile reads them as plain values, not models).
+BINDING_FIELDS = ("group", "selector_kind", "selector_pattern", "mode", "delivery_limit", "ttl_s",
+                  "backoff_initial_ms", "backoff_max_ms", "backoff_multiplier", "max_in_flight", "revision")
+
+
+def _binding_doc(topic: str, app_id: str, f: dict) -> dict:
     return {
-        "topic": binding.topic.name,
-        "group": binding.group,
-        "app_id": binding.app.app_id,
-        "selector": {"kind": binding.selector_kind, "pattern": binding.selector_pattern},
-        "mode": binding.mode,
-        "delivery_limit": binding.delivery_limit,
-        "ttl_s": binding.ttl_s,
-        "backoff": {"initial_ms": binding.backoff_initial_ms, "max_ms": binding.backoff_max_ms,
-                    "multiplier": float(binding.backoff_multiplier)},
-        "max_in_flight": binding.max_in_flight,
-        "revision": binding.revision,
+        "topic": topic,
+        "group": f["group"],
+        "app_id": app_id,
+        "selector": {"kind": f["selector_kind"], "pattern": f["selector_pattern"]},
+        "mode": f["mode"],
+        "delivery_limit": f["delivery_limit"],
+        "ttl_s": f["ttl_s"],
+        "backoff": {"initial_ms": f["backoff_initial_ms"], "max_ms": f["backoff_max_ms"],
+                    "multiplier": float(f["backoff_multiplier"])},
+        "max_in_flight": f["max_in_flight"],
+        "revision": f["revision"],
     }
 
 
@@ -135,12 +144,14 @@ def desired_for_cluster(cluster) -> dict[str, Desired]:
         d = desired_one(ObjectKind.TOPIC, topic)
         out[d.path] = d
     app_ids: set[int] = set()
-    bindings = (Binding.objects.filter(topic__cluster=cluster, status=BindingStatus.ACTIVE)
-                .select_related("topic", "app"))
-    for binding in bindings.iterator(chunk_size=5000):
-        d = desired_one(ObjectKind.BINDING, binding)
+    # Plain rows, not model instances: a cluster may hold tens of thousands of bindings.
+    rows = (Binding.objects.filter(topic__cluster=cluster, status=BindingStatus.ACTIVE)
+            .values_list("pk", "topic__name", "app_id", "app__app_id", *BINDING_FIELDS))
+    for pk, topic, app_pk, app_id, *values in rows.iterator(chunk_size=5000):
+        fields = dict(zip(BINDING_FIELDS, values, strict=True))
+        d = Desired(ObjectKind.BINDING, pk, LAYOUT.binding(topic, fields["group"]), _binding_doc(topic, app_id, fields))
         out[d.path] = d
-        app_ids.add(binding.app_id)
+        app_ids.add(app_pk)
     for grant in ProducerGrant.objects.filter(topic__cluster=cluster, status=BindingStatus.ACTIVE).select_related(
             "topic", "app"):
         d = desired_one(ObjectKind.GRANT, grant)

@@ -76,7 +76,8 @@ def reconcile(cluster: Cluster, *, repair: bool = False, actor=None) -> Reconcil
         items.append({"path": path, "kind": _kind_of_path(path), "object_id": None, "problem": "unexpected",
                       "sync_state": "", "diff": diff_docs(None, decode_node(actual[path])), "repaired": False,
                       "error": ""})
-    actions.record_observations(cluster, observed, actor=actor)
+    actions.record_observations(cluster, observed, actor=actor, known=records)
+    SyncState.objects.filter(cluster=cluster).update(checked_at=timezone.now())
 
     if repair and items:
         _repair(session, cluster, desired, actual, items, actor)
@@ -117,7 +118,7 @@ def _repair(session: Session, cluster, desired: dict[str, Desired], actual: dict
         nodes = session.read_many([d.path for d in repaired])
         records = {(r.kind, r.object_id): r for r in SyncState.objects.filter(cluster=cluster)}
         actions.record_observations(cluster, [(d, observe(d, nodes[d.path], records.get((d.kind, d.object_id))))
-                                              for d in repaired], actor=actor)
+                                              for d in repaired], actor=actor, audit_landing=False)
 
 
 def _finish(run: ReconcileRun, t0: float) -> ReconcileRun:

@@ -159,3 +159,18 @@ def test_the_periodic_task_records_drift_without_repairing(provisioned, zk):
     assert read_node(zk, f"{root}/topics/payments.order-paid") is None
     run = ReconcileRun.objects.get()
     assert (run.source, run.missing, run.repaired) == ("task", 1, 0)
+
+
+def test_bulk_reader_agrees_with_kazoo_over_several_windows(zk, zk_connect, zk_chroot):
+    from apps.provisioning import zkbulk
+
+    zk.ensure_path(f"{zk_chroot}/many")
+    created = [zk.create_async(f"{zk_chroot}/many/n{i}", f'{{"n": {i}}}'.encode()) for i in range(1200)]
+    [c.get() for c in created]
+    zk.set(f"{zk_chroot}/many/n7", b'{"n": "seven"}')
+    paths = [f"{zk_chroot}/many/n{i}" for i in range(1200)] + [f"{zk_chroot}/many/absent"]
+    found = zkbulk.read_data(zk_connect, paths, timeout=5)
+    assert len(found) == 1201 and found[f"{zk_chroot}/many/absent"] is None
+    assert found[f"{zk_chroot}/many/n7"] == (b'{"n": "seven"}', 1)
+    assert found[f"{zk_chroot}/many/n1199"] == (b'{"n": 1199}', 0)
+    assert all(found[p][0] == zk.get(p)[0] for p in paths[::97])
