@@ -174,3 +174,22 @@ def test_bulk_reader_agrees_with_kazoo_over_several_windows(zk, zk_connect, zk_c
     assert found[f"{zk_chroot}/many/n7"] == (b'{"n": "seven"}', 1)
     assert found[f"{zk_chroot}/many/n1199"] == (b'{"n": 1199}', 0)
     assert all(found[p][0] == zk.get(p)[0] for p in paths[::97])
+
+
+def test_the_sweep_redrives_what_never_landed(people, make_cluster, approved_topic, zk, zk_chroot):
+    """An approval whose push was lost (Redis down at commit, say) is found and landed by the sweep's re-drive."""
+    from datetime import timedelta
+
+    from apps.provisioning import provision
+    from apps.provisioning.reconcile import stale_units
+
+    cluster = make_cluster("dev-a", "dev")
+    topic = approved_topic(cluster)
+    assert stale_units(cluster, older_than=timedelta(minutes=5)) == []  # too fresh: a push may be under way
+    units = stale_units(cluster, older_than=timedelta(0))
+    assert units == [("topic", topic.pk)]
+    provision.provision_objects(cluster.pk, units)
+    assert read_node(zk, f"{zk_chroot}/dev-a/topics/payments.order-paid")["revision"] == 1
+    topic.application.refresh_from_db()
+    assert topic.application.state == "active"
+    assert SyncState.objects.get(kind="topic").state == "synced"
