@@ -109,6 +109,7 @@ class ClusterState:
         self.on_binding: list[Callable[[str, str, Binding | None], None]] = []
         self.on_app: list[Callable[[str, App | None], None]] = []
         self.on_topic: list[Callable[[str, TopicConfig | None], None]] = []
+        self.on_any: list[Callable[[], None]] = []  # after every change, whatever its kind
 
     # -- reads
 
@@ -129,6 +130,8 @@ class ClusterState:
         except (KeyError, TypeError, ValueError) as exc:
             log.error("ignoring unreadable %s %s: %s (%s)", kind, "/".join(key), doc, exc)
             getattr(self, f"_apply_{kind}")(*key, None)
+        for listener in self.on_any:
+            listener()
 
     def _apply_topic(self, name: str, doc: dict | None) -> None:
         topic = TopicConfig.from_doc(name, doc) if doc is not None else None

@@ -69,7 +69,7 @@ class Broker:
             self.trace = self._open_trace_writer()
         self.state.on_binding.append(self._binding_changed)
         self.state.on_app.append(self._app_changed)
-        self.state.on_topic.append(lambda name, cfg: self._schedule_snapshot())
+        self.state.on_any.append(self._schedule_snapshot)
 
         info = {"node_id": self.node_id, "host": opts.advertise_host, "port": opts.port,
                 "metrics_port": opts.metrics_port or None,
@@ -82,6 +82,7 @@ class Broker:
         await asyncio.sleep(0)  # let the state changes handed over by kazoo run
         if synced:
             self.state.ready = True
+            self._write_snapshot()
         else:
             log.error("ZooKeeper %s did not answer within %.0fs; serving from the last snapshot and retrying",
                       opts.zk, opts.zk_start_timeout_s)
@@ -151,7 +152,6 @@ class Broker:
     def _binding_changed(self, topic: str, group: str, binding: Binding | None) -> None:
         if topic in self.topics:
             self.topics[topic].binding_changed(group, binding)
-        self._schedule_snapshot()
 
     def _app_changed(self, app_id: str, app: App | None) -> None:
         self.verified.forget(app_id)
@@ -159,7 +159,6 @@ class Broker:
             for conn in list(self.connections):
                 if conn.app_id == app_id:
                     conn.fail("auth_failed", f"app {app_id!r} was {'removed' if app is None else 'deactivated'}")
-        self._schedule_snapshot()
 
     def _schedule_snapshot(self) -> None:
         if not self._snapshot_due and self.state.ready:

@@ -180,11 +180,10 @@ class ClientConnection(asyncio.Protocol):
             raise p.ProtocolError("Hello sent twice")
         state = self.broker.state
         app = state.apps.get(ev.app_id)
-        if app is None:
-            self.fail(p.E_AUTH_FAILED, f"unknown app {ev.app_id!r}")
-            return
-        if not app.active:
-            self.fail(p.E_AUTH_FAILED, f"app {ev.app_id!r} is not active")
+        if app is None or not app.active:
+            self.broker.auth_failures += 1
+            self.fail(p.E_AUTH_FAILED, f"unknown app {ev.app_id!r}" if app is None else
+                      f"app {ev.app_id!r} is not active")
             return
         cache = self.broker.verified
         if cache.hit(app.app_id, app.secret_hash, ev.secret):

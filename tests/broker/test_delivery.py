@@ -34,7 +34,7 @@ def test_fan_out_one_consumer_per_clustering_group_every_consumer_in_broadcast(c
                                                         message_type="order.paid" if i % 3 == 0 else "order.created")
                                                 for i in range(60)])
             # single sends too, spread over time so round-robin across consumers shows
-            for i in range(15):
+            for _ in range(15):
                 ids.append(producer.send("orders", b"late", message_type="order.created"))
         billing = [f"billing-{i}" for i in range(3)]
         wait_for(lambda: got.count(*billing) >= len(ids) and got.count("audit-0") >= len(ids)
