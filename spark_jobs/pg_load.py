@@ -43,11 +43,16 @@ _EVENT_COPY = {
     "detail": "detail", "size": "size",
 }
 
+# a summary that did not change keeps its row untouched (indexed_at included): re-running changes nothing
+_COMPARED = [c for c in _MESSAGE_COPY if c not in ("message_id", "indexed_at")]
+
 MERGE_SQL = [
     f"""INSERT INTO {MESSAGE_TABLE} ({", ".join(_MESSAGE_COPY)})
         SELECT {", ".join(_MESSAGE_COPY.values())} FROM {MESSAGE_STAGING}
         ON CONFLICT (message_id) DO UPDATE SET
-        {", ".join(f"{c} = EXCLUDED.{c}" for c in _MESSAGE_COPY if c != "message_id")}""",
+        {", ".join(f"{c} = EXCLUDED.{c}" for c in _MESSAGE_COPY if c != "message_id")}
+        WHERE ({", ".join(f"{MESSAGE_TABLE}.{c}" for c in _COMPARED)})
+              IS DISTINCT FROM ({", ".join(f"EXCLUDED.{c}" for c in _COMPARED)})""",
     f"""INSERT INTO {EVENT_TABLE} ({", ".join(_EVENT_COPY)})
         SELECT {", ".join(_EVENT_COPY.values())} FROM {EVENT_STAGING}
         ON CONFLICT (message_id, event_id) DO NOTHING""",

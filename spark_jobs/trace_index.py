@@ -54,9 +54,10 @@ def run(spark, inputs: list[str], output: str, *, jdbc_url: str | None = None, f
             events = events.persist()
             batch_ids = events.select("message_id", "topic").distinct().persist()
             topics = [r.topic for r in batch_ids.select("topic").distinct().collect()]
-            hits = (spark.read.parquet(str(store.messages)).where(F.col("topic").isin(topics))
-                    .join(batch_ids.select("message_id"), "message_id", "left_semi")
-                    .select("message_id", "date", F.col("_metadata.file_path").alias("file")).persist())
+            hits = (spark.read.parquet(str(store.messages))
+                    .select("message_id", "date", "topic", F.col("_metadata.file_path").alias("file"))
+                    .where(F.col("topic").isin(topics))
+                    .join(batch_ids.select("message_id"), "message_id", "left_semi").persist())
             replaced = [r.file for r in hits.select("file").distinct().collect()]
             progress("found indexed messages with new events", 15, summary_files_to_rewrite=len(replaced))
             if replaced:
@@ -68,7 +69,8 @@ def run(spark, inputs: list[str], output: str, *, jdbc_url: str | None = None, f
         # transform + write: the new events first, then the summaries of every message they touch
         new_events = dedupe_events(events, indexed_events)
         new_events.write.partitionBy("date", "topic").parquet(str(staging / "events"))
-        staged_events = spark.read.parquet(str(staging / "events")).select(*EVENT_COLUMNS)
+        # (with the schema given: a batch of nothing but known events writes no file)
+        staged_events = spark.read.schema(new_events.schema).parquet(str(staging / "events")).select(*EVENT_COLUMNS)
         progress("wrote the new events", 45)
         timelines = staged_events if indexed_events is None else staged_events.unionByName(indexed_events)
         summaries = summarize(timelines)
@@ -77,7 +79,7 @@ def run(spark, inputs: list[str], output: str, *, jdbc_url: str | None = None, f
                          .join(batch_ids.select("message_id"), "message_id", "left_anti"))
             summaries = summaries.unionByName(untouched.select(*summaries.columns))
         summaries.write.partitionBy("date", "topic").parquet(str(staging / "messages"))
-        staged_messages = spark.read.parquet(str(staging / "messages"))
+        staged_messages = spark.read.schema(summaries.schema).parquet(str(staging / "messages"))
         counts = {"new_events": staged_events.count(),
                   "messages": staged_messages.join(events.select("message_id").distinct(), "message_id",
                                                    "left_semi").count() if replaced else staged_messages.count()}

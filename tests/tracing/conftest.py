@@ -1,0 +1,41 @@
+"""Fixtures of the tracing tests: one Spark session for the whole run, trace files written by the broker's writer."""
+
+from __future__ import annotations
+
+import pytest
+
+from broker_core.trace_writer import JsonlTraceWriter
+
+T0 = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z in microseconds
+
+
+@pytest.fixture(scope="session")
+def spark():
+    from spark_jobs.session import POSTGRES_JDBC_JAR, spark_session
+
+    session = spark_session("local[2]", "switchyard-tests", shuffle_partitions=2, jars=[POSTGRES_JDBC_JAR])
+    yield session
+    session.stop()
+
+
+class TraceBatch:
+    """Write one batch of trace files (one closed file per call of `close`) as a broker node would."""
+
+    def __init__(self, folder, node: str = "node-1", cluster: str = "prod-a"):
+        self.writer = JsonlTraceWriter(folder, node_id=node, cluster=cluster, flush_interval_s=3600)
+
+    def emit(self, event: str, message_id: str, at_ms: float, topic: str = "orders", **fields):
+        self.writer.emit(event, message_id=message_id, topic=topic, message_type=fields.pop("message_type", "normal"),
+                         ts_us=T0 + int(at_ms * 1000), **fields)
+        return self
+
+    def close(self):
+        self.writer.close()
+
+
+@pytest.fixture
+def trace_batch(tmp_path):
+    def make(node: str = "node-1"):
+        return TraceBatch(tmp_path / "brokers" / node / "trace", node=node)
+
+    return make

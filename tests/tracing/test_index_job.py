@@ -1,0 +1,110 @@
+"""The index job end to end on real Spark and PostgreSQL: incremental, idempotent, one summary per message."""
+
+import pytest
+from django.db import connection
+
+from apps.tracing.models import TracedMessage, TraceEvent
+from apps.tracing.runner import jdbc_url
+from spark_jobs import trace_index
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def quiet(*args, **kwargs):
+    pass
+
+
+def snapshot():
+    with connection.cursor() as cur:
+        cur.execute("SELECT * FROM tracing_message ORDER BY message_id")
+        messages = cur.fetchall()
+        cur.execute("SELECT * FROM tracing_event ORDER BY message_id, event_id")
+        return messages, cur.fetchall()
+
+
+def steps(message_id):
+    return [(e.event, e.group_name, e.attempt)
+            for e in TraceEvent.objects.filter(message_id=message_id).order_by("ts_us", "rank", "event_id")]
+
+
+def test_batches_update_messages_in_place_and_rerunning_changes_nothing(spark, trace_batch, tmp_path):
+    inputs, output = [str(tmp_path / "brokers")], str(tmp_path / "index")
+    run = lambda **kw: trace_index.run(spark, inputs, output, jdbc_url=jdbc_url(), progress=quiet, **kw)  # noqa: E731
+
+    first = trace_batch()
+    first.emit("published", "m-ack", 0, app_id="shop", business_id="order-1", key="cust-1")
+    first.emit("stored", "m-ack", 1)
+    first.emit("delivered", "m-ack", 10, group="billing", consumer="c1", attempt=1)
+    first.emit("acked", "m-ack", 12, group="billing", consumer="c1", attempt=1)
+    first.emit("published", "m-retry", 20, app_id="shop", business_id="order-2")
+    first.emit("stored", "m-retry", 21)
+    first.emit("delivered", "m-retry", 30, group="billing", consumer="c1", attempt=1)
+    first.emit("nacked", "m-retry", 31, group="billing", consumer="c1", attempt=1)
+    first.emit("prepared", "m-tx", 40, app_id="shop", message_type="transaction")
+    first.emit("rolled_back", "m-tx", 45, app_id="shop", message_type="transaction")
+    first.close()
+
+    result = run()
+    assert (result["new_files"], result["new_events"], result["messages"]) == (1, 10, 3)
+    assert dict(TracedMessage.objects.values_list("message_id", "final_state")) == {
+        "m-ack": "acked", "m-retry": "retrying", "m-tx": "rolled_back"}
+    before = snapshot()
+
+    # the same files again: the checkpoint says there is nothing new, and nothing changes
+    assert run()["new_files"] == 0
+    assert snapshot() == before
+
+    second = trace_batch()  # a later file of the same broker: m-retry goes on, two new messages
+    second.emit("delivered", "m-retry", 50, group="billing", consumer="c2", attempt=2)
+    second.emit("nacked", "m-retry", 51, group="billing", consumer="c2", attempt=2)
+    second.emit("delivered", "m-retry", 60, group="billing", consumer="c1", attempt=3)
+    second.emit("acked", "m-retry", 61, group="billing", consumer="c1", attempt=3)
+    second.emit("published", "m-dlq", 70, app_id="shop", business_id="order-3")
+    second.emit("stored", "m-dlq", 71)
+    second.emit("delivered", "m-dlq", 80, group="billing", consumer="c1", attempt=1)
+    second.emit("timed_out", "m-dlq", 90, group="billing", consumer="c1", attempt=1)
+    second.emit("dead_lettered", "m-dlq", 91, group="billing", attempt=1, detail="delivery limit reached")
+    second.close()
+
+    result = run()
+    assert (result["new_files"], result["new_events"], result["messages"], result["replaced_files"]) == (1, 9, 2, 1)
+    assert dict(TracedMessage.objects.values_list("message_id", "final_state")) == {
+        "m-ack": "acked", "m-retry": "acked", "m-tx": "rolled_back", "m-dlq": "dead_lettered"}
+    retry = TracedMessage.objects.get(message_id="m-retry")
+    assert (retry.attempts, retry.event_count, retry.business_id, retry.groups[0]["nacks"]) == (3, 8, "order-2", 2)
+    assert steps("m-retry") == [
+        ("published", None, None), ("stored", None, None),
+        ("delivered", "billing", 1), ("nacked", "billing", 1),
+        ("delivered", "billing", 2), ("nacked", "billing", 2),
+        ("delivered", "billing", 3), ("acked", "billing", 3)]
+    assert TraceEvent.objects.count() == 19
+
+    # the Parquet index holds one summary row per message and every event once
+    summaries = spark.read.parquet(f"{output}/messages")
+    assert sorted(r.message_id for r in summaries.select("message_id").collect()) == [
+        "m-ack", "m-dlq", "m-retry", "m-tx"]
+    assert spark.read.parquet(f"{output}/events").count() == 19
+
+    # reading every file again (checkpoint ignored) finds only known events: nothing changes
+    before = snapshot()
+    result = run(full=True)
+    assert (result["new_files"], result["new_events"]) == (2, 0)
+    assert snapshot() == before
+    assert spark.read.parquet(f"{output}/messages").count() == 4
+    assert spark.read.parquet(f"{output}/events").count() == 19
+
+
+def test_a_copy_of_a_trace_file_adds_no_event(spark, trace_batch, tmp_path):
+    batch = trace_batch()
+    batch.emit("published", "m-1", 0, business_id="b-1")
+    batch.emit("stored", "m-1", 1)
+    batch.close()
+    [original] = (tmp_path / "brokers").rglob("*.jsonl")
+    copy = tmp_path / "brokers" / "copied" / original.name
+    copy.parent.mkdir()
+    copy.write_bytes(original.read_bytes())
+    result = trace_index.run(spark, [str(tmp_path / "brokers")], str(tmp_path / "index"), jdbc_url=jdbc_url(),
+                             progress=quiet)
+    assert (result["new_files"], result["new_events"]) == (2, 2)
+    assert TracedMessage.objects.get().event_count == 2
+    assert TraceEvent.objects.count() == 2

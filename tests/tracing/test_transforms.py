@@ -1,0 +1,114 @@
+"""The index's pure transforms on small hand-made events, against hand-written expected rows."""
+
+from pyspark.sql import Row
+from pyspark.testing import assertDataFrameEqual
+
+from spark_jobs.trace_schema import EVENT_SCHEMA
+from spark_jobs.trace_transforms import clean_events, dedupe_events, summarize
+
+FIELDS = [f.name for f in EVENT_SCHEMA]
+
+
+def events(spark, *rows):
+    full = [Row(**{f: r.get(f, 1 if f == "v" else None) for f in FIELDS}) for r in rows]
+    return spark.createDataFrame(full, EVENT_SCHEMA)
+
+
+def ev(event_id, message_id, ts_us, event, **extra):
+    return {"event_id": event_id, "message_id": message_id, "ts_us": ts_us, "event": event, "topic": "orders",
+            "message_type": "normal", "cluster": "c1", "broker": "n1", **extra}
+
+
+def G(group, state, attempts, deliveries, nacks=0, timeouts=0, first=None, ended=None, latency=None,
+      consumer=None, detail=None):
+    return Row(group=group, state=state, attempts=attempts, deliveries=deliveries, nacks=nacks, timeouts=timeouts,
+               first_delivered_us=first, ended_us=ended, latency_us=latency, last_consumer=consumer, detail=detail)
+
+
+def test_clean_events_drops_malformed_and_unknown_kinds_and_ranks_the_rest(spark):
+    raw = events(spark,
+                 ev("e1", "m1", 10, "published"),
+                 ev("e2", "m1", 10, "stored"),
+                 ev("e3", "m1", 20, "teleported"),           # unknown kind
+                 {**ev("e4", "m1", 30, "acked"), "message_id": None},   # no message id
+                 {**ev("e5", "m1", None, "acked")})            # no time
+    out = clean_events(raw).select("event_id", "event", "rank", "date")
+    assertDataFrameEqual(out, [Row(event_id="e1", event="published", rank=0, date="1970-01-01"),
+                               Row(event_id="e2", event="stored", rank=2, date="1970-01-01")])
+
+
+def test_dedupe_keeps_each_event_once_and_drops_what_is_indexed(spark):
+    new = clean_events(events(spark, ev("e1", "m1", 10, "published"), ev("e1", "m1", 10, "published"),
+                              ev("e2", "m1", 20, "stored"), ev("e3", "m2", 30, "published")))
+    indexed = clean_events(events(spark, ev("e2", "m1", 20, "stored")))
+    assertDataFrameEqual(dedupe_events(new).select("event_id"), [Row(event_id="e1"), Row(event_id="e2"),
+                                                                 Row(event_id="e3")])
+    assertDataFrameEqual(dedupe_events(new, indexed).select("event_id"), [Row(event_id="e1"), Row(event_id="e3")])
+
+
+def test_summarize_one_row_per_message_with_per_group_final_state(spark):
+    pub = {"app_id": "shop", "client_host": "10.0.0.5:4100", "size": 42, "key": "k-1", "business_id": "order-1"}
+    raw = events(
+        spark,
+        # m-ack: acked at once by billing
+        ev("a1", "m-ack", 1000, "published", **pub), ev("a2", "m-ack", 1200, "stored", key="k-1"),
+        ev("a3", "m-ack", 2000, "delivered", group="billing", consumer="c1", attempt=1),
+        ev("a4", "m-ack", 2500, "acked", group="billing", consumer="c1", attempt=1),
+        # m-retry: nacked twice, then acked on the third attempt
+        ev("b1", "m-retry", 1000, "published", app_id="shop"), ev("b2", "m-retry", 1100, "stored"),
+        ev("b3", "m-retry", 2000, "delivered", group="billing", consumer="c1", attempt=1),
+        ev("b4", "m-retry", 2100, "nacked", group="billing", consumer="c1", attempt=1, detail="db down"),
+        ev("b5", "m-retry", 3000, "delivered", group="billing", consumer="c2", attempt=2),
+        ev("b6", "m-retry", 3100, "nacked", group="billing", consumer="c2", attempt=2, detail="db down"),
+        ev("b7", "m-retry", 4000, "delivered", group="billing", consumer="c1", attempt=3),
+        ev("b8", "m-retry", 4200, "acked", group="billing", consumer="c1", attempt=3),
+        # m-two: acked by billing, dead-lettered by audit after a timeout, still in flight nowhere
+        ev("c1", "m-two", 1000, "published", app_id="shop"), ev("c2", "m-two", 1000, "stored"),
+        ev("c3", "m-two", 2000, "delivered", group="billing", consumer="c1", attempt=1),
+        ev("c4", "m-two", 2300, "acked", group="billing", consumer="c1", attempt=1),
+        ev("c5", "m-two", 2000, "delivered", group="audit", consumer="c9", attempt=1),
+        ev("c6", "m-two", 5000, "timed_out", group="audit", consumer="c9", attempt=1),
+        ev("c7", "m-two", 6000, "dead_lettered", group="audit", attempt=1, detail="delivery limit 1"),
+        # m-redrive: dead-lettered, then re-driven and delivered again: in flight, not final
+        ev("d1", "m-redrive", 1000, "published"), ev("d2", "m-redrive", 1000, "stored"),
+        ev("d3", "m-redrive", 2000, "expired", group="billing", detail="ttl"),
+        ev("d4", "m-redrive", 3000, "redriven", group="billing"),
+        ev("d5", "m-redrive", 4000, "delivered", group="billing", consumer="c1", attempt=1),
+        # m-tx: prepared then rolled back, never delivered
+        ev("t1", "m-tx", 1000, "prepared", app_id="shop", size=7), ev("t2", "m-tx", 1500, "rolled_back", app_id="shop"),
+    )
+    out = summarize(clean_events(raw)).drop("date", "message_type", "cluster", "topic", "producer_host", "size",
+                                            "key", "business_id")
+    assertDataFrameEqual(out, [
+        Row(message_id="m-ack", app_id="shop", broker="n1", first_ts_us=1000, last_ts_us=2500, published_ts_us=1000,
+            stored_ts_us=1200, transaction_state=None, final_state="acked", final_states=["acked"], attempts=1,
+            event_count=4, groups=[G("billing", "acked", 1, 1, first=2000, ended=2500, latency=1500, consumer="c1")]),
+        Row(message_id="m-retry", app_id="shop", broker="n1", first_ts_us=1000, last_ts_us=4200,
+            published_ts_us=1000, stored_ts_us=1100, transaction_state=None, final_state="acked",
+            final_states=["acked"], attempts=3, event_count=8,
+            groups=[G("billing", "acked", 3, 3, nacks=2, first=2000, ended=4200, latency=3200, consumer="c1",
+                      detail="db down")]),
+        Row(message_id="m-two", app_id="shop", broker="n1", first_ts_us=1000, last_ts_us=6000, published_ts_us=1000,
+            stored_ts_us=1000, transaction_state=None, final_state="dead_lettered",
+            final_states=["acked", "dead_lettered"], attempts=2, event_count=7,
+            groups=[G("audit", "dead_lettered", 1, 1, timeouts=1, first=2000, ended=6000, latency=5000,
+                      consumer="c9", detail="delivery limit 1"),
+                    G("billing", "acked", 1, 1, first=2000, ended=2300, latency=1300, consumer="c1")]),
+        Row(message_id="m-redrive", app_id=None, broker="n1", first_ts_us=1000, last_ts_us=4000,
+            published_ts_us=1000, stored_ts_us=1000, transaction_state=None, final_state="in_flight",
+            final_states=["in_flight"], attempts=1, event_count=5,
+            groups=[G("billing", "in_flight", 1, 1, first=4000, consumer="c1", detail="ttl")]),
+        Row(message_id="m-tx", app_id="shop", broker="n1", first_ts_us=1000, last_ts_us=1500, published_ts_us=1000,
+            stored_ts_us=None, transaction_state="rolled_back", final_state="rolled_back",
+            final_states=["rolled_back"], attempts=0, event_count=2, groups=[]),
+    ])
+
+
+def test_summarize_takes_message_fields_and_producer_from_the_published_event(spark):
+    raw = events(spark,
+                 ev("x2", "m1", 500, "delivered", group="g", attempt=1, consumer="c"),
+                 ev("x1", "m1", 100, "published", app_id="shop", client_host="h:1", size=9, key="k",
+                    business_id="b-1"))
+    row = summarize(clean_events(raw)).select("key", "business_id", "producer_host", "size", "date", "topic").first()
+    assert row.asDict() == {"key": "k", "business_id": "b-1", "producer_host": "h:1", "size": 9,
+                            "date": "1970-01-01", "topic": "orders"}
