@@ -106,6 +106,7 @@ class ApplicationDetailView(LoginRequiredMixin, PermissionRequiredMixin, View):
             records.sort(key=lambda r: [u[0] for u in units].index(r.kind))
             sync = live_statuses(records)
         is_applicant = application.applicant_id == user.pk
+        my_slots = decidable_slots(user, application)
         return render(request, self.template_name, {
             "object": application,
             "noun": self.noun,
@@ -113,9 +114,9 @@ class ApplicationDetailView(LoginRequiredMixin, PermissionRequiredMixin, View):
             "slots": slot_summary(application),
             "decisions": application.decisions.select_related("actor"),
             "policy": application.policy_report,
-            "my_slots": decidable_slots(user, application),
-            "why_not": "" if is_applicant and application.state != State.PENDING else
-            (why_not_approver(user, application) if application.state == State.PENDING else ""),
+            "my_slots": my_slots,
+            "why_not": why_not_approver(user, application) if application.state == State.PENDING and not my_slots
+            else "",
             "is_applicant": is_applicant,
             "can_withdraw": is_applicant and application.state in (State.DRAFT, State.PENDING),
             "can_edit": is_applicant and application.state == State.DRAFT,

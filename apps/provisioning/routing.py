@@ -6,13 +6,18 @@ from django.core.exceptions import ValidationError
 from django.http import Http404
 
 from apps.clusters.choices import Environment
+from apps.provisioning.models import ObjectKind, SyncState, SyncStatus
 from apps.topics.choices import TopicStatus
 from apps.topics.models import Topic
 from broker_core.layout import LAYOUT_VERSION
 
 
-def route_of(topic: Topic) -> dict:
+def route_of(topic: Topic, sync_state: str | None = None) -> dict:
+    """`sync_state`: the topic's node as last read back from the cluster (pending until it has landed)."""
     cluster = topic.cluster
+    if sync_state is None:
+        record = SyncState.objects.filter(kind=ObjectKind.TOPIC, object_id=topic.pk, cluster=cluster).first()
+        sync_state = record.state if record else SyncStatus.PENDING
     return {
         "topic": topic.name,
         "environment": topic.environment,
@@ -25,6 +30,7 @@ def route_of(topic: Topic) -> dict:
         "ordered": topic.ordered,
         "transactional": topic.transactional,
         "message_types": list(topic.message_types),
+        "sync_state": str(sync_state),
     }
 
 
@@ -48,5 +54,8 @@ def route(topic_name: str, environment: str | None) -> dict:
 
 def routes(environment: str | None) -> list[dict]:
     environment = _environment(environment)
-    topics = Topic.objects.filter(environment=environment, status=TopicStatus.ACTIVE).select_related("cluster")
-    return [route_of(t) for t in topics.order_by("name")]
+    topics = list(Topic.objects.filter(environment=environment, status=TopicStatus.ACTIVE)
+                  .select_related("cluster").order_by("name"))
+    states = {(s.object_id, s.cluster_id): s.state
+              for s in SyncState.objects.filter(kind=ObjectKind.TOPIC, object_id__in=[t.pk for t in topics])}
+    return [route_of(t, states.get((t.pk, t.cluster_id), SyncStatus.PENDING)) for t in topics]

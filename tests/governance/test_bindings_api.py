@@ -168,7 +168,8 @@ def test_routes_answer_which_cluster_serves_a_topic(people, api_for, topic, zk_c
     assert response.json() == {
         "topic": "payments.order-paid", "environment": "dev", "cluster": "dev-a", "zk_connect": zk_connect,
         "zk_chroot": f"{zk_chroot}/dev-a", "zk_hosts": f"{zk_connect}{zk_chroot}/dev-a", "layout_version": 1,
-        "revision": 1, "ordered": False, "transactional": False, "message_types": ["created", "paid"]}
+        "revision": 1, "ordered": False, "transactional": False, "message_types": ["created", "paid"],
+        "sync_state": "pending"}  # approved, not pushed yet: nothing has been read back from ZooKeeper
     missing_env = api.get("/api/v1/routes/payments.order-paid/")
     assert missing_env.status_code == 400 and "environment" in missing_env.json()
     assert api.get("/api/v1/routes/payments.order-paid/?environment=moon").status_code == 400

@@ -70,3 +70,5 @@ class RouteSerializer(serializers.Serializer):
     ordered = serializers.BooleanField()
     transactional = serializers.BooleanField()
     message_types = serializers.ListField(child=serializers.CharField())
+    sync_state = serializers.CharField(help_text="the topic's node as last read back: pending, synced, failed, "
+                                                 "drifted")
