@@ -49,7 +49,7 @@ def generate(folder: Path, target_events: int, *, seed: int = 7, start_us: int =
                     w.emit("acked", **common, group=group, consumer=f"c-{g}", attempt=attempt, ts_us=t)
                 else:
                     w.emit("nacked", **common, group=group, consumer=f"c-{g}", attempt=attempt, ts_us=t)
-                events += 1 + (attempts == 5 and last)
+                events += 2
                 t += 1000
                 if len(w._pending) > 200_000:
                     w.flush()

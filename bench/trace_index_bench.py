@@ -1,0 +1,158 @@
+"""Trace index bench: build throughput on local[*], and lookup latency through the REST API.
+
+    source <state>/env.sh     # a stack from ./dev (PostgreSQL), e.g. /tmp/sy-trace/test/env.sh
+    .venv/bin/python bench/trace_index_bench.py [--events 5000000] [--reader arrow|spark] [--web-port 27710]
+
+1. writes N synthetic trace events with the broker's own JsonlTraceWriter (kept for the next run),
+2. builds the index from nothing on local[*] (session start excluded) and loads PostgreSQL
+   (database `switchyard_bench`, migrated here): prints events/s for the Parquet build and for the
+   whole job including the load,
+3. starts gunicorn on the bench database and times GET /api/v1/traces/messages/<id>/ and
+   ?business_id=... for random messages: prints p50/p99,
+4. prints the broker throughput with tracing on vs off when the broker can be benched (bench/broker_trace_ratio.py).
+Figures only, no assertions. The machine is shared: compare figures from one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.trace_events import business_id, generate, message_id  # noqa: E402
+
+DB = "switchyard_bench"
+
+
+def env_for_bench() -> dict[str, str]:
+    return {**os.environ, "SWITCHYARD_DB_NAME": DB, "DJANGO_SETTINGS_MODULE": "control_plane.settings"}
+
+
+def prepare_database(env) -> str:
+    port = env.get("SWITCHYARD_DB_PORT", "27100")
+    psql = ["psql", "-h", "127.0.0.1", "-p", port, "-U", "postgres", "-v", "ON_ERROR_STOP=1", "-q"]
+    subprocess.run([*psql, "-c", f"DROP DATABASE IF EXISTS {DB}"], check=True, env=env)
+    subprocess.run([*psql, "-c", f"CREATE DATABASE {DB}"], check=True, env=env)
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], check=True, env=env, cwd=ROOT)
+    return f"jdbc:postgresql://127.0.0.1:{port}/{DB}?user=postgres"
+
+
+def build(args, jdbc_url: str, events_dir: Path) -> tuple[int, int]:
+    from spark_jobs import trace_index
+    from spark_jobs.session import POSTGRES_JDBC_JAR, spark_session
+
+    spark = spark_session("local[*]", "trace-index-bench", shuffle_partitions=args.shuffle_partitions,
+                          driver_memory="2g", jars=[POSTGRES_JDBC_JAR])
+    spark.range(1000).count()  # JVM and session warm-up stays out of the figure
+    out = Path(args.work) / "index"
+    shutil.rmtree(out, ignore_errors=True)
+    marks = {}
+    start = time.perf_counter()
+
+    def progress(stage, percent, **fields):
+        marks[stage] = time.perf_counter() - start
+        print(f"  {marks[stage]:7.1f}s  {stage} {fields if fields else ''}", flush=True)
+
+    result = trace_index.run(spark, [str(events_dir)], str(out), jdbc_url=jdbc_url, reader=args.reader,
+                             progress=progress)
+    total = time.perf_counter() - start
+    parquet = marks["wrote the message summaries"]
+    n = result["new_events"]
+    print(f"index build, Parquet (read + dedupe + summaries + write): {n:,} events in {parquet:.1f} s "
+          f"= {n / parquet:,.0f} events/s")
+    print(f"PostgreSQL load (JDBC staging + merge): {total - parquet:.1f} s; whole job {total:.1f} s "
+          f"= {n / total:,.0f} events/s")
+    spark.stop()
+    return n, result["messages"]
+
+
+def lookups(args, env, messages: int) -> None:
+    env = {**env, "SWITCHYARD_DEBUG": "0"}
+    setup = ("from django.contrib.auth.models import User, Group;"
+             "from rest_framework.authtoken.models import Token;"
+             "from apps.accounts.roles import sync_role_groups; sync_role_groups();"
+             "u, _ = User.objects.get_or_create(username='bench-auditor');"
+             "u.groups.set(Group.objects.filter(name='auditor'));"
+             "print(Token.objects.get_or_create(user=u)[0].key)")
+    token = subprocess.run([sys.executable, "manage.py", "shell", "-c", setup], check=True, env=env, cwd=ROOT,
+                           capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    web = subprocess.Popen([sys.executable, "-m", "gunicorn", "control_plane.wsgi", "-b",
+                            f"127.0.0.1:{args.web_port}", "-w", "2", "--log-level", "warning"],
+                           env=env, cwd=ROOT, start_new_session=True)
+    import http.client
+
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                http.client.HTTPConnection("127.0.0.1", args.web_port, timeout=1).request("GET", "/login/")
+                break
+            except OSError:
+                time.sleep(0.2)
+        conn = http.client.HTTPConnection("127.0.0.1", args.web_port, timeout=10)
+        headers = {"Authorization": f"Token {token}"}
+        rng = random.Random(1)
+
+        def timed(path):
+            t = time.perf_counter()
+            conn.request("GET", path, headers=headers)
+            response = conn.getresponse()
+            body = response.read()
+            assert response.status == 200, (response.status, body[:200])
+            return (time.perf_counter() - t) * 1000
+
+        for name, make in (("message id", lambda n: f"/api/v1/traces/messages/{message_id(n)}/"),
+                           ("business id", lambda n: f"/api/v1/traces/messages/?business_id={business_id(n)}")):
+            for _ in range(50):
+                timed(make(rng.randrange(messages)))  # warm connections and caches
+            samples = sorted(timed(make(rng.randrange(messages))) for _ in range(args.lookups))
+            p50 = statistics.median(samples)
+            p99 = samples[int(len(samples) * 0.99) - 1]
+            print(f"lookup by {name} through REST: p50 {p50:.1f} ms, p99 {p99:.1f} ms ({len(samples)} requests)")
+    finally:
+        os.killpg(web.pid, 15)
+        web.wait(10)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=5_000_000)
+    parser.add_argument("--reader", default="arrow", choices=["arrow", "spark"])
+    parser.add_argument("--shuffle-partitions", type=int, default=8)
+    parser.add_argument("--work", default="/tmp/sy-bench")
+    parser.add_argument("--web-port", type=int, default=27710)
+    parser.add_argument("--lookups", type=int, default=1000)
+    parser.add_argument("--skip-build", action="store_true", help="reuse the index in the bench database")
+    args = parser.parse_args()
+    env = env_for_bench()
+    os.environ.update({k: v for k, v in env.items() if k.startswith(("SWITCHYARD_", "DJANGO_"))})
+    events_dir = Path(args.work) / f"events-{args.events}"
+    if not events_dir.exists():
+        t = time.perf_counter()
+        n, m = generate(events_dir, args.events)
+        (events_dir / "messages.txt").write_text(str(m))
+        print(f"generated {n:,} events of {m:,} messages in {time.perf_counter() - t:.0f} s")
+    messages = int((events_dir / "messages.txt").read_text())
+    if not args.skip_build:
+        jdbc = prepare_database(env)
+        build(args, jdbc, events_dir)
+    lookups(args, env, messages)
+    ratio = ROOT / "bench" / "broker_trace_ratio.py"
+    if ratio.exists():
+        subprocess.run([sys.executable, str(ratio)], env=env, cwd=ROOT)
+    else:
+        print("broker throughput tracing on/off: not measured (no broker bench yet)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""REST under /api/v1/traces/: the auditor's searches, a message's record, CSV; who may change what."""
+
+import csv
+import io
+
+import pytest
+
+from apps.audit.models import AuditRecord
+from apps.tracing.models import IndexRun
+from tests.tracing.factories import message
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def auditor_api(make_user, api_for):
+    return api_for(make_user("aud-1", "auditor"))
+
+
+@pytest.fixture
+def indexed():
+    message("m-1", business_id="order-1", key="cust-7", minutes=0, final_state="acked",
+            steps=[(0, "published", None, None), (1, "stored", None, None), (5, "delivered", "billing", 1),
+                   (6, "acked", "billing", 1)])
+    message("m-2", business_id="order-2", key="cust-7", minutes=10, final_state="dead_lettered",
+            groups=[{"group": "billing", "state": "dead_lettered", "attempts": 3, "deliveries": 3, "nacks": 2,
+                     "timeouts": 1, "first_delivered_us": 1, "ended_us": 9, "latency_us": 8,
+                     "last_consumer": "c1", "detail": "limit"}])
+    message("m-3", topic="payments", business_id="order-3", minutes=20, final_state="acked")
+
+
+def ids(response):
+    assert response.status_code == 200, response.content
+    return [m["message_id"] for m in response.json()["results"]]
+
+
+def test_auditor_finds_messages_by_each_criterion(auditor_api, indexed):
+    url = "/api/v1/traces/messages/"
+    assert ids(auditor_api.get(url, {"message_id": "m-2"})) == ["m-2"]
+    assert ids(auditor_api.get(url, {"business_id": "order-1"})) == ["m-1"]
+    assert ids(auditor_api.get(url, {"key": "cust-7"})) == ["m-2", "m-1"]
+    window = {"topic": "orders", "since": "2026-01-01T00:00:00Z", "until": "2026-01-01T00:30:00Z"}
+    assert ids(auditor_api.get(url, window)) == ["m-2", "m-1"]
+    assert ids(auditor_api.get(url, {**window, "state": "dead_lettered"})) == ["m-2"]
+    assert ids(auditor_api.get(url, {**window, "until": "2026-01-01T00:05:00Z"})) == ["m-1"]
+    assert ids(auditor_api.get(url, {"business_id": "nope"})) == []
+
+
+def test_a_bad_filter_is_a_400_with_the_field_named(auditor_api, indexed):
+    response = auditor_api.get("/api/v1/traces/messages/", {"state": "exploded", "since": "yesterday"})
+    assert response.status_code == 400
+    assert set(response.json()) == {"state", "since"}
+
+
+def test_message_record_has_its_groups_and_timeline_in_order(auditor_api, indexed):
+    body = auditor_api.get("/api/v1/traces/messages/m-1/").json()
+    assert (body["business_id"], body["key"], body["final_state"]) == ("order-1", "cust-7", "acked")
+    assert [(e["event"], e["group"], e["attempt"]) for e in body["timeline"]] == [
+        ("published", None, None), ("stored", None, None), ("delivered", "billing", 1), ("acked", "billing", 1)]
+    assert body["groups"][0]["group"] == "billing"
+    assert auditor_api.get("/api/v1/traces/messages/nope/").status_code == 404
+
+
+def test_csv_export_has_the_search_results(auditor_api, indexed):
+    response = auditor_api.get("/api/v1/traces/messages/export/", {"key": "cust-7"})
+    assert response.status_code == 200 and response["Content-Type"].startswith("text/csv")
+    rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
+    assert [(r["message_id"], r["final_state"], r["group_states"]) for r in rows] == [
+        ("m-2", "dead_lettered", "billing=dead_lettered"), ("m-1", "acked", "billing=acked")]
+
+
+def test_auditor_reads_and_changes_nothing(auditor_api, indexed):
+    assert auditor_api.post("/api/v1/traces/messages/", {"message_id": "x"}).status_code in (403, 405)
+    assert auditor_api.delete("/api/v1/traces/messages/m-1/").status_code in (403, 405)
+    assert auditor_api.patch("/api/v1/traces/messages/m-1/", {"final_state": "acked"}).status_code in (403, 405)
+    assert auditor_api.post("/api/v1/traces/index-runs/").status_code == 403
+    assert auditor_api.put("/api/v1/traces/schedule/", {"every_minutes": 1, "enabled": True}).status_code == 403
+    assert auditor_api.get("/api/v1/traces/schedule/").json() == {"every_minutes": 10, "enabled": True}
+    assert auditor_api.post("/api/v1/audit-records/", {"action": "x"}).status_code in (403, 405)
+    assert IndexRun.objects.count() == 0 and AuditRecord.objects.count() == 0
+
+
+def test_people_without_a_tracing_role_see_no_trace(make_user, api_for, indexed):
+    developer = api_for(make_user("dev-1", "developer"))
+    assert developer.get("/api/v1/traces/messages/", {"message_id": "m-1"}).status_code == 403
+    assert developer.get("/api/v1/traces/messages/m-1/").status_code == 403
+    assert api_for(None).get("/api/v1/traces/messages/m-1/").status_code in (401, 403)
+
+
+def test_sre_changes_the_schedule_live_and_it_is_audited(make_user, api_for):
+    from django_celery_beat.models import PeriodicTask
+
+    sre = api_for(make_user("sre-1", "sre"))
+    bad = sre.put("/api/v1/traces/schedule/", {"every_minutes": 0, "enabled": True}, format="json")
+    assert bad.status_code == 400 and "every_minutes" in bad.json()
+    ok = sre.put("/api/v1/traces/schedule/", {"every_minutes": 3, "enabled": False}, format="json")
+    assert ok.json() == {"every_minutes": 3, "enabled": False}
+    task = PeriodicTask.objects.get(name="trace-index-build")
+    assert (task.task, task.interval.every, task.interval.period, task.enabled) == (
+        "apps.tracing.tasks.scheduled_trace_index_build", 3, "minutes", False)
+    record = AuditRecord.objects.get(action="trace_index.schedule")
+    assert (record.actor_name, record.before, record.after) == (
+        "sre-1", {"every_minutes": 10, "enabled": True}, {"every_minutes": 3, "enabled": False})
