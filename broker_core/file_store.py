@@ -31,7 +31,6 @@ from concurrent.futures import Executor
 from pathlib import Path
 from urllib.parse import quote
 
-from broker_core.protocol import unpack_message
 from broker_core.store import (
     KIND_BATCH,
     KIND_DEAD,
@@ -174,9 +173,9 @@ class FileStore:
         for kind, payload in records:
             if kind != KIND_BATCH:
                 continue  # kinds of later versions (transactions) are skipped by this one
-            first_seq, app_id, received_ms, raws, groups = payload[:5]
-            for i, raw in enumerate(raws):
-                m = StoredMessage(first_seq + i, raw, unpack_message(raw), app_id, received_ms, tuple(groups[i]))
+            first_seq, app_id, received_ms, arrays, groups = payload[:5]
+            for i, fields in enumerate(arrays):
+                m = StoredMessage(first_seq + i, fields, app_id, received_ms, tuple(groups[i]))
                 m.segment = seg
                 messages.append(m)
         if end < len(data):
@@ -233,17 +232,17 @@ class FileStore:
         if seg.size >= self.segment_bytes:
             seg = self._roll(seq)
         messages = []
-        raws = []
+        arrays = []
         groups = []
         owed = 0
-        for i, (raw, fields, bound) in enumerate(batch):
-            m = StoredMessage(seq + i, raw, fields, app_id, received_ms, bound)
+        for i, (fields, bound) in enumerate(batch):
+            m = StoredMessage(seq + i, fields, app_id, received_ms, bound)
             m.segment = seg
             messages.append(m)
-            raws.append(raw)
+            arrays.append(fields)
             groups.append(bound)
             owed += len(bound)
-        record = encode_record(KIND_BATCH, [seq, app_id, received_ms, raws, groups])
+        record = encode_record(KIND_BATCH, [seq, app_id, received_ms, arrays, groups])
         seg.size += len(record)
         seg.unfinished += owed
         self.next_seq = seq + len(batch)
@@ -274,7 +273,7 @@ class FileStore:
     def dead_letter(self, message: StoredMessage, group: str, cause: str, attempts: int, now_ms: int,
                     finish: bool = True) -> None:
         dead = DeadLetter(message.seq, group, cause, attempts, now_ms, message.app_id, message.received_ms,
-                          message.raw)
+                          message.fields)
         self._dlq_writes.setdefault(group, []).append(dead.to_record())
         self._dlq_counts[group] = self._dlq_counts.get(group, 0) + 1
         if finish:

@@ -296,7 +296,7 @@ class Group:
                     attempt = attempts.get(seq, 0) + 1
                     attempts[seq] = attempt
                     in_flight[seq] = (m, attempt, deadline)
-                    items.append((seq, attempt, m.raw))
+                    items.append((seq, attempt, m.fields))
                     n -= 1
                     if attempt > 1:
                         self.redelivered += 1

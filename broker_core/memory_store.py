@@ -27,8 +27,8 @@ class MemoryStore:
 
     def append(self, app_id, received_ms, batch, on_done):
         seq = self.next_seq
-        messages = [StoredMessage(seq + i, raw, fields, app_id, received_ms, bound)
-                    for i, (raw, fields, bound) in enumerate(batch)]
+        messages = [StoredMessage(seq + i, fields, app_id, received_ms, bound)
+                    for i, (fields, bound) in enumerate(batch)]
         self.next_seq = seq + len(batch)
         self.held += sum(1 for m in messages if m.pending)
         # answer on the next loop turn, like the file store, so callers see one behaviour
@@ -44,7 +44,7 @@ class MemoryStore:
         dead = self._dead.setdefault(group, [])
         if len(dead) < self.max_dead_letters:  # memory is the limit at this level
             dead.append(DeadLetter(message.seq, group, cause, attempts, now_ms, message.app_id,
-                                   message.received_ms, message.raw))
+                                   message.received_ms, message.fields))
         self._dead_counts[group] = self._dead_counts.get(group, 0) + 1
         if finish:
             self.finish(message, group)

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("broker_core.server")
 
 _conn_ids = itertools.count(1)
+FLUSH_AT = 128 * 1024  # write at once when this much is queued
 
 
 class ClientConnection(asyncio.Protocol):
@@ -46,6 +47,7 @@ class ClientConnection(asyncio.Protocol):
         self.paused = False
         self.paused_since = 0.0
         self._out: list[bytes] = []
+        self._out_bytes = 0
         self._flush_scheduled = False
         self.loop = asyncio.get_running_loop()
 
@@ -109,7 +111,10 @@ class ClientConnection(asyncio.Protocol):
         if self.closed:
             return
         self._out.append(frame)
-        if not self._flush_scheduled:
+        self._out_bytes += len(frame)
+        if self._out_bytes >= FLUSH_AT:
+            self._flush()  # a big batch goes now, so the client can work on it meanwhile
+        elif not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
 
@@ -118,6 +123,7 @@ class ClientConnection(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        self._out_bytes = 0
         if self.closed or not self._out:
             self._out.clear()
             return
@@ -235,14 +241,12 @@ class ClientConnection(asyncio.Protocol):
             return
         limit = config.max_message_bytes or self.options.max_message_bytes
         types = config.message_types
-        batch = []
-        for raw in ev.messages:
-            if type(raw) is not bytes:
-                raise p.ProtocolError("malformed Publish: a message is not packed bytes")
-            fields = p.unpack_message(raw)
-            if len(raw) > limit:
-                self.error(ev.ref, p.E_INVALID, f"message {fields[p.M_ID]} is {len(raw)} bytes; the limit of "
-                                                f"topic {ev.topic!r} is {limit}")
+        check = p.check_message
+        for fields in ev.messages:
+            check(fields)
+            if len(fields[p.M_BODY]) > limit:
+                self.error(ev.ref, p.E_INVALID, f"message {fields[p.M_ID]} has a body of {len(fields[p.M_BODY])} "
+                                                f"bytes; the limit of topic {ev.topic!r} is {limit}")
                 return
             if types and fields[p.M_TYPE] not in types:
                 self.error(ev.ref, p.E_INVALID, f"message type {fields[p.M_TYPE]!r} is not declared on topic "
@@ -251,7 +255,6 @@ class ClientConnection(asyncio.Protocol):
             if fields[p.M_FLAGS] & p.FLAG_PREPARED:
                 self.error(ev.ref, p.E_UNSUPPORTED, "transaction messages are not supported yet")
                 return
-            batch.append((raw, fields))
         topic = self.broker.topic(ev.topic)
         ref = ev.ref
 
@@ -261,7 +264,7 @@ class ClientConnection(asyncio.Protocol):
             else:
                 self.send(p.Published(ref, first_seq, count))
 
-        topic.publish(self.app_id, self.peer, batch, reply)
+        topic.publish(self.app_id, self.peer, ev.messages, reply)
 
     def on_subscribe(self, ev: p.Subscribe) -> None:
         binding = self.broker.state.binding(ev.topic, ev.group)

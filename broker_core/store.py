@@ -8,9 +8,11 @@ through the `notify` callable (the broker passes `loop.call_soon_threadsafe`).
 Record framing (file store, all files): `length u32 | crc32 u32 | kind u8 | payload`, big-endian;
 `length` counts the payload, the CRC covers kind and payload. Payloads are msgpack arrays:
 
-    KIND_BATCH    [first_seq, app_id, received_ms, [packed message, ...], [[group, ...], ...]]
+    KIND_BATCH    [first_seq, app_id, received_ms, [message array, ...], [[group, ...], ...]]
     KIND_FINISH   [group, [seq, ...]]            (the ack file: these seqs are done for the group)
-    KIND_DEAD     [seq, group, cause, attempts, dead_ms, app_id, received_ms, packed message]
+    KIND_DEAD     [seq, group, cause, attempts, dead_ms, app_id, received_ms, message array]
+
+A message array is `broker_core.protocol.message`, as the producer sent it.
 
 Kinds 2-4 are reserved for transaction messages (issue 5: prepared, commit, rollback).
 """
@@ -26,15 +28,14 @@ from typing import Protocol
 import msgpack
 
 from broker_core.protocol import (
+    M_BODY,
     M_BUSINESS_ID,
     M_DELIVERY_LIMIT,
-    M_FLAGS,
+    M_HEADERS,
     M_ID,
     M_KEY,
-    M_TIMESTAMP_MS,
     M_TTL_MS,
     M_TYPE,
-    unpack_message,
 )
 
 KIND_BATCH = 1
@@ -53,26 +54,39 @@ class StoreError(Exception):
 class StoredMessage:
     """One message as the broker holds it between publish and the last group finishing with it."""
 
-    __slots__ = ("seq", "raw", "id", "message_type", "key", "business_id", "ttl_ms", "delivery_limit",
-                 "flags", "timestamp_ms", "received_ms", "app_id", "groups", "pending", "segment")
+    __slots__ = ("seq", "fields", "ttl_ms", "delivery_limit", "received_ms", "app_id", "groups", "pending",
+                 "segment")
 
-    def __init__(self, seq: int, raw: bytes, fields: list, app_id: str | None, received_ms: int,
-                 groups: tuple[str, ...]):
+    def __init__(self, seq: int, fields: list, app_id: str | None, received_ms: int, groups: tuple[str, ...]):
         self.seq = seq
-        self.raw = raw
-        self.id = fields[M_ID]
-        self.message_type = fields[M_TYPE]
-        self.key = fields[M_KEY]
-        self.business_id = fields[M_BUSINESS_ID]
+        self.fields = fields  # the message array as the producer sent it (protocol.message)
         self.ttl_ms = fields[M_TTL_MS]
         self.delivery_limit = fields[M_DELIVERY_LIMIT]
-        self.flags = fields[M_FLAGS]
-        self.timestamp_ms = fields[M_TIMESTAMP_MS]
         self.received_ms = received_ms
         self.app_id = app_id
         self.groups = groups  # the groups bound when it was published: it is owed to each of them
-        self.pending = len(groups)  # groups not yet finished with it (kept up to date by the topic)
+        self.pending = len(groups)  # groups not yet finished with it (kept up to date by the groups)
         self.segment = None  # the store's handle for where it lives
+
+    @property
+    def id(self) -> str:
+        return self.fields[M_ID]
+
+    @property
+    def message_type(self) -> str:
+        return self.fields[M_TYPE]
+
+    @property
+    def key(self) -> str | None:
+        return self.fields[M_KEY]
+
+    @property
+    def business_id(self) -> str | None:
+        return self.fields[M_BUSINESS_ID]
+
+    @property
+    def size(self) -> int:
+        return len(self.fields[M_BODY])
 
     def __repr__(self) -> str:
         return f"<StoredMessage seq={self.seq} id={self.id} type={self.message_type!r}>"
@@ -87,21 +101,21 @@ class DeadLetter:
     dead_ms: int
     app_id: str | None
     received_ms: int
-    raw: bytes
+    fields: list
 
     def to_dict(self) -> dict:
         """The JSON-able view (body as bytes: the HTTP layer encodes it)."""
-        m = unpack_message(self.raw)
+        m = self.fields
         return {
             "seq": self.seq, "group": self.group, "cause": self.cause, "attempts": self.attempts,
             "dead_ms": self.dead_ms, "app_id": self.app_id, "received_ms": self.received_ms,
             "message_id": m[M_ID], "message_type": m[M_TYPE], "key": m[M_KEY], "business_id": m[M_BUSINESS_ID],
-            "body": m[5],
+            "headers": m[M_HEADERS], "body": m[M_BODY],
         }
 
     def to_record(self) -> bytes:
         return encode_record(KIND_DEAD, [self.seq, self.group, self.cause, self.attempts, self.dead_ms,
-                                         self.app_id, self.received_ms, self.raw])
+                                         self.app_id, self.received_ms, self.fields])
 
     @classmethod
     def from_payload(cls, p: list) -> DeadLetter:
@@ -121,9 +135,9 @@ class TopicStore(Protocol):
         """Messages some group has not finished with, in seq order, each with those groups."""
         ...
 
-    def append(self, app_id: str | None, received_ms: int, batch: list[tuple[bytes, list, tuple[str, ...]]],
+    def append(self, app_id: str | None, received_ms: int, batch: list[tuple[list, tuple[str, ...]]],
                on_done: DoneCallback) -> list[StoredMessage]:
-        """Assign seqs and store a publish batch of (packed message, its fields, its groups).
+        """Assign seqs and store a publish batch of (message array, the groups it is owed to).
 
         Returns the messages at once; `on_done` runs once they are durable under the fsync policy.
         """

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from broker_core.cluster_state import Binding, ClusterState
 from broker_core.group import Group
-from broker_core.protocol import M_TYPE
+from broker_core.protocol import M_BODY, M_TYPE
 from broker_core.store import StoredMessage, TopicStore
 from broker_core.trace import TraceSink
 
@@ -79,12 +79,11 @@ class Topic:
             self._routes[message_type] = groups
         return groups
 
-    def publish(self, app_id: str, client_host: str | None, batch: list[tuple[bytes, list]],
-                reply: PublishReply) -> None:
-        """Store a batch of (packed message, fields); `reply` runs once it is durable (or failed)."""
+    def publish(self, app_id: str, client_host: str | None, batch: list[list], reply: PublishReply) -> None:
+        """Store a batch of message arrays; `reply` runs once it is durable (or failed)."""
         received_ms = int(time.time() * 1000)
         routes = self.routes
-        routed = [(raw, fields, routes(fields[M_TYPE])) for raw, fields in batch]
+        routed = [(fields, routes(fields[M_TYPE])) for fields in batch]
         stored: list[list[StoredMessage]] = []
 
         def done(exc: BaseException | None) -> None:
@@ -95,7 +94,7 @@ class Topic:
             for m in stored[0]:
                 self.trace.emit("published", message_id=m.id, topic=self.name, message_type=m.message_type,
                                 key=m.key, business_id=m.business_id, app_id=app_id, client_host=client_host,
-                                size=len(m.raw), ts_us=received_ms * 1000)
+                                size=m.size, ts_us=received_ms * 1000)
 
     def _stored(self, messages: list[StoredMessage], exc: BaseException | None, reply: PublishReply,
                 client_host: str | None) -> None:
@@ -104,7 +103,7 @@ class Topic:
             reply(exc, 0, 0)
             return
         self.published += len(messages)
-        self.published_bytes += sum(len(m.raw) for m in messages)
+        self.published_bytes += sum(len(m.fields[M_BODY]) for m in messages)
         reply(None, messages[0].seq, len(messages))
         if self.tracing:
             for m in messages:

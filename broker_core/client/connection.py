@@ -23,6 +23,7 @@ from broker_core.client.errors import AuthError, BrokerError, ConnectionLost
 log = logging.getLogger("broker_core.client")
 
 MISSED_HEARTBEATS = 2.5
+FLUSH_AT = 128 * 1024  # write at once when this much is queued, without waiting for the loop turn to end
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class BrokerConnection(asyncio.Protocol):
         self.pending: dict[int, asyncio.Future] = {}
         self._refs = itertools.count(1)
         self._out: list[bytes] = []
+        self._out_bytes = 0
         self._flush_scheduled = False
         self.welcome: p.Welcome | None = None
         self.closed = self.loop.create_future()  # result: the reason (an exception or None)
@@ -170,10 +172,15 @@ class BrokerConnection(asyncio.Protocol):
         return next(self._refs)
 
     def write(self, frame: bytes) -> None:
+        """Queue a frame; frames go out together at the end of this loop turn, or at once when
+        enough has gathered (so the broker starts on a batch while the next one is packed)."""
         if self.closed.done():
             raise ConnectionLost(f"connection to {self.address} is closed")
         self._out.append(frame)
-        if not self._flush_scheduled:
+        self._out_bytes += len(frame)
+        if self._out_bytes >= FLUSH_AT:
+            self._flush()
+        elif not self._flush_scheduled:
             self._flush_scheduled = True
             self.loop.call_soon(self._flush)
 
@@ -182,6 +189,7 @@ class BrokerConnection(asyncio.Protocol):
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        self._out_bytes = 0
         if not self._out or self.closed.done() or self.transport is None:
             self._out.clear()
             return

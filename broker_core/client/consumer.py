@@ -25,7 +25,6 @@ import queue
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from broker_core import protocol as p
 from broker_core.client._loop import LoopThread
@@ -38,21 +37,31 @@ log = logging.getLogger("broker_core.client.consumer")
 REFUSALS = (p.E_NO_BINDING, p.E_AUTH_FAILED, p.E_NOT_AUTHENTICATED)
 
 
-@dataclass
 class ReceivedMessage:
-    id: str
-    topic: str
-    group: str
-    message_type: str
-    key: str | None
-    business_id: str | None
-    headers: dict
-    body: bytes
-    ttl_ms: int
-    timestamp_ms: int
-    attempt: int
-    seq: int
-    broker: str
+    """A delivered message. `attempt` counts deliveries to this group (1 the first time)."""
+
+    __slots__ = ("topic", "group", "broker", "seq", "attempt", "_m")
+
+    def __init__(self, topic: str, group: str, broker: str, seq: int, attempt: int, m: list):
+        self.topic = topic
+        self.group = group
+        self.broker = broker
+        self.seq = seq
+        self.attempt = attempt
+        self._m = m
+
+    id = property(lambda self: self._m[p.M_ID])
+    message_type = property(lambda self: self._m[p.M_TYPE])
+    key = property(lambda self: self._m[p.M_KEY])
+    business_id = property(lambda self: self._m[p.M_BUSINESS_ID])
+    headers = property(lambda self: self._m[p.M_HEADERS])
+    body = property(lambda self: self._m[p.M_BODY])
+    ttl_ms = property(lambda self: self._m[p.M_TTL_MS])
+    timestamp_ms = property(lambda self: self._m[p.M_TIMESTAMP_MS])
+
+    def __repr__(self) -> str:
+        return (f"<ReceivedMessage {self.topic}/{self.group} id={self.id} type={self.message_type!r} "
+                f"attempt={self.attempt} {len(self.body)} bytes>")
 
 
 class Nack(Exception):
@@ -61,13 +70,6 @@ class Nack(Exception):
     def __init__(self, reason: str = "", delay_ms: int = -1):
         super().__init__(reason)
         self.delay_ms = delay_ms
-
-
-def _decode(topic: str, group: str, broker: str, item: list) -> ReceivedMessage:
-    seq, attempt, raw = item[0], item[1], item[2]
-    m = p.unpack_message(raw)
-    return ReceivedMessage(m[p.M_ID], topic, group, m[p.M_TYPE], m[p.M_KEY], m[p.M_BUSINESS_ID], m[p.M_HEADERS],
-                           m[p.M_BODY], m[p.M_TTL_MS], m[p.M_TIMESTAMP_MS], attempt, seq, broker)
 
 
 class _BrokerSession:
@@ -142,9 +144,10 @@ class _BrokerSession:
         elif ev.sub_id != self.sub_id:
             return
         node = conn.welcome.node_id if conn.welcome else str(self.address)
+        topic, group = consumer.topic, consumer.group
         try:
-            messages = [_decode(consumer.topic, consumer.group, node, item) for item in ev.items]
-        except (p.ProtocolError, IndexError, TypeError) as exc:
+            messages = [ReceivedMessage(topic, group, node, item[0], item[1], item[2]) for item in ev.items]
+        except (IndexError, TypeError) as exc:
             log.error("consumer: undecodable delivery from %s: %s", self.address, exc)
             conn.close()
             return

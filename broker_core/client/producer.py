@@ -84,11 +84,11 @@ class _Waiter:
 
 
 class _Batch:
-    __slots__ = ("topic", "raws", "waiters", "deadline")
+    __slots__ = ("topic", "messages", "waiters", "deadline")
 
-    def __init__(self, topic: str, raws: list[bytes], waiters: list[_Waiter], deadline: float):
+    def __init__(self, topic: str, messages: list[list], waiters: list[_Waiter], deadline: float):
         self.topic = topic
-        self.raws = raws
+        self.messages = messages
         self.waiters = waiters
         self.deadline = deadline
 
@@ -101,8 +101,8 @@ class _Link:
         self.discovery = discovery
         self.loop = asyncio.get_running_loop()
         self.conn: BrokerConnection | None = None
-        # queued messages: (topic, raw, waiter, deadline)
-        self.queue: deque[tuple[str, bytes, _Waiter, float]] = deque()
+        # queued messages: (topic, message array, waiter, deadline)
+        self.queue: deque[tuple[str, list, _Waiter, float]] = deque()
         self.retry: deque[_Batch] = deque()
         self.in_flight: dict[int, _Batch] = {}
         self._flush_scheduled = False
@@ -112,12 +112,15 @@ class _Link:
         self.failovers = 0
         self.last_error: BaseException | None = None
 
-    def submit(self, topic: str, raws: list[bytes], waiter: _Waiter) -> None:
+    def submit(self, topic: str, messages: list[list], waiter: _Waiter) -> None:
         deadline = time.monotonic() + self.producer.send_timeout
         queue = self.queue
-        for raw in raws:
-            queue.append((topic, raw, waiter, deadline))
-        self._schedule()
+        for m in messages:
+            queue.append((topic, m, waiter, deadline))
+        if len(queue) >= self.producer.max_batch:
+            self._flush()  # a full batch goes now: the broker stores it while we pack the next
+        else:
+            self._schedule()
 
     def _schedule(self) -> None:
         if not self._flush_scheduled:
@@ -137,21 +140,21 @@ class _Link:
         queue = self.queue
         while queue and len(self.in_flight) < window:
             topic = queue[0][0]
-            raws: list[bytes] = []
+            messages: list[list] = []
             waiters: list[_Waiter] = []
             size = 0
             deadline = queue[0][3]
-            while queue and len(raws) < max_batch and size < max_bytes and queue[0][0] == topic:
-                _, raw, waiter, deadline = queue.popleft()
-                raws.append(raw)
+            while queue and len(messages) < max_batch and size < max_bytes and queue[0][0] == topic:
+                _, m, waiter, deadline = queue.popleft()
+                messages.append(m)
                 waiters.append(waiter)
-                size += len(raw)
-            self._send(conn, _Batch(topic, raws, waiters, deadline))
+                size += len(m[5]) + 64
+            self._send(conn, _Batch(topic, messages, waiters, deadline))
 
     def _send(self, conn: BrokerConnection, batch: _Batch) -> None:
         ref = conn.next_ref()
         self.in_flight[ref] = batch
-        answer = conn.request(p.Publish(ref, batch.topic, batch.raws))
+        answer = conn.request(p.Publish(ref, batch.topic, batch.messages))
         answer.add_done_callback(lambda f, ref=ref: self._answered(ref, f))
 
     def _answered(self, ref: int, answer: asyncio.Future) -> None:
@@ -312,40 +315,57 @@ class AsyncProducer:
             self._topic_links[topic] = link
         return link
 
-    def _pack(self, m: Message) -> tuple[str, bytes]:
-        message_id = m.id or self.new_id()
+    def _array(self, m: Message, now_ms: int) -> list:
         if type(m.body) is not bytes:
             raise TypeError("a message body must be bytes")
-        return message_id, p.pack_message(message_id, m.message_type, m.body, key=m.key, business_id=m.business_id,
-                                          headers=m.headers, ttl_ms=m.ttl_ms, delivery_limit=m.delivery_limit,
-                                          timestamp_ms=int(time.time() * 1000))
+        return [m.id or self.new_id(), m.message_type, m.key, m.business_id, m.headers or {}, m.body, m.ttl_ms,
+                m.delivery_limit, 0, now_ms]
 
-    async def send(self, topic: str, body: bytes, *, message_type: str = "default", key: str | None = None,
-                   business_id: str | None = None, headers: dict[str, str] | None = None, ttl_ms: int = 0,
-                   delivery_limit: int = 0, message_id: str | None = None) -> str:
-        """Store one message; returns its id once the broker acknowledged it."""
+    async def send(self, topic: str, body: bytes, **fields) -> str:
+        """Store one message; returns its id once the broker acknowledged it. `fields` are those of
+        `send_nowait` (message_type, key, business_id, headers, ttl_ms, delivery_limit, message_id)."""
+        if topic not in self._topic_links:
+            await self._link(topic)
+        return await self.send_nowait(topic, body, **fields)
+
+    async def connect(self, topic: str, timeout: float | None = None) -> None:
+        """Find the topic's cluster and connect to one of its brokers now (sends do it lazily)."""
+        link = self._topic_links.get(topic) or await self._link(topic)
+        link._ensure_connecting()
+        deadline = time.monotonic() + (timeout if timeout is not None else self.connect_timeout)
+        while link.conn is None or not link.conn.is_open:
+            if isinstance(link.last_error, AuthError):
+                raise link.last_error
+            if time.monotonic() > deadline:
+                raise SendTimeout(f"no broker of the cluster answered (last error: {link.last_error})")
+            await asyncio.sleep(0.01)
+
+    def send_nowait(self, topic: str, body: bytes, *, message_type: str = "default", key: str | None = None,
+                    business_id: str | None = None, headers: dict[str, str] | None = None, ttl_ms: int = 0,
+                    delivery_limit: int = 0, message_id: str | None = None) -> asyncio.Future:
+        """Queue one message; returns a future of its id. No coroutine per message: the fast way to
+        pipeline many sends. The topic's cluster must be known (`await connect(topic)` once)."""
+        link = self._topic_links.get(topic)
+        if link is None:
+            raise RuntimeError(f"call `await connect({topic!r})` before send_nowait")
         if type(body) is not bytes:
             raise TypeError("a message body must be bytes")
         message_id = message_id or self.new_id()
-        raw = p.pack_message(message_id, message_type, body, key=key, business_id=business_id, headers=headers,
-                             ttl_ms=ttl_ms, delivery_limit=delivery_limit, timestamp_ms=int(time.time() * 1000))
-        link = self._topic_links.get(topic) or await self._link(topic)
-        future = asyncio.get_running_loop().create_future()
-        link.submit(topic, [raw], _Waiter(future, 1, message_id))
-        return await future
+        future = link.loop.create_future()
+        link.submit(topic, [[message_id, message_type, key, business_id, headers or {}, body, ttl_ms, delivery_limit, 0,
+                             int(time.time() * 1000)]], _Waiter(future, 1, message_id))
+        return future
 
     async def send_many(self, topic: str, messages: Iterable[Message | bytes]) -> list[str]:
         """Store many messages; returns their ids once the broker acknowledged all of them."""
-        ids, raws = [], []
-        for m in messages:
-            message_id, raw = self._pack(m if isinstance(m, Message) else Message(m))
-            ids.append(message_id)
-            raws.append(raw)
-        if not raws:
+        now_ms = int(time.time() * 1000)
+        arrays = [self._array(m if isinstance(m, Message) else Message(m), now_ms) for m in messages]
+        if not arrays:
             return []
+        ids = [a[p.M_ID] for a in arrays]
         link = self._topic_links.get(topic) or await self._link(topic)
         future = asyncio.get_running_loop().create_future()
-        link.submit(topic, raws, _Waiter(future, len(raws), ids))
+        link.submit(topic, arrays, _Waiter(future, len(arrays), ids))
         return await future
 
     async def flush(self, timeout: float | None = None) -> None:

@@ -68,8 +68,8 @@ class RawConsumer:
 
     def _deliver(self, conn, ev):
         now = time.monotonic()
-        for seq, attempt, raw in ev.items:
-            self.deliveries.append((seq, attempt, p.unpack_message(raw), now))
+        for seq, attempt, fields in ev.items:
+            self.deliveries.append((seq, attempt, fields, now))
 
     def _unsub(self, conn, ev):
         self.unsubscribed.append(ev.reason)

@@ -11,7 +11,7 @@ import pytest
 
 from broker_core.file_store import FileStore
 from broker_core.memory_store import MemoryStore
-from broker_core.protocol import pack_message, unpack_message
+from broker_core.protocol import message
 
 
 class Loop:
@@ -48,8 +48,7 @@ def executor():
 def batch(n: int, start: int = 0, groups=("g1", "g2"), size: int = 100):
     out = []
     for i in range(start, start + n):
-        raw = pack_message(f"m{i}", "t", f"{i}".encode().ljust(size, b"."))
-        out.append((raw, unpack_message(raw), tuple(groups)))
+        out.append((message(f"m{i}", "t", f"{i}".encode().ljust(size, b".")), tuple(groups)))
     return out
 
 

@@ -21,7 +21,7 @@ def roundtrip(event: p.Event, receiver_role: str) -> p.Event:
 
 @pytest.mark.parametrize("event", [
     p.Hello(1, "client-1", "app", "secret", 500, {"sdk": "py"}),
-    p.Publish(7, "orders", [p.pack_message("id-1", "order.created", b"body")]),
+    p.Publish(7, "orders", [p.message("id-1", "order.created", b"body")]),
     p.Subscribe(8, "orders", "billing", 100, 2000),
     p.Ready(1, 50),
     p.Ack(1, [1, 2, 3]),
@@ -39,7 +39,7 @@ def test_client_events_round_trip(event):
     p.Welcome(1, "node-1", "prod-a", 1000, 1 << 20),
     p.Published(7, 100, 3),
     p.Subscribed(8, 1, "broadcast", 100, 30000),
-    p.Deliver(1, [[1, 1, p.pack_message("id-1", "t", b"x")]]),
+    p.Deliver(1, [[1, 1, p.message("id-1", "t", b"x")]]),
     p.Error(7, p.E_NOT_GRANTED, "no grant", False),
     p.DeadLetters(9, [{"seq": 1}]),
     p.Unsubscribed(1, "binding removed"),
@@ -50,7 +50,7 @@ def test_server_events_round_trip(event):
 
 
 def test_frames_split_at_every_byte_and_joined():
-    events = [p.Ping(), p.Ack(3, list(range(100))), p.Publish(1, "t", [p.pack_message("a", "t", b"x" * 3000)])]
+    events = [p.Ping(), p.Ack(3, list(range(100))), p.Publish(1, "t", [p.message("a", "t", b"x" * 3000)])]
     data = b"".join(p.encode_frame(e) for e in events)
     conn = p.Connection(p.SERVER)
     got = []
@@ -116,16 +116,17 @@ def test_incomplete_frame_needs_data():
     assert isinstance(conn.next_event(), p.Subscribe)
 
 
-def test_messages_pack_and_check():
-    raw = p.pack_message("id", "order.created", b"\x00body", key="k", business_id="b", headers={"h": "v"},
-                         ttl_ms=5, delivery_limit=3, timestamp_ms=9)
-    m = p.unpack_message(raw)
+def test_message_arrays_are_checked():
+    m = p.message("id", "order.created", b"\x00body", key="k", business_id="b", headers={"h": "v"}, ttl_ms=5,
+                  delivery_limit=3, timestamp_ms=9)
+    assert p.check_message(m) is m
     assert m[p.M_ID] == "id" and m[p.M_BODY] == b"\x00body" and m[p.M_HEADERS] == {"h": "v"}
     assert (m[p.M_TTL_MS], m[p.M_DELIVERY_LIMIT], m[p.M_TIMESTAMP_MS]) == (5, 3, 9)
-    for bad in (b"\xc1", msgpack.packb([1, 2]), msgpack.packb(["id", "t", None, None, {}, "str body", 0, 0, 0, 0]),
-                msgpack.packb(["id", "t", None, None, {}, b"", -1, 0, 0, 0])):
+    for bad in ("not a list", [1, 2], ["id", "t", None, None, {}, "str body", 0, 0, 0, 0],
+                ["id", "t", None, None, {}, b"", -1, 0, 0, 0], ["", "t", None, None, {}, b"", 0, 0, 0, 0],
+                ["id", "t", 5, None, {}, b"", 0, 0, 0, 0]):
         with pytest.raises(p.ProtocolError):
-            p.unpack_message(bad)
+            p.check_message(bad)
 
 
 def test_sending_checks_the_role():

@@ -1,0 +1,246 @@
+"""Broker benchmark: one command, a broker on a temporary folder, 1 KiB messages, fsync group commit.
+
+    .venv/bin/python bench/broker_bench.py [--messages 200000] [--paced-seconds 10] [--fsync batch]
+
+Prints, from one Python client process (the broker is a separate process, as in production):
+  1. publish throughput: `send_nowait` pipelined with a window of 2,000 unacknowledged messages
+     (the SDK batches them into frames by itself), and `send_many` of 100-message lists;
+  2. end-to-end throughput: the same producer plus one consumer group (one consumer, acking);
+  3. end-to-end latency at a paced 2,000 messages/s: p50 / p99 / max from send to the handler.
+
+ZooKeeper: $SWITCHYARD_ZK if set, else one started under /tmp/sy-broker/bench on port 27592.
+Ports 27580-27581 for the broker. Everything it starts is stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kazoo.client import KazooClient  # noqa: E402
+
+from broker_core.client import AsyncConsumer, AsyncProducer  # noqa: E402
+from broker_core.client._loop import new_event_loop  # noqa: E402
+from broker_core.provision import Provisioner  # noqa: E402
+from devstack.services import port_open, start_zookeeper, stop_zookeeper  # noqa: E402
+
+STATE = Path("/tmp/sy-broker/bench")
+ZK_PORT = 27592
+BROKER_PORT = 27580
+APP, SECRET, TOPIC, GROUP = "bench-app", "bench-secret", "bench", "bench-group"
+BODY = b"x" * 1024
+WINDOW = 2000
+
+
+def start_broker(zk: str, data_dir: Path, fsync: str, trace: bool) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "broker_core", "--cluster", "bench", "--zk", zk, "--data-dir", str(data_dir),
+            "--port", str(BROKER_PORT), "--metrics-port", str(BROKER_PORT + 1), "--fsync", fsync,
+            "--log-level", "WARNING", "--trace" if trace else "--no-trace"]
+    log = open(data_dir.parent / "broker.log", "ab")
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not port_open(BROKER_PORT):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"the broker did not start; see {data_dir.parent / 'broker.log'}")
+        time.sleep(0.05)
+    return proc
+
+
+def broker_stats() -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{BROKER_PORT + 1}/stats", timeout=5) as r:
+        return json.loads(r.read())
+
+
+async def publish_pipelined(producer: AsyncProducer, count: int) -> float:
+    window = asyncio.Semaphore(WINDOW)
+    done = asyncio.Event()
+    remaining = [count]
+
+    def acked(_future) -> None:
+        window.release()
+        remaining[0] -= 1
+        if remaining[0] == 0:
+            done.set()
+
+    started = time.perf_counter()
+    for _ in range(count):
+        await window.acquire()
+        producer.send_nowait(TOPIC, BODY).add_done_callback(acked)
+    await done.wait()
+    return count / (time.perf_counter() - started)
+
+
+async def publish_many(producer: AsyncProducer, count: int, per_call: int = 100) -> float:
+    window = asyncio.Semaphore(WINDOW // per_call)
+    tasks = []
+
+    async def one() -> None:
+        try:
+            await producer.send_many(TOPIC, [BODY] * per_call)
+        finally:
+            window.release()
+
+    started = time.perf_counter()
+    for _ in range(count // per_call):
+        await window.acquire()
+        tasks.append(asyncio.ensure_future(one()))
+    await asyncio.gather(*tasks)
+    return (count // per_call) * per_call / (time.perf_counter() - started)
+
+
+async def end_to_end(producer: AsyncProducer, kwargs: dict, count: int) -> tuple[float, float]:
+    received = [0]
+    done = asyncio.Event()
+
+    def handle(message) -> None:
+        received[0] += 1
+        if received[0] >= count:
+            done.set()
+
+    consumer = AsyncConsumer(TOPIC, GROUP, handle, credit=5000, **kwargs)
+    await consumer.start()
+    started = time.perf_counter()
+    publish_rate = await publish_pipelined(producer, count)
+    await asyncio.wait_for(done.wait(), 120)
+    elapsed = time.perf_counter() - started
+    await consumer.stop()
+    return count / elapsed, publish_rate
+
+
+async def paced_latency(producer: AsyncProducer, kwargs: dict, rate: int, seconds: float) -> list[float]:
+    latencies: list[float] = []
+    total = int(rate * seconds)
+    done = asyncio.Event()
+
+    def handle(message) -> None:
+        latencies.append(time.perf_counter() - float(message.headers["t"]))
+        if len(latencies) >= total:
+            done.set()
+
+    consumer = AsyncConsumer(TOPIC, GROUP, handle, credit=1000, **kwargs)
+    await consumer.start()
+    await asyncio.sleep(0.5)
+    started = time.perf_counter()
+    for i in range(total):
+        due = started + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        producer.send_nowait(TOPIC, BODY, headers={"t": repr(time.perf_counter())})
+    await asyncio.wait_for(done.wait(), 60)
+    await consumer.stop()
+    return latencies
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def run(args, zk: str) -> dict:
+    kwargs = {"app_id": APP, "secret": SECRET, "zk": zk, "cache_dir": STATE / "sdk-cache"}
+    producer = AsyncProducer(**kwargs)
+    await producer.connect(TOPIC)
+    await publish_pipelined(producer, 5000)  # warm up (connections, allocator, page cache)
+    results = {}
+    results["publish_pipelined"] = await publish_pipelined(producer, args.messages)
+    results["publish_send_many_100"] = await publish_many(producer, args.messages)
+    # the group drains what the publish runs stored before the end-to-end run starts
+    drained = asyncio.Event()
+    backlog = broker_stats()["topics"][TOPIC]["groups"][GROUP]["depth"]
+    got = [0]
+
+    def drain(_m) -> None:
+        got[0] += 1
+        if got[0] >= backlog:
+            drained.set()
+
+    consumer = AsyncConsumer(TOPIC, GROUP, drain, credit=5000, **kwargs)
+    await consumer.start()
+    started = time.perf_counter()
+    await asyncio.wait_for(drained.wait(), 300)
+    results["drain_backlog"] = backlog / (time.perf_counter() - started)
+    await consumer.stop()
+    results["end_to_end"], results["end_to_end_publish"] = await end_to_end(producer, kwargs, args.messages)
+    latencies = await paced_latency(producer, kwargs, args.paced_rate, args.paced_seconds)
+    results["paced"] = {"rate": args.paced_rate, "messages": len(latencies),
+                        "p50_ms": percentile(latencies, 0.50) * 1000, "p99_ms": percentile(latencies, 0.99) * 1000,
+                        "max_ms": max(latencies) * 1000, "mean_ms": statistics.fmean(latencies) * 1000}
+    await producer.close()
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=200_000)
+    parser.add_argument("--paced-rate", type=int, default=2000)
+    parser.add_argument("--paced-seconds", type=float, default=10.0)
+    parser.add_argument("--fsync", default="batch", choices=["batch", "interval", "never"])
+    parser.add_argument("--trace", action="store_true", help="have the broker write trace events too")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON only")
+    args = parser.parse_args()
+
+    STATE.mkdir(parents=True, exist_ok=True)
+    own_zk = not os.environ.get("SWITCHYARD_ZK")
+    zk_hosts = os.environ.get("SWITCHYARD_ZK") or f"127.0.0.1:{ZK_PORT}"
+    if own_zk:
+        start_zookeeper(STATE, ZK_PORT, "zk-bench")
+    chroot = f"/sy-broker-bench/{uuid.uuid4().hex[:8]}"
+    client = KazooClient(hosts=zk_hosts)
+    client.start(timeout=15)
+    pv = Provisioner(client, chroot, cluster="bench")
+    pv.meta()
+    pv.app(APP, SECRET)
+    pv.topic(TOPIC)
+    pv.grant(TOPIC, APP)
+    pv.binding(TOPIC, GROUP, APP, max_in_flight=10_000)
+    workdir = Path(tempfile.mkdtemp(prefix="run-", dir=STATE))
+    broker = start_broker(f"{zk_hosts}{chroot}", workdir / "data", args.fsync, args.trace)
+    try:
+        loop = new_event_loop()
+        results = loop.run_until_complete(run(args, f"{zk_hosts}{chroot}"))
+        loop.close()
+        results["broker"] = broker_stats()["topics"][TOPIC]["store"]
+    finally:
+        broker.terminate()
+        broker.wait(timeout=30)
+        client.delete(chroot, recursive=True)
+        client.stop()
+        client.close()
+        if own_zk:
+            stop_zookeeper(STATE, "zk-bench")
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return 0
+    paced = results["paced"]
+    print(f"broker bench: 1 KiB messages, fsync={args.fsync}{' + trace' if args.trace else ''}, "
+          f"one client process, {os.cpu_count()} cores")
+    print(f"  publish, send_nowait pipelined (window {WINDOW}):  {results['publish_pipelined']:>9,.0f} msgs/s")
+    print(f"  publish, send_many of 100 (window {WINDOW}):     {results['publish_send_many_100']:>9,.0f} msgs/s")
+    print(f"  drain a backlog, one consumer acking:        {results['drain_backlog']:>9,.0f} msgs/s")
+    print(f"  end-to-end, publish + one group acking:      {results['end_to_end']:>9,.0f} msgs/s")
+    print(f"  paced {paced['rate']:,}/s for {paced['messages']:,} msgs: p50 {paced['p50_ms']:.2f} ms, "
+          f"p99 {paced['p99_ms']:.2f} ms, max {paced['max_ms']:.2f} ms")
+    store = results["broker"]
+    print(f"  broker store: {store['flushes']:,} flush jobs, {store['fsyncs']:,} fsyncs")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
