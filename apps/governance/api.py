@@ -8,7 +8,7 @@ from __future__ import annotations
 import django_filters
 from django.core.exceptions import ValidationError
 from drf_spectacular.utils import extend_schema, inline_serializer
-from rest_framework import mixins, serializers, status, views
+from rest_framework import exceptions, mixins, serializers, status, views
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
@@ -86,7 +86,14 @@ class ApplicationFilterSet(django_filters.FilterSet):
         return queryset.filter(pk__in=ids)
 
 
-comment_body = inline_serializer("DecisionBody", {"comment": serializers.CharField(required=False)})
+class DecisionBodySerializer(serializers.Serializer):
+    comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
+
+
+def _comment(request) -> str:
+    body = DecisionBodySerializer(data=request.data if isinstance(request.data, dict) else {"comment": None})
+    body.is_valid(raise_exception=True)
+    return body.validated_data["comment"]
 
 
 class ApplicationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ActionViewSet):
@@ -140,19 +147,19 @@ class ApplicationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Actio
         """The applicant withdraws a draft or a pending application."""
         return self._respond(type(self).withdraw_fn(actor=request.user, application=self.get_object()))
 
-    @extend_schema(request=comment_body)
+    @extend_schema(request=DecisionBodySerializer)
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
         """Fill one approval slot (403 for the applicant and for anyone who may not fill an open slot)."""
-        comment = str(request.data.get("comment", ""))
+        comment = _comment(request)
         return self._respond(type(self).approve_fn(actor=request.user, application=self.get_object(),
                                                    comment=comment))
 
-    @extend_schema(request=comment_body)
+    @extend_schema(request=DecisionBodySerializer)
     @action(detail=True, methods=["post"])
     def reject(self, request, pk=None):
         """Reject with a comment (required)."""
-        comment = str(request.data.get("comment", ""))
+        comment = _comment(request)
         return self._respond(type(self).reject_fn(actor=request.user, application=self.get_object(),
                                                   comment=comment))
 
@@ -163,6 +170,8 @@ class ApplicationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Actio
     @action(detail=False, methods=["post"], url_path="dry-run")
     def dry_run(self, request):
         """Would this application pass, and why not? Takes the body of a create; changes nothing."""
+        if not isinstance(request.data, dict):
+            raise exceptions.ValidationError({"non_field_errors": ["Send the application as a JSON object."]})
         serializer = self.get_serializer(data=request.data)
         if not serializer.is_valid():
             return Response({"passed": False, "field_errors": serializer.errors, "checks": [],

@@ -204,3 +204,36 @@ def test_dry_run_says_why_not_and_changes_nothing(people, api_for, dev_cluster, 
 def test_anonymous_gets_401(api_for, dev_cluster):
     assert api_for(None).get("/api/v1/topic-applications/").status_code == 401
     assert api_for(None).post("/api/v1/topic-applications/", BODY, format="json").status_code == 401
+
+
+@pytest.mark.parametrize("method, url, body", [
+    ("post", "/api/v1/topic-applications/", ["not", "an", "object"]),
+    ("post", "/api/v1/topic-applications/", {**BODY, "message_types": "created,paid", "team": "nobody",
+                                             "expected_peak_mps": "lots", "transactional": "perhaps"}),
+    ("post", "/api/v1/topic-applications/", {**BODY, "cluster": None, "retention_hours": 10**12}),
+    ("post", "/api/v1/topic-applications/dry-run/", "garbage"),
+    ("post", "/api/v1/binding-applications/", {"topic": "nope@dev", "app": {"x": 1}, "group": 5,
+                                               "backoff_multiplier": "x", "reason": ""}),
+    ("post", "/api/v1/binding-applications/", {"topic": [1], "app": None}),
+    ("post", "/api/v1/grant-applications/", {"topic": 999999, "app": "ghost", "reason": "r"}),
+    ("post", "/api/v1/apps/", {"app_id": "../etc", "team": "payments"}),
+    ("post", "/api/v1/topic-applications/999999/approve/", {}),
+    ("post", "/api/v1/reconcile-runs/", {"cluster": ["dev-a"], "repair": "sometimes"}),
+    ("put", "/api/v1/reconcile-runs/schedule/", [1, 2]),
+    ("get", "/api/v1/routes/no.such-topic/?environment=dev", None),
+    ("get", "/api/v1/topic-applications/?state=unknown&mine=maybe", None),
+])
+def test_bad_input_is_a_4xx_and_changes_nothing(people, api_for, dev_cluster, method, url, body):
+    before = AuditRecord.objects.count()
+    response = getattr(api_for(people.dev), method)(url, body, format="json")
+    assert 400 <= response.status_code < 500, response.content
+    assert response["Content-Type"].startswith("application/json")
+    assert AuditRecord.objects.count() == before and TopicApplication.objects.count() == 0
+
+
+def test_a_decision_body_that_is_not_an_object_is_a_400(people, api_for, dev_cluster):
+    application_id = post(api_for, people.dev).json()["id"]
+    response = api_for(people.lead).post(f"/api/v1/topic-applications/{application_id}/approve/", ["yes"],
+                                         format="json")
+    assert response.status_code == 400 and "comment" in response.json()
+    assert TopicApplication.objects.get().state == State.PENDING
