@@ -39,3 +39,59 @@ def trace_batch(tmp_path):
         return TraceBatch(tmp_path / "brokers" / node / "trace", node=node)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def trace_dirs(tmp_path_factory):
+    """The broker trace folder and index folder the Celery worker's index builds use."""
+    root = tmp_path_factory.mktemp("tracing-worker")
+    return {"inputs": root / "brokers", "index": root / "index", "state": root / "state"}
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup, django_db_blocker, trace_dirs):
+    """A real `celery worker --pool=solo` on the test database and Redis; its index builds run real Spark."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from django.db import connection
+
+    from control_plane.celery import app
+
+    with django_db_blocker.unblock():
+        test_db = connection.settings_dict["NAME"]
+    app.control.purge()
+    for folder in trace_dirs.values():
+        folder.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "SWITCHYARD_DB_NAME": test_db, "SWITCHYARD_STATE": str(trace_dirs["state"]),
+           "SWITCHYARD_TRACE_INPUTS": str(trace_dirs["inputs"]), "SWITCHYARD_TRACE_INDEX_DIR": str(trace_dirs["index"]),
+           "SWITCHYARD_SPARK_MASTER": "local[2]"}
+    log_path = trace_dirs["state"] / "celery-worker.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "control_plane", "worker", "--pool=solo", "-l", "info",
+             "-n", f"tracing-test-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            cwd=Path(__file__).resolve().parents[2], env=env, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                if app.control.ping(timeout=0.5):
+                    break
+            except Exception:
+                pass
+        if proc.poll() is not None or time.monotonic() >= deadline:
+            raise RuntimeError(f"the Celery worker did not start; see {log_path}")
+        yield proc
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
