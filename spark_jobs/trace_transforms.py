@@ -47,20 +47,29 @@ def dedupe_events(events: DataFrame, indexed: DataFrame | None = None) -> DataFr
     return unique.join(indexed.select("message_id", "event_id"), ["message_id", "event_id"], "left_anti")
 
 
-def _latest(condition: Column, *fields: str) -> Column:
-    """The struct of the last event (in timeline order) meeting condition; null when none does."""
-    return F.max(F.when(condition, F.struct("ts_us", "rank", "event_id", *fields)))
+# An event's place in its timeline as one long: ts_us * 16 + rank. The rank names the kind, so the
+# max/min of this key gives both when and what the last/first step of a kind was, with plain long
+# aggregates (hash aggregation) instead of comparing structs.
+_RANK_BITS = 16
 
 
-def _earliest(condition: Column, *fields: str) -> Column:
-    return F.min(F.when(condition, F.struct("ts_us", "rank", "event_id", *fields)))
+def _order_key() -> Column:
+    return F.col("ts_us") * _RANK_BITS + F.col("rank")
 
 
-_GROUP_STATE = f"""CASE
-    WHEN _decisive.event IN {TERMINAL} THEN _decisive.event
-    WHEN _active IS NOT NULL AND (_decisive IS NULL OR _active > _decisive)
-        THEN CASE WHEN _active.event = 'delivered' THEN 'in_flight' ELSE 'retrying' END
-    ELSE 'pending' END"""
+def _kind(key: Column) -> Column:
+    kinds = F.create_map(*[F.lit(x) for kind, rank in EVENT_RANK.items() for x in (rank, kind)])
+    return kinds[(key % _RANK_BITS).cast("int")]
+
+
+def _time(key: Column) -> Column:
+    return F.floor(key / _RANK_BITS).cast("long")
+
+
+def _ranks(*kinds: str) -> list[int]:
+    return [EVENT_RANK[k] for k in kinds]
+
+
 _MESSAGE_STATE = """CASE
     WHEN transaction_state IN ('rolled_back', 'prepared') THEN transaction_state
     WHEN stored_ts_us IS NOT NULL THEN 'stored'
@@ -69,55 +78,59 @@ _MESSAGE_STATE = """CASE
 
 def summarize(events: DataFrame) -> DataFrame:
     """One summary row per message of `events` (all of its events), states as docs/trace-events.md defines."""
-    event = F.col("event")
+    event, key = F.col("event"), _order_key()
+    produced = event.isin("published", "prepared")
     per_group = events.groupBy("message_id", "group").agg(
         *[F.max(c).alias(c) for c in MESSAGE_FIELDS],
         F.min("ts_us").alias("first_ts_us"),
         F.max("ts_us").alias("last_ts_us"),
         F.count("*").alias("event_count"),
-        _earliest(event.isin("published", "prepared"), "client_host", "app_id", "broker", "size").alias("_produced"),
-        _earliest(event == "stored", "broker").alias("_stored"),
-        _earliest(F.col("app_id").isNotNull(), "app_id").alias("_app"),
-        _latest(event.isin(*TRANSACTION), "event").alias("_tx"),
+        F.min(F.when(produced, key)).alias("_produced"),
+        F.max(F.when(produced, F.col("app_id"))).alias("_producer_app"),
+        F.max(F.when(produced, F.col("client_host"))).alias("producer_host"),
+        F.max(F.when(produced, F.col("broker"))).alias("_producer_broker"),
+        F.max(F.when(produced, F.col("size"))).alias("size"),
+        F.min(F.when(event == "stored", F.col("ts_us"))).alias("stored_ts_us"),
+        F.max(F.when(event == "stored", F.col("broker"))).alias("_stored_broker"),
+        F.max("app_id").alias("_any_app"),
+        F.max(F.when(event.isin(*TRANSACTION), key)).alias("_tx"),
         # the last terminal step decides; a redrive after it reopens the group
-        _latest(event.isin(*TERMINAL, "redriven"), "event").alias("_decisive"),
-        _latest(event.isin("delivered", "nacked", "timed_out"), "event").alias("_active"),
+        F.max(F.when(event.isin(*TERMINAL, "redriven"), key)).alias("_decisive"),
+        F.max(F.when(event.isin("delivered", "nacked", "timed_out"), key)).alias("_active"),
         F.coalesce(F.max("attempt"), F.lit(0)).alias("attempts"),
         F.count_if(event == "delivered").cast("int").alias("deliveries"),
         F.count_if(event == "nacked").cast("int").alias("nacks"),
         F.count_if(event == "timed_out").cast("int").alias("timeouts"),
         F.min(F.when(event == "delivered", F.col("ts_us"))).alias("first_delivered_us"),
-        _latest(F.col("consumer").isNotNull(), "consumer").alias("_consumer"),
-        _latest(F.col("detail").isNotNull(), "detail").alias("_detail"),
+        F.max_by("consumer", F.when(F.col("consumer").isNotNull(), key)).alias("last_consumer"),
+        F.max_by("detail", F.when(F.col("detail").isNotNull(), key)).alias("detail"),
     )
+    decisive, active = F.col("_decisive"), F.col("_active")
+    terminal = (decisive % _RANK_BITS).isin(*_ranks(*TERMINAL))
+    state = (F.when(terminal, _kind(decisive))
+             .when(active.isNotNull() & (decisive.isNull() | (active > decisive)),
+                   F.when(_kind(active) == "delivered", F.lit("in_flight")).otherwise(F.lit("retrying")))
+             .otherwise(F.lit("pending")))
     group_row = F.when(F.col("group").isNotNull(), F.struct(
-        F.col("group"),
-        F.expr(_GROUP_STATE).alias("state"),
-        "attempts", "deliveries", "nacks", "timeouts", "first_delivered_us",
-        F.when(F.col("_decisive.event").isin(*TERMINAL), F.col("_decisive.ts_us")).alias("ended_us"),
-        F.col("_consumer.consumer").alias("last_consumer"),
-        F.col("_detail.detail").alias("detail"),
-    ))
+        F.col("group"), state.alias("state"), "attempts", "deliveries", "nacks", "timeouts", "first_delivered_us",
+        F.when(terminal, _time(decisive)).alias("ended_us"), "last_consumer", "detail"))
     messages = per_group.groupBy("message_id").agg(
         *[F.max(c).alias(c) for c in MESSAGE_FIELDS],
         F.min("first_ts_us").alias("first_ts_us"),
         F.max("last_ts_us").alias("last_ts_us"),
         F.sum("event_count").alias("event_count"),
         F.min("_produced").alias("_produced"),
-        F.min("_stored").alias("_stored"),
-        F.min("_app").alias("_app"),
-        F.max("_tx").alias("_tx"),
+        *[F.max(c).alias(c) for c in ("_producer_app", "producer_host", "_producer_broker", "size",
+                                      "_stored_broker", "_any_app", "_tx")],
+        F.min("stored_ts_us").alias("stored_ts_us"),
         F.array_sort(F.collect_list(group_row)).alias("_groups"),
     )
     overall = F.coalesce(*[F.when(F.array_contains("final_states", s), F.lit(s)) for s in STATE_PRECEDENCE])
     return (
-        messages.withColumn("published_ts_us", F.col("_produced.ts_us"))
-        .withColumn("stored_ts_us", F.col("_stored.ts_us"))
-        .withColumn("app_id", F.coalesce(F.col("_produced.app_id"), F.col("_app.app_id")))
-        .withColumn("producer_host", F.col("_produced.client_host"))
-        .withColumn("broker", F.coalesce(F.col("_produced.broker"), F.col("_stored.broker")))
-        .withColumn("size", F.col("_produced.size"))
-        .withColumn("transaction_state", F.col("_tx.event"))
+        messages.withColumn("published_ts_us", _time(F.col("_produced")))
+        .withColumn("app_id", F.coalesce("_producer_app", "_any_app"))
+        .withColumn("broker", F.coalesce("_producer_broker", "_stored_broker"))
+        .withColumn("transaction_state", _kind(F.col("_tx")))
         .withColumn("groups", F.expr(
             "transform(_groups, g -> named_struct('group', g.group, 'state', g.state, 'attempts', g.attempts, "
             "'deliveries', g.deliveries, 'nacks', g.nacks, 'timeouts', g.timeouts, "
