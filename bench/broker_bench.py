@@ -8,6 +8,10 @@ Prints, from one Python client process (the broker is a separate process, as in 
   2. end-to-end throughput: the same producer plus one consumer group (one consumer, acking);
   3. end-to-end latency at a paced 2,000 messages/s: p50 / p99 / max from send to the handler.
 
+Each line also gives the CPU time per message of the broker process and of the client process:
+the machine is shared and noisy, and CPU per message says more than wall-clock rates when other
+work competes for the two cores.
+
 ZooKeeper: $SWITCHYARD_ZK if set, else one started under /tmp/sy-broker/bench on port 27592.
 Ports 27580-27581 for the broker. Everything it starts is stopped at the end.
 """
@@ -66,21 +70,30 @@ def broker_stats() -> dict:
 
 
 async def publish_pipelined(producer: AsyncProducer, count: int) -> float:
-    window = asyncio.Semaphore(WINDOW)
-    done = asyncio.Event()
-    remaining = [count]
+    """send_nowait for each message, keeping at most WINDOW of them unacknowledged."""
+    state = {"outstanding": 0, "left": count}
+    room = asyncio.Event()
+    finished = asyncio.Event()
 
-    def acked(_future) -> None:
-        window.release()
-        remaining[0] -= 1
-        if remaining[0] == 0:
-            done.set()
+    def acked(future: asyncio.Future) -> None:
+        if future.exception() is not None:
+            raise SystemExit(f"a send failed: {future.exception()}")
+        state["outstanding"] -= 1
+        state["left"] -= 1
+        if state["outstanding"] <= WINDOW // 2:
+            room.set()
+        if state["left"] == 0:
+            finished.set()
 
     started = time.perf_counter()
+    send = producer.send_nowait
     for _ in range(count):
-        await window.acquire()
-        producer.send_nowait(TOPIC, BODY).add_done_callback(acked)
-    await done.wait()
+        if state["outstanding"] >= WINDOW:
+            room.clear()
+            await room.wait()
+        state["outstanding"] += 1
+        send(TOPIC, BODY).add_done_callback(acked)
+    await finished.wait()
     return count / (time.perf_counter() - started)
 
 
@@ -151,14 +164,39 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-async def run(args, zk: str) -> dict:
+class CpuMeter:
+    """CPU seconds used by the broker process and by this (client) process during a phase."""
+
+    def __init__(self, broker_pid: int):
+        self.broker_pid = broker_pid
+
+    def _now(self) -> tuple[float, float]:
+        fields = Path(f"/proc/{self.broker_pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks = os.sysconf("SC_CLK_TCK")
+        broker = (int(fields[11]) + int(fields[12])) / ticks
+        client = sum(os.times()[:2])
+        return broker, client
+
+    def start(self) -> None:
+        self.t0 = self._now()
+
+    def per_message(self, count: int) -> dict:
+        b1, c1 = self._now()
+        return {"broker_cpu_us": (b1 - self.t0[0]) / count * 1e6, "client_cpu_us": (c1 - self.t0[1]) / count * 1e6}
+
+
+async def run(args, zk: str, cpu: CpuMeter) -> dict:
     kwargs = {"app_id": APP, "secret": SECRET, "zk": zk, "cache_dir": STATE / "sdk-cache"}
     producer = AsyncProducer(**kwargs)
     await producer.connect(TOPIC)
     await publish_pipelined(producer, 5000)  # warm up (connections, allocator, page cache)
     results = {}
+    cpu.start()
     results["publish_pipelined"] = await publish_pipelined(producer, args.messages)
+    results["cpu_publish_pipelined"] = cpu.per_message(args.messages)
+    cpu.start()
     results["publish_send_many_100"] = await publish_many(producer, args.messages)
+    results["cpu_publish_send_many_100"] = cpu.per_message(args.messages)
     # the group drains what the publish runs stored before the end-to-end run starts
     drained = asyncio.Event()
     backlog = broker_stats()["topics"][TOPIC]["groups"][GROUP]["depth"]
@@ -170,12 +208,16 @@ async def run(args, zk: str) -> dict:
             drained.set()
 
     consumer = AsyncConsumer(TOPIC, GROUP, drain, credit=5000, **kwargs)
+    cpu.start()
     await consumer.start()
     started = time.perf_counter()
     await asyncio.wait_for(drained.wait(), 300)
     results["drain_backlog"] = backlog / (time.perf_counter() - started)
+    results["cpu_drain_backlog"] = cpu.per_message(backlog)
     await consumer.stop()
+    cpu.start()
     results["end_to_end"], results["end_to_end_publish"] = await end_to_end(producer, kwargs, args.messages)
+    results["cpu_end_to_end"] = cpu.per_message(args.messages)
     latencies = await paced_latency(producer, kwargs, args.paced_rate, args.paced_seconds)
     results["paced"] = {"rate": args.paced_rate, "messages": len(latencies),
                         "p50_ms": percentile(latencies, 0.50) * 1000, "p99_ms": percentile(latencies, 0.99) * 1000,
@@ -212,7 +254,7 @@ def main() -> int:
     broker = start_broker(f"{zk_hosts}{chroot}", workdir / "data", args.fsync, args.trace)
     try:
         loop = new_event_loop()
-        results = loop.run_until_complete(run(args, f"{zk_hosts}{chroot}"))
+        results = loop.run_until_complete(run(args, f"{zk_hosts}{chroot}", CpuMeter(broker.pid)))
         loop.close()
         results["broker"] = broker_stats()["topics"][TOPIC]["store"]
     finally:
@@ -231,10 +273,15 @@ def main() -> int:
     paced = results["paced"]
     print(f"broker bench: 1 KiB messages, fsync={args.fsync}{' + trace' if args.trace else ''}, "
           f"one client process, {os.cpu_count()} cores")
-    print(f"  publish, send_nowait pipelined (window {WINDOW}):  {results['publish_pipelined']:>9,.0f} msgs/s")
-    print(f"  publish, send_many of 100 (window {WINDOW}):     {results['publish_send_many_100']:>9,.0f} msgs/s")
-    print(f"  drain a backlog, one consumer acking:        {results['drain_backlog']:>9,.0f} msgs/s")
-    print(f"  end-to-end, publish + one group acking:      {results['end_to_end']:>9,.0f} msgs/s")
+    def line(label: str, key: str) -> None:
+        c = results[f"cpu_{key}"]
+        print(f"  {label:<46} {results[key]:>9,.0f} msgs/s   (CPU per message: broker "
+              f"{c['broker_cpu_us']:.1f} us, client {c['client_cpu_us']:.1f} us)")
+
+    line(f"publish, send_nowait pipelined (window {WINDOW}):", "publish_pipelined")
+    line(f"publish, send_many of 100 (window {WINDOW}):", "publish_send_many_100")
+    line("drain a backlog, one consumer acking:", "drain_backlog")
+    line("end-to-end, publish + one group acking:", "end_to_end")
     print(f"  paced {paced['rate']:,}/s for {paced['messages']:,} msgs: p50 {paced['p50_ms']:.2f} ms, "
           f"p99 {paced['p99_ms']:.2f} ms, max {paced['max_ms']:.2f} ms")
     store = results["broker"]

@@ -223,7 +223,7 @@ class FileStore:
 
     # -- the loop thread's side -------------------------------------------------------------
 
-    def append(self, app_id, received_ms, batch, on_done):
+    def append(self, app_id, received_ms, arrays, groups, on_done):
         if self._failed is not None:
             self.notify(on_done, StoreError(f"store failed earlier: {self._failed}"))
             return []
@@ -231,21 +231,12 @@ class FileStore:
         seg = self.active
         if seg.size >= self.segment_bytes:
             seg = self._roll(seq)
-        messages = []
-        arrays = []
-        groups = []
-        owed = 0
-        for i, (fields, bound) in enumerate(batch):
-            m = StoredMessage(seq + i, fields, app_id, received_ms, bound)
-            m.segment = seg
-            messages.append(m)
-            arrays.append(fields)
-            groups.append(bound)
-            owed += len(bound)
+        messages = [StoredMessage(seq + i, fields, app_id, received_ms, groups[i], seg)
+                    for i, fields in enumerate(arrays)]
         record = encode_record(KIND_BATCH, [seq, app_id, received_ms, arrays, groups])
         seg.size += len(record)
-        seg.unfinished += owed
-        self.next_seq = seq + len(batch)
+        seg.unfinished += sum(map(len, groups))
+        self.next_seq = seq + len(arrays)
         self._log_writes.append((seg, record))
         self._waiters.append(on_done)
         self._kick()
@@ -259,14 +250,27 @@ class FileStore:
         return self._new_segment(base)
 
     def finish(self, message: StoredMessage, group: str) -> None:
-        seg = message.segment
-        key = (seg, group)
-        seqs = self._finished.get(key)
-        if seqs is None:
-            self._finished[key] = [message.seq]
-        else:
-            seqs.append(message.seq)
-        seg.unfinished -= 1
+        self.finish_many((message,), group)
+
+    def finish_many(self, messages, group: str) -> None:
+        finished = self._finished
+        seg = seqs = None
+        count = 0
+        for m in messages:
+            if m.segment is not seg:
+                if seg is not None:
+                    self._retire(seg, len(seqs) - count)
+                seg = m.segment
+                seqs = finished.get((seg, group))
+                if seqs is None:
+                    seqs = finished[(seg, group)] = []
+                count = len(seqs)
+            seqs.append(m.seq)
+        if seg is not None:
+            self._retire(seg, len(seqs) - count)
+
+    def _retire(self, seg: Segment, n: int) -> None:
+        seg.unfinished -= n
         if seg.unfinished == 0 and seg.sealed:
             self._deletes.append(seg)
 

@@ -23,6 +23,7 @@ import time
 from collections import deque
 
 from broker_core.cluster_state import Backoff, Binding
+from broker_core.protocol import M_TTL_MS
 from broker_core.store import StoredMessage, TopicStore
 from broker_core.trace import TraceSink
 
@@ -73,7 +74,7 @@ class Lane:
         self.ready: deque[StoredMessage] = deque()
         self.deferred: list[tuple[float, int, StoredMessage]] = []  # heap of (due, seq, message)
         self.waiting: set[int] = set()  # seqs in ready or deferred (an expired one leaves it early)
-        self.attempts: dict[int, int] = {}  # deliveries made so far, for messages delivered at least once
+        self.attempts: dict[int, int] = {}  # deliveries so far of messages that came back (nack, timeout, lost)
         self.subs: list[Subscription] = []
         self.rr = 0
 
@@ -160,8 +161,8 @@ class Group:
         """Messages now durable and owed to this group."""
         if self.mode == "clustering" or not self.lanes:
             main = self.main
-            for m in messages:
-                main.add(m)
+            main.ready.extend(messages)
+            main.waiting.update([m.seq for m in messages])
         else:
             lanes = list(self.lanes.values())
             for m in messages:
@@ -198,6 +199,8 @@ class Group:
             self.subs.remove(sub)
         lane = sub.lane
         held = [m for m, _, _ in sub.in_flight.values()]
+        for m, attempt, _ in sub.in_flight.values():
+            lane.attempts[m.seq] = attempt  # a delivery that went nowhere still counts
         sub.in_flight.clear()
         if self.mode == "clustering" or lane is self.main:
             lane.subs.remove(sub)
@@ -274,6 +277,7 @@ class Group:
         lane.rr = (lane.rr + 1) % len(subs)
         subs = subs[lane.rr:] + subs[:lane.rr]
         tracing = self.tracing
+        bound_ttl = self.binding.ttl_s
         while ready and subs:
             share = max(1, -(-len(ready) // len(subs)))
             for sub in list(subs):
@@ -286,17 +290,18 @@ class Group:
                     seq = m.seq
                     if seq not in waiting:
                         continue  # expired while it waited
-                    if m.ttl_ms or self.binding.ttl_s:
+                    fields = m.fields
+                    if fields[M_TTL_MS] or bound_ttl:
                         expires = self._expires_ms(m)
                         if expires and now_ms >= expires:
                             waiting.discard(seq)
-                            self._dead_letter(lane, m, attempts.get(seq, 0), "ttl expired", expired=True)
+                            self._dead_letter(lane, m, attempts.pop(seq, 0), "ttl expired", expired=True)
                             continue
                     waiting.discard(seq)
-                    attempt = attempts.get(seq, 0) + 1
-                    attempts[seq] = attempt
+                    # `attempts` holds only messages that came back; a first delivery needs no entry
+                    attempt = attempts.pop(seq, 0) + 1 if attempts else 1
                     in_flight[seq] = (m, attempt, deadline)
-                    items.append((seq, attempt, m.fields))
+                    items.append((seq, attempt, fields))
                     n -= 1
                     if attempt > 1:
                         self.redelivered += 1
@@ -313,24 +318,22 @@ class Group:
     # -- answers from consumers -------------------------------------------------------------
 
     def ack(self, sub: Subscription, seqs: list[int]) -> None:
-        in_flight = sub.in_flight
-        lane = sub.lane
-        store_finish = self.store.finish
-        tracing = self.tracing
-        broadcast = self.mode == "broadcast" and lane is not self.main
+        pop = sub.in_flight.pop
+        done = []
         for seq in seqs:
-            entry = in_flight.pop(seq, None)
+            entry = pop(seq, None)
             if entry is None:
                 continue  # late: it timed out and went to someone else, or it was never ours
-            m = entry[0]
-            lane.attempts.pop(seq, None)
-            self.acked += 1
-            if tracing:
-                self._emit("acked", m, sub, entry[1])
-            if broadcast:
+            done.append(entry[0])
+            if self.tracing:
+                self._emit("acked", entry[0], sub, entry[1])
+        self.acked += len(done)
+        if self.mode == "broadcast" and sub.lane is not self.main:
+            for m in done:
                 self._copy_done(m)
-            else:
-                store_finish(m, self.name)
+        else:
+            self.store.finish_many(done, self.name)
+            for m in done:
                 m.pending -= 1
         self.dispatch()
 
@@ -352,6 +355,7 @@ class Group:
         self.dispatch()
 
     def _retry(self, lane: Lane, m: StoredMessage, attempt: int, now: float, delay_ms: int | None) -> None:
+        lane.attempts[m.seq] = attempt
         expires = self._expires_ms(m)
         if expires and time.time() * 1000 >= expires:
             self._dead_letter(lane, m, attempt, "ttl expired", expired=True)

@@ -25,11 +25,10 @@ class MemoryStore:
     def recover(self):
         return []
 
-    def append(self, app_id, received_ms, batch, on_done):
+    def append(self, app_id, received_ms, arrays, groups, on_done):
         seq = self.next_seq
-        messages = [StoredMessage(seq + i, fields, app_id, received_ms, bound)
-                    for i, (fields, bound) in enumerate(batch)]
-        self.next_seq = seq + len(batch)
+        messages = [StoredMessage(seq + i, fields, app_id, received_ms, groups[i]) for i, fields in enumerate(arrays)]
+        self.next_seq = seq + len(arrays)
         self.held += sum(1 for m in messages if m.pending)
         # answer on the next loop turn, like the file store, so callers see one behaviour
         self.notify(on_done, None)
@@ -38,6 +37,9 @@ class MemoryStore:
     def finish(self, message: StoredMessage, group: str) -> None:
         if message.pending <= 1:
             self.held -= 1
+
+    def finish_many(self, messages, group: str) -> None:
+        self.held -= sum(1 for m in messages if m.pending <= 1)
 
     def dead_letter(self, message: StoredMessage, group: str, cause: str, attempts: int, now_ms: int,
                     finish: bool = True) -> None:

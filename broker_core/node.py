@@ -8,6 +8,7 @@ in ZooKeeper, so clients never find a broker that cannot serve them yet.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -273,6 +274,12 @@ def run(options: Options) -> None:
     async def main() -> None:
         broker = Broker(options)
         await broker.start()
+        # Held messages are many small containers that live long; the default thresholds would
+        # have the cyclic collector walk all of them again and again. Collect rarely, and leave
+        # what exists after start-up (modules, recovered state) out of it.
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(100_000, 50, 1000)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, broker.stopping.set)

@@ -242,11 +242,14 @@ class ClientConnection(asyncio.Protocol):
         limit = config.max_message_bytes or self.options.max_message_bytes
         types = config.message_types
         check = p.check_message
+        size = 0
         for fields in ev.messages:
             check(fields)
-            if len(fields[p.M_BODY]) > limit:
-                self.error(ev.ref, p.E_INVALID, f"message {fields[p.M_ID]} has a body of {len(fields[p.M_BODY])} "
-                                                f"bytes; the limit of topic {ev.topic!r} is {limit}")
+            body_size = len(fields[p.M_BODY])
+            size += body_size
+            if body_size > limit:
+                self.error(ev.ref, p.E_INVALID, f"message {fields[p.M_ID]} has a body of {body_size} bytes; "
+                                                f"the limit of topic {ev.topic!r} is {limit}")
                 return
             if types and fields[p.M_TYPE] not in types:
                 self.error(ev.ref, p.E_INVALID, f"message type {fields[p.M_TYPE]!r} is not declared on topic "
@@ -264,7 +267,7 @@ class ClientConnection(asyncio.Protocol):
             else:
                 self.send(p.Published(ref, first_seq, count))
 
-        topic.publish(self.app_id, self.peer, ev.messages, reply)
+        topic.publish(self.app_id, self.peer, ev.messages, size, reply)
 
     def on_subscribe(self, ev: p.Subscribe) -> None:
         binding = self.broker.state.binding(ev.topic, ev.group)

@@ -54,19 +54,25 @@ class StoreError(Exception):
 class StoredMessage:
     """One message as the broker holds it between publish and the last group finishing with it."""
 
-    __slots__ = ("seq", "fields", "ttl_ms", "delivery_limit", "received_ms", "app_id", "groups", "pending",
-                 "segment")
+    __slots__ = ("seq", "fields", "received_ms", "app_id", "groups", "pending", "segment")
 
-    def __init__(self, seq: int, fields: list, app_id: str | None, received_ms: int, groups: tuple[str, ...]):
+    def __init__(self, seq: int, fields: list, app_id: str | None, received_ms: int, groups: tuple[str, ...],
+                 segment=None):
         self.seq = seq
         self.fields = fields  # the message array as the producer sent it (protocol.message)
-        self.ttl_ms = fields[M_TTL_MS]
-        self.delivery_limit = fields[M_DELIVERY_LIMIT]
         self.received_ms = received_ms
         self.app_id = app_id
         self.groups = groups  # the groups bound when it was published: it is owed to each of them
         self.pending = len(groups)  # groups not yet finished with it (kept up to date by the groups)
-        self.segment = None  # the store's handle for where it lives
+        self.segment = segment  # the store's handle for where it lives
+
+    @property
+    def ttl_ms(self) -> int:
+        return self.fields[M_TTL_MS]
+
+    @property
+    def delivery_limit(self) -> int:
+        return self.fields[M_DELIVERY_LIMIT]
 
     @property
     def id(self) -> str:
@@ -135,9 +141,9 @@ class TopicStore(Protocol):
         """Messages some group has not finished with, in seq order, each with those groups."""
         ...
 
-    def append(self, app_id: str | None, received_ms: int, batch: list[tuple[list, tuple[str, ...]]],
+    def append(self, app_id: str | None, received_ms: int, arrays: list[list], groups: list[tuple[str, ...]],
                on_done: DoneCallback) -> list[StoredMessage]:
-        """Assign seqs and store a publish batch of (message array, the groups it is owed to).
+        """Assign seqs and store a publish batch: message arrays, and for each the groups it is owed to.
 
         Returns the messages at once; `on_done` runs once they are durable under the fsync policy.
         """
@@ -146,6 +152,10 @@ class TopicStore(Protocol):
     def finish(self, message: StoredMessage, group: str) -> None:
         """The group is done with the message (acked). Need not be durable at once: losing it in a
         crash means one more delivery, never a lost message."""
+        ...
+
+    def finish_many(self, messages: list[StoredMessage], group: str) -> None:
+        """`finish` for many messages of one group (an ack frame)."""
         ...
 
     def dead_letter(self, message: StoredMessage, group: str, cause: str, attempts: int, now_ms: int,

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from broker_core.cluster_state import Binding, ClusterState
 from broker_core.group import Group
-from broker_core.protocol import M_BODY, M_TYPE
+from broker_core.protocol import M_TYPE
 from broker_core.store import StoredMessage, TopicStore
 from broker_core.trace import TraceSink
 
@@ -79,46 +79,57 @@ class Topic:
             self._routes[message_type] = groups
         return groups
 
-    def publish(self, app_id: str, client_host: str | None, batch: list[list], reply: PublishReply) -> None:
-        """Store a batch of message arrays; `reply` runs once it is durable (or failed)."""
+    def publish(self, app_id: str, client_host: str | None, arrays: list[list], size: int,
+                reply: PublishReply) -> None:
+        """Store a batch of message arrays (`size`: their body bytes); `reply` runs once it is durable
+        (or failed)."""
         received_ms = int(time.time() * 1000)
         routes = self.routes
-        routed = [(fields, routes(fields[M_TYPE])) for fields in batch]
+        groups = []
+        last_type = last_groups = None
+        for fields in arrays:
+            message_type = fields[M_TYPE]
+            if message_type != last_type:  # batches are mostly of one type
+                last_type, last_groups = message_type, routes(message_type)
+            groups.append(last_groups)
         stored: list[list[StoredMessage]] = []
 
         def done(exc: BaseException | None) -> None:
-            self._stored(stored[0] if stored else [], exc, reply, client_host)
+            self._stored(stored[0] if stored else [], size, exc, reply, client_host)
 
-        stored.append(self.store.append(app_id, received_ms, routed, done))
+        stored.append(self.store.append(app_id, received_ms, arrays, groups, done))
         if self.tracing:
             for m in stored[0]:
                 self.trace.emit("published", message_id=m.id, topic=self.name, message_type=m.message_type,
                                 key=m.key, business_id=m.business_id, app_id=app_id, client_host=client_host,
                                 size=m.size, ts_us=received_ms * 1000)
 
-    def _stored(self, messages: list[StoredMessage], exc: BaseException | None, reply: PublishReply,
+    def _stored(self, messages: list[StoredMessage], size: int, exc: BaseException | None, reply: PublishReply,
                 client_host: str | None) -> None:
         if exc is not None or not messages:
             self.publish_failures += len(messages)
             reply(exc, 0, 0)
             return
         self.published += len(messages)
-        self.published_bytes += sum(len(m.fields[M_BODY]) for m in messages)
+        self.published_bytes += size
         reply(None, messages[0].seq, len(messages))
         if self.tracing:
             for m in messages:
                 self.trace.emit("stored", message_id=m.id, topic=self.name, message_type=m.message_type,
                                 key=m.key, business_id=m.business_id, app_id=m.app_id, client_host=client_host)
-        by_group: dict[str, list[StoredMessage]] = {}
+        # runs of messages owed to the same groups (routes() hands out one tuple per type)
+        run: list[StoredMessage] = []
+        run_groups = messages[0].groups
         for m in messages:
-            for g in m.groups:
-                lst = by_group.get(g)
-                if lst is None:
-                    by_group[g] = [m]
-                else:
-                    lst.append(m)
-        for g, owed in by_group.items():
-            self.group(g).enqueue(owed)
+            if m.groups is not run_groups:
+                self._enqueue(run_groups, run)
+                run, run_groups = [], m.groups
+            run.append(m)
+        self._enqueue(run_groups, run)
+
+    def _enqueue(self, groups: tuple[str, ...], messages: list[StoredMessage]) -> None:
+        for g in groups:
+            self.group(g).enqueue(messages)
 
     def tick(self, now: float, now_ms: int) -> None:
         for group in self.groups.values():

@@ -83,10 +83,34 @@ class _Waiter:
             self.future.set_exception(exc)
 
 
+def _resolve(waiters: list, messages: list[list]) -> None:
+    """A batch was stored: settle each message's waiter (a future of one send, or a `_Waiter`
+    counting down a send_many)."""
+    counting, n = None, 0
+    for w, m in zip(waiters, messages, strict=True):
+        if type(w) is _Waiter:
+            if w is not counting:
+                if counting is not None:
+                    counting.ok(n)
+                counting, n = w, 0
+            n += 1
+        elif not w.done():
+            w.set_result(m[0])
+    if counting is not None:
+        counting.ok(n)
+
+
+def _reject(waiter, exc: BaseException) -> None:
+    if type(waiter) is _Waiter:
+        waiter.fail(exc)
+    elif not waiter.done():
+        waiter.set_exception(exc)
+
+
 class _Batch:
     __slots__ = ("topic", "messages", "waiters", "deadline")
 
-    def __init__(self, topic: str, messages: list[list], waiters: list[_Waiter], deadline: float):
+    def __init__(self, topic: str, messages: list[list], waiters: list, deadline: float):
         self.topic = topic
         self.messages = messages
         self.waiters = waiters
@@ -101,8 +125,8 @@ class _Link:
         self.discovery = discovery
         self.loop = asyncio.get_running_loop()
         self.conn: BrokerConnection | None = None
-        # queued messages: (topic, message array, waiter, deadline)
-        self.queue: deque[tuple[str, list, _Waiter, float]] = deque()
+        # queued messages: (topic, message array, waiter (a Future or a _Waiter), deadline)
+        self.queue: deque[tuple[str, list, object, float]] = deque()
         self.retry: deque[_Batch] = deque()
         self.in_flight: dict[int, _Batch] = {}
         self._flush_scheduled = False
@@ -112,7 +136,7 @@ class _Link:
         self.failovers = 0
         self.last_error: BaseException | None = None
 
-    def submit(self, topic: str, messages: list[list], waiter: _Waiter) -> None:
+    def submit(self, topic: str, messages: list[list], waiter) -> None:
         deadline = time.monotonic() + self.producer.send_timeout
         queue = self.queue
         for m in messages:
@@ -141,7 +165,7 @@ class _Link:
         while queue and len(self.in_flight) < window:
             topic = queue[0][0]
             messages: list[list] = []
-            waiters: list[_Waiter] = []
+            waiters: list = []
             size = 0
             deadline = queue[0][3]
             while queue and len(messages) < max_batch and size < max_bytes and queue[0][0] == topic:
@@ -163,17 +187,12 @@ class _Link:
             return
         exc = answer.exception()
         if exc is None:
-            waiters = batch.waiters
-            if len(waiters) == 1 or all(w is waiters[0] for w in waiters):
-                waiters[0].ok(len(waiters))
-            else:
-                for w in waiters:
-                    w.ok(1)
+            _resolve(batch.waiters, batch.messages)
         elif isinstance(exc, ConnectionLost):
             self.retry.append(batch)  # sent again, same ids, once connected
         else:
             for w in batch.waiters:
-                w.fail(exc)
+                _reject(w, exc)
         if self.queue or self.retry:
             self._schedule()
 
@@ -219,10 +238,10 @@ class _Link:
 
     def _fail_all(self, exc: BaseException) -> None:
         while self.queue:
-            self.queue.popleft()[2].fail(exc)
+            _reject(self.queue.popleft()[2], exc)
         while self.retry:
             for w in self.retry.popleft().waiters:
-                w.fail(exc)
+                _reject(w, exc)
 
     async def _sweep(self) -> None:
         """Fail queued messages whose send timeout passed (the broker never got them)."""
@@ -233,7 +252,7 @@ class _Link:
                 keep = deque()
                 for item in self.queue:
                     if item[3] <= now:
-                        item[2].fail(SendTimeout(f"not acknowledged within {self.producer.send_timeout}s"
+                        _reject(item[2], SendTimeout(f"not acknowledged within {self.producer.send_timeout}s"
                                                  + (f" (last error: {self.last_error})" if self.last_error else "")))
                     else:
                         keep.append(item)
@@ -243,7 +262,7 @@ class _Link:
                 for batch in self.retry:
                     if batch.deadline <= now:
                         for w in batch.waiters:
-                            w.fail(SendTimeout(f"not acknowledged within {self.producer.send_timeout}s"))
+                            _reject(w, SendTimeout(f"not acknowledged within {self.producer.send_timeout}s"))
                     else:
                         keep_batches.append(batch)
                 self.retry = keep_batches
@@ -353,7 +372,7 @@ class AsyncProducer:
         message_id = message_id or self.new_id()
         future = link.loop.create_future()
         link.submit(topic, [[message_id, message_type, key, business_id, headers or {}, body, ttl_ms, delivery_limit, 0,
-                             int(time.time() * 1000)]], _Waiter(future, 1, message_id))
+                             int(time.time() * 1000)]], future)
         return future
 
     async def send_many(self, topic: str, messages: Iterable[Message | bytes]) -> list[str]:

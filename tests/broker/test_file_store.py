@@ -46,10 +46,9 @@ def executor():
 
 
 def batch(n: int, start: int = 0, groups=("g1", "g2"), size: int = 100):
-    out = []
-    for i in range(start, start + n):
-        out.append((message(f"m{i}", "t", f"{i}".encode().ljust(size, b".")), tuple(groups)))
-    return out
+    """(message arrays, groups of each) as Topic.publish hands them to a store."""
+    arrays = [message(f"m{i}", "t", f"{i}".encode().ljust(size, b".")) for i in range(start, start + n)]
+    return arrays, [tuple(groups)] * n
 
 
 def open_store(path, loop, executor, **kw) -> FileStore:
@@ -61,7 +60,7 @@ def open_store(path, loop, executor, **kw) -> FileStore:
 def append_all(store, loop, batches):
     done, messages = [], []
     for b in batches:
-        messages += store.append("app", 1, b, done.append)
+        messages += store.append("app", 1, *b, done.append)
     loop.run(lambda: len(done) == len(batches))
     assert done == [None] * len(batches)
     return messages
@@ -185,11 +184,11 @@ def test_a_failed_write_fails_the_publish(tmp_path, executor):
     append_all(store, loop, [batch(1)])
     os.close(store.active.log_fd)  # the disk goes away under the store
     done = []
-    store.append("app", 1, batch(1, 1), done.append)
+    store.append("app", 1, *batch(1, 1), done.append)
     loop.run(lambda: done)
     assert done[0] is not None
     later = []
-    store.append("app", 1, batch(1, 2), later.append)
+    store.append("app", 1, *batch(1, 2), later.append)
     loop.run(lambda: later)
     assert later[0] is not None  # a failed store refuses further publishes rather than guess
     store.active.log_fd = None
@@ -199,7 +198,7 @@ def test_memory_store_same_contract():
     loop = Loop()
     store = MemoryStore(notify=loop.notify)
     done = []
-    messages = store.append("app", 1, batch(2), done.append)
+    messages = store.append("app", 1, *batch(2), done.append)
     loop.run(lambda: done)
     store.dead_letter(messages[0], "g1", "ttl expired", 1, 5)
     assert store.dead_letter_count("g1") == 1
