@@ -2,6 +2,9 @@
 
     .venv/bin/python bench/broker_bench.py [--messages 200000] [--paced-seconds 10] [--fsync batch]
 
+The broker runs with --no-trace unless --trace is given (a production broker writes trace events by
+default; the figures with them are lower: compare a run with --trace).
+
 Prints, from one Python client process (the broker is a separate process, as in production):
   1. publish throughput: `send_nowait` pipelined with a window of 2,000 unacknowledged messages
      (the SDK batches them into frames by itself), and `send_many` of 100-message lists;
@@ -232,7 +235,8 @@ def main() -> int:
     parser.add_argument("--paced-rate", type=int, default=2000)
     parser.add_argument("--paced-seconds", type=float, default=10.0)
     parser.add_argument("--fsync", default="batch", choices=["batch", "interval", "never"])
-    parser.add_argument("--trace", action="store_true", help="have the broker write trace events too")
+    parser.add_argument("--trace", action="store_true",
+                        help="have the broker write trace events (its default); off here unless given")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON only")
     args = parser.parse_args()
 

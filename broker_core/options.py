@@ -50,7 +50,7 @@ class Options:
     tick_ms: int = 20
     zk_session_timeout_s: float = 10.0
     zk_start_timeout_s: float = 15.0
-    trace: bool = False  # write trace events (needs broker_core.trace_writer)
+    trace: bool = True  # write trace events to trace_dir (the tracing index reads them); --no-trace: off
     trace_dir: Path | None = None  # default: <data_dir>/trace
     log_level: str = "INFO"
     extra: dict = field(default_factory=dict)
