@@ -25,11 +25,12 @@ from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
 from kazoo.retry import KazooRetry
 
-from broker_core.layout import LAYOUT, encode
+from broker_core.layout import LAYOUT, LAYOUT_VERSION, encode
 
 log = logging.getLogger("broker_core.membership")
 
 Apply = Callable[[str, tuple[str, ...], dict | None], None]
+SUPPORTED_LAYOUT_VERSIONS = frozenset({LAYOUT_VERSION})
 
 
 class ZkMembership:
@@ -148,6 +149,7 @@ class ZkMembership:
     # -- watches ----------------------------------------------------------------------------
 
     def _watch_all(self) -> None:
+        self.client.DataWatch(self.path(LAYOUT.META), self._on_meta)
         self._watch_children(LAYOUT.TOPICS, lambda name: self._watch_leaf("topic", (name,), LAYOUT.topic(name)))
         self._watch_children(LAYOUT.APPS, lambda app: self._watch_leaf("app", (app,), LAYOUT.app(app)))
         self._watch_children(LAYOUT.BINDINGS, lambda topic: self._watch_children(
@@ -156,6 +158,17 @@ class ZkMembership:
         self._watch_children(LAYOUT.GRANTS, lambda topic: self._watch_children(
             LAYOUT.topic_grants(topic),
             lambda app: self._watch_leaf("grant", (topic, app), LAYOUT.grant(topic, app))))
+
+    def _on_meta(self, data, stat) -> None:
+        if stat is None or not data:
+            return  # no /meta yet: the control plane writes it before its first object
+        try:
+            version = json.loads(data).get("layout_version")
+        except (ValueError, AttributeError):
+            version = None
+        if version not in SUPPORTED_LAYOUT_VERSIONS:
+            log.error("%s says layout version %r; this broker reads %s. Upgrade the broker before the layout.",
+                      self.path(LAYOUT.META), version, sorted(SUPPORTED_LAYOUT_VERSIONS))
 
     def _watch_children(self, relative: str, on_child: Callable[[str], None]) -> None:
         """Call on_child for each child of `relative`, now and whenever one appears (even if the

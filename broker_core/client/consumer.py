@@ -24,6 +24,7 @@ import os
 import queue
 import socket
 import threading
+import time
 from collections.abc import Callable
 
 from broker_core import protocol as p
@@ -93,6 +94,11 @@ class _BrokerSession:
         consumer = self.consumer
         delay = 0.05
         while not self.dropped:
+            if consumer.gone_too_long(self.address):
+                log.info("consumer: %s left the cluster's broker list %ds ago; no longer retrying it",
+                         self.address, consumer.forget_after)
+                consumer.sessions.pop(self.address, None)
+                return
             try:
                 conn = await BrokerConnection.open(
                     self.address, timeout=consumer.connect_timeout, app_id=consumer.app_id, secret=consumer.secret,
@@ -210,6 +216,7 @@ class AsyncConsumer:
         heartbeat_ms: int = 5000,
         connect_timeout: float = 5.0,
         resubscribe_delay: float = 2.0,
+        forget_after: float = 600.0,
         cache_dir=None,
         api_token: str | None = None,
     ):
@@ -232,6 +239,8 @@ class AsyncConsumer:
         self.received = self.acked = self.nacked = 0
         self.subscriptions = 0
         self._tasks: set[asyncio.Task] = set()
+        self._left: dict[BrokerAddress, float] = {}  # brokers no longer listed, since when
+        self.forget_after = forget_after
         self.stopped = False
 
     async def start(self, timeout: float | None = None) -> None:
@@ -254,11 +263,20 @@ class AsyncConsumer:
     def _brokers_changed(self, brokers: list[BrokerAddress]) -> None:
         if self.stopped:
             return
+        now = time.monotonic()
         for address in brokers:
+            self._left.pop(address, None)
             if address not in self.sessions:
                 self.sessions[address] = _BrokerSession(self, address)
-        # A broker that left the list keeps its session: it may be restarting with messages on disk.
-        # Its session retries until the broker returns or the consumer stops.
+        # A broker that left the list keeps its session for a while: it may be restarting with
+        # messages on disk. After `forget_after` seconds away (and disconnected) it is dropped.
+        for address in self.sessions:
+            if address not in brokers:
+                self._left.setdefault(address, now)
+
+    def gone_too_long(self, address: BrokerAddress) -> bool:
+        left = self._left.get(address)
+        return left is not None and time.monotonic() - left > self.forget_after
 
     def dispatch(self, session: _BrokerSession, conn: BrokerConnection, messages: list[ReceivedMessage]) -> None:
         if self.is_async:

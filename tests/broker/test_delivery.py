@@ -51,6 +51,9 @@ def test_fan_out_one_consumer_per_clustering_group_every_consumer_in_broadcast(c
             c.stop()
     stats = cluster.brokers[0].group_stats("orders", "billing")
     assert stats["acked"] == len(ids) and stats["depth"] == 0 and stats["in_flight"] == 0
+    metrics = cluster.brokers[0].http("/metrics").decode()
+    assert f'switchyard_group_acked_total{{cluster="{cluster.name}",group="billing",' in metrics
+    assert 'switchyard_group_depth{' in metrics and "switchyard_topic_published_total{" in metrics
 
 
 def test_a_nack_redelivers_after_the_backoff(cluster):
@@ -158,3 +161,38 @@ def test_delivery_state_survives_a_restart_only_unacked_messages_come_again(clus
         wait_for(lambda: got.count("c") >= 40, 10, "the redeliveries")
         time.sleep(0.5)
     assert sorted(got.ids("c")) == sorted(ids[60:])
+
+
+def test_every_step_leaves_a_trace_event(cluster):
+    cluster.standard("orders")
+    cluster.pv.binding("orders", "billing", APP, delivery_limit=2, backoff_initial_ms=50)
+    broker = cluster.broker()
+    raw = RawConsumer(broker.address, APP, SECRET, "orders", "billing", ack_timeout_ms=200)
+    raw.start()
+    with Producer(**cluster.client_kwargs()) as producer:
+        retried = producer.send("orders", b"nacked once, then acked", business_id="b-1")
+        wait_for(lambda: len(raw.deliveries) == 1, 5, "the first delivery")
+        raw.loop.call_soon_threadsafe(lambda: raw.conn.send(p.Nack(raw.sub_id, [[raw.deliveries[0][0], 0, "busy"]])))
+        wait_for(lambda: len(raw.deliveries) == 2, 5, "the redelivery")
+        raw.ack([raw.deliveries[1][0]])
+        dead = producer.send("orders", b"never acked")
+        wait_for(lambda: broker.group_stats("orders", "billing").get("dead_lettered") == 1, 10, "the dead letter")
+        raw.close()
+        expired = producer.send("orders", b"too late", ttl_ms=100)
+        wait_for(lambda: broker.group_stats("orders", "billing").get("expired") == 1, 10, "the expiry")
+    broker.stop()  # a graceful stop closes the open trace file
+    events = [json.loads(line) for f in sorted((broker.data_dir / "trace").glob("*.jsonl"))
+              for line in f.read_text().splitlines()]
+    by_message: dict[str, list[tuple]] = {}
+    for e in events:
+        assert e["cluster"] == cluster.name and e["broker"] == broker.node_id and e["topic"] == "orders"
+        by_message.setdefault(e["message_id"], []).append((e["event"], e.get("group"), e.get("attempt")))
+    assert by_message[retried] == [("published", None, None), ("stored", None, None),
+                                   ("delivered", "billing", 1), ("nacked", "billing", 1),
+                                   ("delivered", "billing", 2), ("acked", "billing", 2)]
+    assert by_message[dead] == [("published", None, None), ("stored", None, None),
+                                ("delivered", "billing", 1), ("timed_out", "billing", 1),
+                                ("delivered", "billing", 2), ("timed_out", "billing", 2),
+                                ("dead_lettered", "billing", 2)]
+    assert by_message[expired][-1][:2] == ("expired", "billing")
+    assert next(e for e in events if e["message_id"] == retried and e["event"] == "published")["business_id"] == "b-1"

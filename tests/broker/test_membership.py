@@ -103,3 +103,44 @@ def _try(fn, *args) -> bytes:
 
 def _binding_known(broker) -> bool:
     return b"binding orders/late" in broker.log().encode()
+
+
+def test_clients_find_the_cluster_through_the_control_planes_route_endpoint(cluster):
+    """The SDK asks GET /api/v1/routes/<topic>?environment=... (answered here by a stand-in with the
+    control plane's answer shape) and then finds the brokers in that cluster's ZooKeeper."""
+    import http.server
+    import threading
+
+    cluster.standard("orders")
+    cluster.pv.binding("orders", "billing", APP)
+    cluster.broker()
+    asked = []
+    zk_connect, chroot = cluster.zk_hosts, cluster.chroot
+
+    class Routes(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            asked.append(self.path)
+            body = json.dumps({"topic": "orders", "environment": "dev", "cluster": cluster.name,
+                               "zk_connect": zk_connect, "zk_chroot": chroot,
+                               "zk_hosts": f"{zk_connect}{chroot}"}).encode()
+            self.send_response(200 if self.path.startswith("/api/v1/routes/orders?environment=dev") else 404)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Routes)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    kwargs = {"app_id": APP, "secret": cluster.client_kwargs()["secret"], "control_plane": url,
+              "environment": "dev", "cache_dir": cluster.cache_dir}
+    try:
+        got = Received()
+        with Consumer("orders", "billing", got.handler("c"), **kwargs), Producer(**kwargs) as producer:
+            sent = producer.send("orders", b"routed")
+            wait_for(lambda: got.ids("c") == [sent], 10, "delivery")
+    finally:
+        server.shutdown()
+    assert asked and all(a == "/api/v1/routes/orders?environment=dev" for a in asked)
