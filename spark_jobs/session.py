@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -45,5 +46,6 @@ def spark_session(
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # its per-connection INFO lines are noise
     spark.sparkContext.setLogLevel("WARN")
     return spark

@@ -95,3 +95,12 @@ def celery_worker(django_db_setup, django_db_blocker, trace_dirs):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        # its database session ends a moment after the process: let it go before the test database is dropped
+        with django_db_blocker.unblock():
+            with connection.cursor() as cur:
+                for _ in range(100):
+                    cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                                [test_db])
+                    if cur.fetchone()[0] == 0:
+                        break
+                    time.sleep(0.1)
