@@ -24,6 +24,7 @@ log = logging.getLogger("broker_core.server")
 
 _conn_ids = itertools.count(1)
 FLUSH_AT = 128 * 1024  # write at once when this much is queued
+DELIVER_FRAME_BYTES = 1024 * 1024  # far below any client's frame limit, even with 4 MiB messages
 
 
 class ClientConnection(asyncio.Protocol):
@@ -157,7 +158,14 @@ class ClientConnection(asyncio.Protocol):
     # -- consumer side, called by groups ------------------------------------------------------
 
     def deliver(self, sub_id: int, items: list) -> None:
-        self.write(p.encode_frame(p.Deliver(sub_id, items)))
+        """Send deliveries, split so that no frame grows past DELIVER_FRAME_BYTES."""
+        start, size = 0, 0
+        for i, item in enumerate(items):
+            size += len(item[2][p.M_BODY]) + 128
+            if size > DELIVER_FRAME_BYTES and i > start:
+                self.write(p.encode_frame(p.Deliver(sub_id, items[start:i])))
+                start, size = i, len(item[2][p.M_BODY]) + 128
+        self.write(p.encode_frame(p.Deliver(sub_id, items[start:] if start else items)))
 
     def unsubscribed(self, sub_id: int, reason: str) -> None:
         self.subs.pop(sub_id, None)
@@ -340,8 +348,13 @@ class ClientConnection(asyncio.Protocol):
                                                f"topic {ev.topic!r}")
             return
         topic = self.broker.topics.get(ev.topic)
-        entries = [d.to_dict() for d in topic.store.dead_letters(ev.group, max(0, min(ev.limit, 10_000)))] \
-            if topic else []
+        entries, size = [], 0
+        for dead in topic.store.dead_letters(ev.group, max(0, min(ev.limit, 10_000))) if topic else []:
+            entry = dead.to_dict()
+            size += len(entry["body"]) + 256
+            if size > self.options.max_frame_bytes // 2:
+                break  # keep the answer well inside one frame; GET /deadletters lists them all
+            entries.append(entry)
         self.send(p.DeadLetters(ev.ref, entries))
 
     HANDLERS = {
