@@ -102,17 +102,12 @@ def check_message(m) -> list:
     """Check a message array field by field; raises ProtocolError if malformed."""
     if type(m) is not list or len(m) < MESSAGE_FIELDS:
         raise ProtocolError("malformed message: expected an array of 10 fields")
-    if (
-        type(m[M_ID]) is not str or not 0 < len(m[M_ID]) <= 64
-        or type(m[M_TYPE]) is not str or len(m[M_TYPE]) > 255
-        or (m[M_KEY] is not None and type(m[M_KEY]) is not str)
-        or (m[M_BUSINESS_ID] is not None and type(m[M_BUSINESS_ID]) is not str)
-        or type(m[M_HEADERS]) is not dict
-        or type(m[M_BODY]) is not bytes
-        or type(m[M_TTL_MS]) is not int or m[M_TTL_MS] < 0
-        or type(m[M_DELIVERY_LIMIT]) is not int or m[M_DELIVERY_LIMIT] < 0
-        or type(m[M_FLAGS]) is not int
-        or type(m[M_TIMESTAMP_MS]) is not int
+    mid, mtype, key, bid, headers, body, ttl, limit, flags, ts = m if len(m) == MESSAGE_FIELDS else m[:10]
+    if not (
+        type(mid) is str and type(mtype) is str and type(body) is bytes and type(headers) is dict
+        and type(ttl) is int and type(limit) is int and type(flags) is int and type(ts) is int
+        and ttl >= 0 and limit >= 0 and (key is None or type(key) is str) and (bid is None or type(bid) is str)
+        and 0 < len(mid) <= 64 and len(mtype) <= 255
     ):
         raise ProtocolError("malformed message: a field has the wrong type")
     return m

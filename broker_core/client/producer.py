@@ -146,6 +146,15 @@ class _Link:
         else:
             self._schedule()
 
+    def submit_one(self, topic: str, message: list, future: asyncio.Future) -> None:
+        queue = self.queue
+        queue.append((topic, message, future, time.monotonic() + self.producer.send_timeout))
+        if len(queue) >= self.producer.max_batch:
+            self._flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
     def _schedule(self) -> None:
         if not self._flush_scheduled:
             self._flush_scheduled = True
@@ -371,8 +380,8 @@ class AsyncProducer:
             raise TypeError("a message body must be bytes")
         message_id = message_id or self.new_id()
         future = link.loop.create_future()
-        link.submit(topic, [[message_id, message_type, key, business_id, headers or {}, body, ttl_ms, delivery_limit, 0,
-                             int(time.time() * 1000)]], future)
+        link.submit_one(topic, [message_id, message_type, key, business_id, headers or {}, body, ttl_ms,
+                                delivery_limit, 0, int(time.time() * 1000)], future)
         return future
 
     async def send_many(self, topic: str, messages: Iterable[Message | bytes]) -> list[str]:
