@@ -5,8 +5,12 @@ The trace index itself is written only by the Spark job; auditors hold no permis
 
 from __future__ import annotations
 
+import logging
+from datetime import timedelta
+
 from django.core.exceptions import ValidationError
 from django.db import connection, transaction
+from django.utils import timezone
 
 from apps.audit.recorder import record
 from apps.tracing import schedule
@@ -15,7 +19,22 @@ from apps.tracing.models import IndexRun
 from control_plane.errors import ActionError, require_perm
 
 MIN_EVERY_MINUTES, MAX_EVERY_MINUTES = 1, 24 * 60
+STALE_AFTER = timedelta(hours=3)
+log = logging.getLogger("apps.tracing.actions")
 _RUNS_LOCK_KEY = 0x5357_5452_554E  # one decision at a time about starting a run
+
+
+def active_run() -> IndexRun | None:
+    """The run under way, if any. One that has not finished after STALE_AFTER is marked failed (its
+    worker died with it), so it cannot block every later build."""
+    stale = IndexRun.objects.filter(state__in=[RunState.QUEUED, RunState.RUNNING],
+                                    created_at__lt=timezone.now() - STALE_AFTER)
+    for run in stale:
+        IndexRun.objects.filter(pk=run.pk).update(
+            state=RunState.FAILED, finished_at=timezone.now(), stage="abandoned",
+            error=f"no result after {STALE_AFTER}; its worker probably stopped")
+        log.warning("index run abandoned", extra={"run_id": run.pk})
+    return IndexRun.objects.filter(state__in=[RunState.QUEUED, RunState.RUNNING]).first()
 
 
 def lock_runs() -> None:
@@ -29,7 +48,7 @@ def request_index_build(*, actor, trigger: str = RunTrigger.MANUAL) -> IndexRun:
     """Queue a build now; refused while another is queued or running (they would only wait on each other)."""
     require_perm(actor, "tracing.start_indexrun")
     lock_runs()
-    busy = IndexRun.objects.filter(state__in=[RunState.QUEUED, RunState.RUNNING]).first()
+    busy = active_run()
     if busy is not None:
         raise ActionError(f"index run #{busy.pk} is {busy.state}; wait for it to finish")
     run = IndexRun.objects.create(trigger=trigger, requested_by=actor if getattr(actor, "pk", None) else None)

@@ -24,14 +24,14 @@ def scheduled_trace_index_build() -> str:
     """Beat's entry: queue a build unless one is already queued or running (then this tick is skipped)."""
     from django.db import transaction
 
-    from apps.tracing.actions import lock_runs
-    from apps.tracing.choices import RunState, RunTrigger
+    from apps.tracing.actions import active_run, lock_runs
+    from apps.tracing.choices import RunTrigger
     from apps.tracing.models import IndexRun
     from apps.tracing.runner import run_index_build
 
     with action_context("task"), transaction.atomic():
         lock_runs()
-        if IndexRun.objects.filter(state__in=[RunState.QUEUED, RunState.RUNNING]).exists():
+        if active_run() is not None:
             log.info("scheduled trace index build skipped: one is under way")
             return "skipped"
         run = IndexRun.objects.create(trigger=RunTrigger.SCHEDULE)

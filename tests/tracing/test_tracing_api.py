@@ -101,3 +101,24 @@ def test_sre_changes_the_schedule_live_and_it_is_audited(make_user, api_for):
     record = AuditRecord.objects.get(action="trace_index.schedule")
     assert (record.actor_name, record.before, record.after) == (
         "sre-1", {"every_minutes": 10, "enabled": True}, {"every_minutes": 3, "enabled": False})
+
+
+def test_rebuild_now_is_refused_while_a_run_is_under_way_and_a_stale_run_does_not_block(make_user, api_for):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    sre = api_for(make_user("sre-2", "sre"))
+    running = IndexRun.objects.create(trigger="schedule", state="running")
+    refused = sre.post("/api/v1/traces/index-runs/")
+    assert refused.status_code == 409 and f"#{running.pk}" in refused.json()["detail"]
+    IndexRun.objects.filter(pk=running.pk).update(created_at=timezone.now() - timedelta(hours=4))
+    from unittest import mock
+
+    with mock.patch("apps.tracing.tasks.build_trace_index.delay") as delay:
+        accepted = sre.post("/api/v1/traces/index-runs/")
+    assert accepted.status_code == 202 and accepted.json()["state"] == "queued"
+    delay.assert_called_once_with(accepted.json()["id"])
+    running.refresh_from_db()
+    assert (running.state, running.stage) == ("failed", "abandoned")
+    assert AuditRecord.objects.filter(action="trace_index.build", actor_name="sre-2").count() == 1
