@@ -67,7 +67,7 @@ class Broker:
         opts.data_dir.mkdir(parents=True, exist_ok=True)
         self.node_id = opts.node_id or self._stored_node_id()
         if opts.trace and isinstance(self.trace, NullTraceSink):
-            self.trace = self._open_trace_writer()
+            self.trace = await self._open_trace_writer()
         self.state.on_binding.append(self._binding_changed)
         self.state.on_app.append(self._app_changed)
         self.state.on_any.append(self._schedule_snapshot)
@@ -109,14 +109,16 @@ class Broker:
         path.write_text(node_id + "\n")
         return node_id
 
-    def _open_trace_writer(self) -> TraceSink:
+    async def _open_trace_writer(self) -> TraceSink:
         directory = self.options.trace_dir or self.options.data_dir / "trace"
         try:
-            from broker_core.trace_writer import JsonlTraceWriter
+            import broker_core.trace_writer  # noqa: F401  (the child process writes with it)
         except ImportError:
             log.warning("trace requested but broker_core.trace_writer is not available; tracing is off")
             return NullTraceSink()
-        return JsonlTraceWriter(directory, node_id=self.node_id, cluster=self.options.cluster)
+        from broker_core.trace_process import ProcessTraceSink
+
+        return await ProcessTraceSink(directory, node_id=self.node_id, cluster=self.options.cluster).start()
 
     def _recover_topics(self) -> None:
         root = self.options.data_dir / "topics"
@@ -226,6 +228,8 @@ class Broker:
         if self.state.ready:
             self._write_snapshot()
         self.trace.close()
+        if hasattr(self.trace, "wait_closed"):
+            await self.trace.wait_closed()
         self.store_executor.shutdown(wait=True)
         self.auth_executor.shutdown(wait=False)
 
