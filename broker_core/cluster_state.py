@@ -110,6 +110,7 @@ class ClusterState:
         self.on_app: list[Callable[[str, App | None], None]] = []
         self.on_topic: list[Callable[[str, TopicConfig | None], None]] = []
         self.on_any: list[Callable[[], None]] = []  # after every change, whatever its kind
+        self._unconfirmed: set[tuple[str, tuple[str, ...]]] = set()  # loaded from a snapshot, not yet seen in ZK
 
     # -- reads
 
@@ -125,6 +126,7 @@ class ClusterState:
     # -- writes (from the ZooKeeper watcher, on the loop thread)
 
     def apply(self, kind: str, key: tuple[str, ...], doc: dict | None) -> None:
+        self._unconfirmed.discard((kind, key))
         try:
             getattr(self, f"_apply_{kind}")(*key, doc)
         except (KeyError, TypeError, ValueError) as exc:
@@ -181,6 +183,13 @@ class ClusterState:
             "grants": {t: sorted(apps) for t, apps in self.grants.items()},
         }
 
+    def zk_synced(self) -> None:
+        """ZooKeeper has been read in full: what came only from the snapshot is gone there."""
+        for kind, key in sorted(self._unconfirmed):
+            log.info("%s %s is no longer in ZooKeeper", kind, "/".join(key))
+            self.apply(kind, key, None)
+        self.ready = True
+
     def load_snapshot(self, snap: dict) -> None:
         for name, doc in snap.get("topics", {}).items():
             self.apply("topic", (name,), doc)
@@ -192,6 +201,9 @@ class ClusterState:
         for topic, apps in snap.get("grants", {}).items():
             for app_id in apps:
                 self.apply("grant", (topic, app_id), {"produce": True})
+        self._unconfirmed = {("topic", (n,)) for n in self.topics} | {("app", (a,)) for a in self.apps} \
+            | {("binding", (t, g)) for t, gs in self.bindings.items() for g in gs} \
+            | {("grant", (t, a)) for t, apps in self.grants.items() for a in apps}
 
 
 def _binding_doc(b: Binding) -> dict:

@@ -43,6 +43,7 @@ class ZkMembership:
         *,
         notify: Callable[..., object],
         apply: Apply,
+        on_synced: Callable[[], None] | None = None,
         session_timeout: float = 10.0,
     ):
         self.root = chroot.rstrip("/")
@@ -50,6 +51,7 @@ class ZkMembership:
         self.info = info
         self.notify = notify
         self.apply = apply
+        self.on_synced = on_synced  # handed to the loop after the first full read
         self.client = KazooClient(
             hosts=hosts,
             timeout=session_timeout,
@@ -60,7 +62,7 @@ class ZkMembership:
         self._lock = threading.RLock()
         self._watched: set[str] = set()
         self._children_live: set[str] = set()
-        self._watching = False
+        self._setup_lock = threading.Lock()
         self._want_registered = False
         self.connected = threading.Event()
         self.synced = threading.Event()  # the first full read of the layout has been handed over
@@ -109,17 +111,24 @@ class ZkMembership:
             self.client.handler.spawn(self._on_connected)
 
     def _on_connected(self) -> None:
-        try:
-            self.client.ensure_path(self.path(LAYOUT.BROKERS))
-            if not self._watching:
-                self._watching = True
-                self._watch_all()
-                self.synced.set()
-            if self._want_registered:
-                self.ensure_registered()
-        except KazooException as exc:
-            log.warning("zookeeper set-up after connect failed (%s); retrying on the next connect", exc)
-            self._watching = self._watching and self.synced.is_set()
+        with self._setup_lock:
+            try:
+                self.client.ensure_path(self.path(LAYOUT.BROKERS))
+                if not self.synced.is_set():
+                    self._watch_all()
+                    if self.on_synced is not None:
+                        self.notify(self.on_synced)  # before `synced`: the loop sees it before start() returns
+                    self.synced.set()
+                if self._want_registered:
+                    self.ensure_registered()
+            except KazooException as exc:
+                log.warning("zookeeper set-up after connect failed (%s); the periodic check retries", exc)
+
+    def check(self) -> None:
+        """Periodic (from the node, every few seconds): finish a set-up that failed, and make sure
+        the registration stands (seed 003: a thread checks the session and registers again)."""
+        if self.client.connected:
+            self._on_connected()
 
     def ensure_registered(self) -> bool:
         """Make sure our ephemeral node exists and belongs to this session. Safe to call any time."""

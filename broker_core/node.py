@@ -78,11 +78,10 @@ class Broker:
                 "version": __version__}
         self.membership = ZkMembership(opts.zk_hosts, opts.zk_chroot, self.node_id, info,
                                        notify=self.loop.call_soon_threadsafe, apply=self.state.apply,
-                                       session_timeout=opts.zk_session_timeout_s)
+                                       on_synced=self.state.zk_synced, session_timeout=opts.zk_session_timeout_s)
         synced = await self.loop.run_in_executor(None, self.membership.start, opts.zk_start_timeout_s)
         await asyncio.sleep(0)  # let the state changes handed over by kazoo run
         if synced:
-            self.state.ready = True
             self._write_snapshot()
         else:
             log.error("ZooKeeper %s did not answer within %.0fs; serving from the last snapshot and retrying",
@@ -201,11 +200,9 @@ class Broker:
                     conn.check_liveness(now)
 
     async def _zk_check_loop(self) -> None:
-        # a thread-free check that our registration still stands (seed 003: check and re-register)
         while True:
             await asyncio.sleep(5)
-            if self.membership.connected.is_set():
-                await self.loop.run_in_executor(None, self.membership.ensure_registered)
+            await self.loop.run_in_executor(None, self.membership.check)
 
     # -- stop ---------------------------------------------------------------------------------
 

@@ -92,10 +92,23 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._release()
+
+    def _release(self) -> None:
+        """Forget this connection: its subscriptions end and their in-flight messages go back."""
         self.broker.connections.discard(self)
         for sub in list(self.subs.values()):
-            sub.group.unsubscribe(sub)  # its in-flight messages go back to the group
+            sub.group.unsubscribe(sub)
         self.subs.clear()
+
+    def _close_transport(self, abort: bool) -> None:
+        self.closed = True
+        self._release()  # at once: a close can wait on a peer that does not read
+        if abort:
+            self.transport.abort()
+        else:
+            self.transport.close()
+            self.loop.call_later(5.0, self.transport.abort)  # no-op once it has closed
 
     def pause_writing(self) -> None:
         self.paused = True
@@ -142,18 +155,13 @@ class ClientConnection(asyncio.Protocol):
         log.info("closing %s (%s, app %s): %s: %s", self.consumer_id, self.peer, self.app_id, code, message)
         self._flush()
         self.transport.write(p.encode_frame(p.Error(None, code, message, True)))
-        self.closed = True
-        if abort:
-            self.transport.abort()
-        else:
-            self.transport.close()
+        self._close_transport(abort)
 
     def close(self, reason: str = "") -> None:
         if not self.closed:
             self.send(p.Goodbye(reason))
             self._flush()
-            self.closed = True
-            self.transport.close()
+            self._close_transport(abort=False)
 
     # -- consumer side, called by groups ------------------------------------------------------
 
@@ -338,8 +346,8 @@ class ClientConnection(asyncio.Protocol):
         return None
 
     def on_goodbye(self, ev: p.Goodbye) -> None:
-        self.closed = True
-        self.transport.close()
+        self._flush()
+        self._close_transport(abort=False)
 
     def on_list_dead_letters(self, ev: p.ListDeadLetters) -> None:
         binding = self.broker.state.binding(ev.topic, ev.group)

@@ -13,8 +13,8 @@ from kazoo.client import KazooClient
 from broker_core.client import Consumer, Producer
 from broker_core.layout import LAYOUT
 from devstack.services import start_zookeeper, stop_zookeeper
-from tests.broker.conftest import APP, SECOND_ZK_PORT, STATE, Cluster, wait_for
-from tests.broker.helpers import Received
+from tests.broker.conftest import APP, SECOND_ZK_PORT, SECRET, STATE, Cluster, wait_for
+from tests.broker.helpers import RawConsumer, Received
 
 
 def test_a_broker_registers_an_ephemeral_node_and_again_after_losing_its_session(cluster):
@@ -68,26 +68,36 @@ def test_clients_and_brokers_keep_working_while_zookeeper_is_down(own_zookeeper,
     try:
         cluster.standard("orders")
         cluster.pv.binding("orders", "billing", APP)
+        cluster.pv.binding("orders", "audit", APP)
         broker = cluster.broker("--zk-start-timeout-s", "2")
         with Producer(**cluster.client_kwargs()) as producer:  # fills the SDK's broker cache
             first = producer.send("orders", b"with zookeeper")
         time.sleep(1.2)  # the broker writes its snapshot of the layout a second after a change
 
-        stop_zookeeper(state, "zk-broker-tests-own")
-        # a new producer finds the broker in its cache; the broker serves from what it knows
-        with Producer(**cluster.client_kwargs(connect_timeout=1.0)) as producer:
-            second = producer.send("orders", b"zookeeper is down")
-        # a restarted broker reads its snapshot of the layout when ZooKeeper does not answer
+        # the broker goes down; meanwhile the control plane removes a binding; then ZooKeeper goes down
         broker.kill(signal.SIGKILL)
+        cluster.pv.delete(LAYOUT.binding("orders", "audit"))
+        stop_zookeeper(state, "zk-broker-tests-own")
+        # a broker restarted now serves from its snapshot of the layout
         broker.start(wait=False)
         wait_for(lambda: b'"ok": true' in _try(broker.http, "/healthz"), 20, "the broker to serve without ZooKeeper")
+        # a new producer finds the broker in its cache
+        with Producer(**cluster.client_kwargs(connect_timeout=1.0)) as producer:
+            second = producer.send("orders", b"zookeeper is down")
         got = Received()
-        with Consumer("orders", "billing", got.handler("c"), **cluster.client_kwargs(connect_timeout=1.0)):
-            wait_for(lambda: set(got.ids("c")) == {first, second}, 10, "both messages")
-        assert "serving from the last snapshot" in broker.log()
+        audit = RawConsumer(broker.address, APP, SECRET, "orders", "audit")
+        try:
+            audit.start()  # the snapshot still has the removed binding
+            with Consumer("orders", "billing", got.handler("c"), **cluster.client_kwargs(connect_timeout=1.0)):
+                wait_for(lambda: set(got.ids("c")) == {first, second}, 10, "both messages")
+            assert "serving from the last snapshot" in broker.log()
 
-        start_zookeeper(state, SECOND_ZK_PORT, "zk-broker-tests-own")
-        wait_for(broker.registered, 20, "the broker to register once ZooKeeper is back")
+            start_zookeeper(state, SECOND_ZK_PORT, "zk-broker-tests-own")
+            wait_for(broker.registered, 20, "the broker to register once ZooKeeper is back")
+            # what ZooKeeper no longer holds is dropped once the broker has read it again
+            wait_for(lambda: audit.unsubscribed == ["binding removed"], 10, "the stale binding to go")
+        finally:
+            audit.close()
     finally:
         if not client.connected:
             start_zookeeper(state, SECOND_ZK_PORT, "zk-broker-tests-own")
