@@ -8,6 +8,7 @@ import time
 from collections import defaultdict
 
 from broker_core import protocol as p
+from broker_core.client._loop import LoopThread
 from broker_core.client.connection import BrokerAddress, BrokerConnection
 
 
@@ -88,5 +89,9 @@ class RawConsumer:
     def close(self):
         if self.conn is not None:
             self.loop.call_soon_threadsafe(self.conn.close)
+        try:
+            self._run(LoopThread._cancel_tasks(), timeout=5)
+        except Exception:
+            pass
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(5)
