@@ -20,6 +20,7 @@ message ids — a message can then be stored twice, never lost. A message not ac
 from __future__ import annotations
 
 import asyncio
+import bisect
 import logging
 import os
 import random
@@ -35,6 +36,7 @@ from broker_core.client._loop import LoopThread
 from broker_core.client.connection import BrokerConnection
 from broker_core.client.discovery import Discovery, Locator
 from broker_core.client.errors import AuthError, BrokerError, ConnectionLost, SendTimeout, SwitchyardError
+from broker_core.protocol import M_BODY
 
 log = logging.getLogger("broker_core.client.producer")
 
@@ -117,6 +119,43 @@ class _Batch:
         self.deadline = deadline
 
 
+class _Queued:
+    """Messages of one topic waiting to be sent, as parallel lists (batches are cut by slicing)."""
+
+    __slots__ = ("messages", "waiters", "deadlines", "bytes")
+
+    def __init__(self) -> None:
+        self.messages: list[list] = []
+        self.waiters: list = []  # per message: a Future (one send) or a _Waiter (a send_many)
+        self.deadlines: list[float] = []  # per message, never decreasing
+        self.bytes = 0
+
+    def cut(self, max_batch: int, max_bytes: int) -> tuple[list[list], list, float]:
+        """Take the next batch: at most max_batch messages and (past the first) max_bytes."""
+        n = len(self.messages)
+        if n <= max_batch and self.bytes <= max_bytes:
+            end, size = n, self.bytes
+        else:
+            end, size = 0, 0
+            for m in self.messages[:max_batch]:
+                if end and size + len(m[M_BODY]) + 64 > max_bytes:
+                    break
+                size += len(m[M_BODY]) + 64
+                end += 1
+        messages, waiters, deadline = self.messages[:end], self.waiters[:end], self.deadlines[0]
+        del self.messages[:end], self.waiters[:end], self.deadlines[:end]
+        self.bytes -= size
+        return messages, waiters, deadline
+
+    def expire(self, now: float) -> list:
+        """Remove the messages whose send timeout passed; returns their waiters."""
+        end = bisect.bisect_right(self.deadlines, now)
+        waiters = self.waiters[:end]
+        self.bytes -= sum(len(m[M_BODY]) + 64 for m in self.messages[:end])
+        del self.messages[:end], self.waiters[:end], self.deadlines[:end]
+        return waiters
+
+
 class _Link:
     """The producer's connection to one cluster, with its queue and in-flight batches."""
 
@@ -125,8 +164,7 @@ class _Link:
         self.discovery = discovery
         self.loop = asyncio.get_running_loop()
         self.conn: BrokerConnection | None = None
-        # queued messages: (topic, message array, waiter (a Future or a _Waiter), deadline)
-        self.queue: deque[tuple[str, list, object, float]] = deque()
+        self.queued: dict[str, _Queued] = {}  # by topic
         self.retry: deque[_Batch] = deque()
         self.in_flight: dict[int, _Batch] = {}
         self._flush_scheduled = False
@@ -137,19 +175,24 @@ class _Link:
         self.last_error: BaseException | None = None
 
     def submit(self, topic: str, messages: list[list], waiter) -> None:
-        deadline = time.monotonic() + self.producer.send_timeout
-        queue = self.queue
-        for m in messages:
-            queue.append((topic, m, waiter, deadline))
-        if len(queue) >= self.producer.max_batch:
+        """Queue messages of one send_many (all settled through one _Waiter)."""
+        q = self.queued.get(topic) or self.queued.setdefault(topic, _Queued())
+        q.messages += messages
+        q.waiters += [waiter] * len(messages)
+        q.deadlines += [time.monotonic() + self.producer.send_timeout] * len(messages)
+        q.bytes += sum(len(m[M_BODY]) + 64 for m in messages)
+        if len(q.messages) >= self.producer.max_batch:
             self._flush()  # a full batch goes now: the broker stores it while we pack the next
         else:
             self._schedule()
 
     def submit_one(self, topic: str, message: list, future: asyncio.Future) -> None:
-        queue = self.queue
-        queue.append((topic, message, future, time.monotonic() + self.producer.send_timeout))
-        if len(queue) >= self.producer.max_batch:
+        q = self.queued.get(topic) or self.queued.setdefault(topic, _Queued())
+        q.messages.append(message)
+        q.waiters.append(future)
+        q.deadlines.append(time.monotonic() + self.producer.send_timeout)
+        q.bytes += len(message[M_BODY]) + 64
+        if len(q.messages) >= self.producer.max_batch:
             self._flush()
         elif not self._flush_scheduled:
             self._flush_scheduled = True
@@ -170,19 +213,11 @@ class _Link:
         while self.retry and len(self.in_flight) < window:
             self._send(conn, self.retry.popleft())
         max_batch, max_bytes = self.producer.max_batch, self.producer.max_batch_bytes
-        queue = self.queue
-        while queue and len(self.in_flight) < window:
-            topic = queue[0][0]
-            messages: list[list] = []
-            waiters: list = []
-            size = 0
-            deadline = queue[0][3]
-            while queue and len(messages) < max_batch and size < max_bytes and queue[0][0] == topic:
-                _, m, waiter, deadline = queue.popleft()
-                messages.append(m)
-                waiters.append(waiter)
-                size += len(m[5]) + 64
-            self._send(conn, _Batch(topic, messages, waiters, deadline))
+        for topic, q in list(self.queued.items()):
+            while q.messages and len(self.in_flight) < window:
+                self._send(conn, _Batch(topic, *q.cut(max_batch, max_bytes)))
+            if not q.messages:
+                del self.queued[topic]
 
     def _send(self, conn: BrokerConnection, batch: _Batch) -> None:
         ref = conn.next_ref()
@@ -202,7 +237,7 @@ class _Link:
         else:
             for w in batch.waiters:
                 _reject(w, exc)
-        if self.queue or self.retry:
+        if self.queued or self.retry:
             self._schedule()
 
     def _ensure_connecting(self) -> None:
@@ -246,8 +281,10 @@ class _Link:
                 delay = min(delay * 2, 1.0)
 
     def _fail_all(self, exc: BaseException) -> None:
-        while self.queue:
-            _reject(self.queue.popleft()[2], exc)
+        for q in self.queued.values():
+            for w in q.waiters:
+                _reject(w, exc)
+        self.queued.clear()
         while self.retry:
             for w in self.retry.popleft().waiters:
                 _reject(w, exc)
@@ -257,15 +294,14 @@ class _Link:
         while not self.closed:
             await asyncio.sleep(0.25)
             now = time.monotonic()
-            if self.queue and self.queue[0][3] <= now:
-                keep = deque()
-                for item in self.queue:
-                    if item[3] <= now:
-                        _reject(item[2], SendTimeout(f"not acknowledged within {self.producer.send_timeout}s"
-                                                 + (f" (last error: {self.last_error})" if self.last_error else "")))
-                    else:
-                        keep.append(item)
-                self.queue = keep
+            timeout = SendTimeout(f"not acknowledged within {self.producer.send_timeout}s"
+                                  + (f" (last error: {self.last_error})" if self.last_error else ""))
+            for topic, q in list(self.queued.items()):
+                if q.deadlines and q.deadlines[0] <= now:
+                    for w in q.expire(now):
+                        _reject(w, timeout)
+                    if not q.messages:
+                        del self.queued[topic]
             if self.retry:
                 keep_batches = deque()
                 for batch in self.retry:
@@ -286,7 +322,7 @@ class _Link:
         self._fail_all(ConnectionLost("producer closed"))
 
     def idle(self) -> bool:
-        return not (self.queue or self.retry or self.in_flight)
+        return not (self.queued or self.retry or self.in_flight)
 
 
 class AsyncProducer:
@@ -412,7 +448,8 @@ class AsyncProducer:
         self.locator.stop()
 
     def stats(self) -> dict:
-        return {cluster: {"queued": len(link.queue), "in_flight_batches": len(link.in_flight),
+        return {cluster: {"queued": sum(len(q.messages) for q in link.queued.values()),
+                          "in_flight_batches": len(link.in_flight),
                           "retrying_batches": len(link.retry), "failovers": link.failovers,
                           "broker": str(link.conn.address) if link.conn else None}
                 for cluster, link in self._links.items()}
