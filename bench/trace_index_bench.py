@@ -158,6 +158,7 @@ def main() -> int:
     parser.add_argument("--web-port", type=int, default=27710)
     parser.add_argument("--lookups", type=int, default=1000)
     parser.add_argument("--skip-build", action="store_true", help="reuse the index in the bench database")
+    parser.add_argument("--no-broker", dest="broker", action="store_false", help="skip the tracing on/off ratio")
     parser.add_argument("--no-baseline", dest="baseline", action="store_false",
                         help="skip the plain groupBy-to-Parquet reference build")
     args = parser.parse_args()
@@ -175,7 +176,9 @@ def main() -> int:
         build(args, jdbc, events_dir)
     lookups(args, env, messages)
     ratio = ROOT / "bench" / "broker_trace_ratio.py"
-    if ratio.exists():
+    if not args.broker:
+        pass
+    elif ratio.exists():
         subprocess.run([sys.executable, str(ratio)], env=env, cwd=ROOT)
     else:
         print("broker throughput tracing on/off: not measured (no broker bench yet)")

@@ -67,7 +67,7 @@ def run(spark, inputs: list[str], output: str, *, jdbc_url: str | None = None, f
                                   .join(hits.select("message_id"), "message_id", "left_semi"))
 
         # transform + write: the new events first, then the summaries of every message they touch
-        new_events = dedupe_events(events, indexed_events)
+        new_events = dedupe_events(events, indexed_events, partitions=int(spark.conf.get("spark.sql.shuffle.partitions")))
         new_events.write.partitionBy("date", "topic").parquet(str(staging / "events"))
         # (with the schema given: a batch of nothing but known events writes no file)
         staged_events = spark.read.schema(new_events.schema).parquet(str(staging / "events")).select(*EVENT_COLUMNS)

@@ -39,9 +39,18 @@ def clean_events(raw: DataFrame) -> DataFrame:
     )
 
 
-def dedupe_events(events: DataFrame, indexed: DataFrame | None = None) -> DataFrame:
-    """Each event once: copies within `events` collapse, and events already in `indexed` are dropped."""
-    unique = events.dropDuplicates(["message_id", "event_id"])
+def dedupe_events(events: DataFrame, indexed: DataFrame | None = None, partitions: int = 8,
+                  spread: int = 4) -> DataFrame:
+    """Each event once: copies within `events` collapse, and events already in `indexed` are dropped.
+
+    The one shuffle is by (date, topic, a bucket of the message id): the deduplication needs no second
+    one (a copy of an event has its date and topic), and each task then writes few Parquet
+    partitions, with a message's events of one day in one file. The bucket spreads a big topic
+    over `spread` tasks.
+    """
+    bucket = F.pmod(F.xxhash64("message_id"), F.lit(spread)).alias("_bucket")
+    unique = (events.select("*", bucket).repartition(partitions, "date", "topic", "_bucket")
+              .dropDuplicates(["date", "topic", "_bucket", "message_id", "event_id"]).drop("_bucket"))
     if indexed is None:
         return unique
     return unique.join(indexed.select("message_id", "event_id"), ["message_id", "event_id"], "left_anti")

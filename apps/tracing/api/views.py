@@ -7,6 +7,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.tracing import actions, schedule
+from apps.tracing.api.permissions import CachedRolePermission
 from apps.tracing.api.serializers import (
     IndexRunSerializer,
     IndexScheduleSerializer,
@@ -33,6 +34,7 @@ class TracedMessageViewSet(viewsets.ReadOnlyModelViewSet):
 
     queryset = TracedMessage.objects.all()
     serializer_class = TracedMessageSerializer
+    permission_classes = [CachedRolePermission]
     filterset_class = TracedMessageFilterSet
     filter_backends = viewsets.ReadOnlyModelViewSet.filter_backends[:1]
     pagination_class = NewestFirst
