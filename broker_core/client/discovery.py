@@ -123,6 +123,7 @@ class ZkDiscovery(Discovery):
                                   command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0))
         self._watching = False
         self._lock = threading.Lock()
+        self.last_known = self._read_cache()  # tried when no broker is listed (all restarting, or ZooKeeper away)
         self.client.add_listener(self._on_state)
 
     async def start(self, timeout: float) -> None:
