@@ -13,6 +13,18 @@ from tests.tracing.conftest import TraceBatch
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.fixture(autouse=True)
+def request_threads_close_their_connections():
+    """The live server answers each request on a new thread; with CONN_MAX_AGE its connection would
+    outlive the thread and keep the test database from being dropped."""
+    from django.db import connections
+
+    saved = connections.settings["default"].get("CONN_MAX_AGE")
+    connections.settings["default"]["CONN_MAX_AGE"] = 0
+    yield
+    connections.settings["default"]["CONN_MAX_AGE"] = saved
+
+
 def test_rebuild_now_then_the_auditor_traces_a_message(live_server, page, make_user, celery_worker, trace_dirs):
     batch = TraceBatch(trace_dirs["inputs"] / "node-1" / "trace")
     batch.emit("published", "m-retry", 0, app_id="shop", business_id="order-42", key="cust-9",
