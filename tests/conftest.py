@@ -75,8 +75,10 @@ def zk_chroot(zk_connect):
         client.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser_context():
+    """Per module: Playwright's sync API keeps an event loop marked running in this thread while it is
+    started, and the broker tests call asyncio.run(), which refuses to run inside one."""
     from playwright.sync_api import sync_playwright
 
     from tests.support.browser import launch
@@ -94,3 +96,70 @@ def page(browser_context):
     yield page
     browser_context.clear_cookies()
     page.close()
+
+
+@pytest.fixture(scope="session")
+def trace_dirs(tmp_path_factory):
+    """The broker trace folder and index folder the Celery worker's index builds use."""
+    root = tmp_path_factory.mktemp("tracing-worker")
+    return {"inputs": root / "brokers", "index": root / "index", "state": root / "state"}
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup, django_db_blocker, trace_dirs):
+    """One real `celery worker --pool=solo` for the whole run, on the test database, the test Redis and
+    ZooKeeper; its index builds run real Spark over `trace_dirs`. One worker only: two workers on the same
+    queue would take each other's tasks."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from django.db import connection
+
+    from control_plane.celery import app
+
+    with django_db_blocker.unblock():
+        test_db = connection.settings_dict["NAME"]
+    app.control.purge()  # nothing left over from an earlier run
+    for folder in trace_dirs.values():
+        folder.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "SWITCHYARD_DB_NAME": test_db, "SWITCHYARD_STATE": str(trace_dirs["state"]),
+           "SWITCHYARD_TRACE_INPUTS": str(trace_dirs["inputs"]), "SWITCHYARD_TRACE_INDEX_DIR": str(trace_dirs["index"]),
+           "SWITCHYARD_SPARK_MASTER": "local[2]", "SWITCHYARD_PROVISION_BACKOFF_BASE": "0.5",
+           "SWITCHYARD_PROVISION_BACKOFF_MAX": "2", "SWITCHYARD_ZK_TIMEOUT": "2"}
+    log_path = trace_dirs["state"] / "celery-worker.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "control_plane", "worker", "--pool=solo", "-l", "info",
+             "-n", f"test-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            cwd=Path(__file__).resolve().parents[1], env=env, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                if app.control.ping(timeout=0.5):
+                    break
+            except Exception:
+                pass
+        if proc.poll() is not None or time.monotonic() >= deadline:
+            raise RuntimeError(f"the Celery worker did not start; see {log_path}")
+        yield proc
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        # its database session ends a moment after the process: let it go before the test database is dropped
+        with django_db_blocker.unblock():
+            with connection.cursor() as cur:
+                for _ in range(100):
+                    cur.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                                [test_db])
+                    if cur.fetchone()[0] == 0:
+                        break
+                    time.sleep(0.1)

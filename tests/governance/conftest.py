@@ -3,16 +3,9 @@ Celery worker process on the test database, and helpers to read ZooKeeper and wa
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def wait_for(predicate, timeout: float = 30.0, what: str = "condition", interval: float = 0.2):
@@ -111,47 +104,6 @@ def approved_topic(people, topic_fields):
         return application.topic
 
     return make
-
-
-@pytest.fixture(scope="session")
-def celery_worker(django_db_setup, django_db_blocker):
-    """A real `celery worker --pool=solo` process on the test database, the test Redis and ZooKeeper."""
-    from django.db import connection
-
-    from control_plane.celery import app
-    from tests.support.stack import state_dir
-
-    with django_db_blocker.unblock():
-        test_db = connection.settings_dict["NAME"]
-    app.control.purge()  # nothing left over from an earlier run
-    log_path = state_dir() / "logs" / "gov-celery-worker.log"
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "SWITCHYARD_DB_NAME": test_db, "SWITCHYARD_PROVISION_BACKOFF_BASE": "0.5",
-           "SWITCHYARD_PROVISION_BACKOFF_MAX": "2", "SWITCHYARD_ZK_TIMEOUT": "2"}
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "control_plane", "worker", "--pool=solo", "-l", "info",
-             "-n", f"gov-test-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        wait_for(lambda: proc.poll() is not None or _worker_ready(app), 60, "the Celery worker to start")
-        if proc.poll() is not None:
-            raise RuntimeError(f"the Celery worker exited with {proc.returncode}; see {log_path}")
-        yield proc
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
-def _worker_ready(app) -> bool:
-    try:
-        return bool(app.control.ping(timeout=0.5))
-    except Exception:
-        return False
 
 
 @pytest.fixture(autouse=True)
