@@ -135,6 +135,8 @@ CELERY_TIMEZONE = TIME_ZONE
 # ZooKeeper session timeout and the bound on every control-plane call into ZooKeeper.
 SWITCHYARD_ZK_TIMEOUT = float(os.environ.get("SWITCHYARD_ZK_TIMEOUT", "3"))
 
+# bound on each broker /stats read behind the cluster page (brokers are read in parallel)
+SWITCHYARD_BROKER_STATS_TIMEOUT = float(os.environ.get("SWITCHYARD_BROKER_STATS_TIMEOUT", "2"))
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

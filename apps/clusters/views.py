@@ -5,6 +5,7 @@ from django.views import View
 from django.views.generic import DetailView, ListView
 
 from apps.clusters import actions
+from apps.clusters.broker_stats import read_cluster_stats
 from apps.clusters.filtersets import ClusterFilterSet
 from apps.clusters.forms import ClusterForm
 from apps.clusters.models import Cluster
@@ -32,7 +33,8 @@ class ClusterDetailView(LoginRequiredMixin, PermissionRequiredMixin, DetailView)
     slug_field = slug_url_kwarg = "name"
 
     def get_context_data(self, **kwargs):
-        return super().get_context_data(health=read_health(self.object), **kwargs)
+        health = read_health(self.object)
+        return super().get_context_data(health=health, live=read_cluster_stats(health), **kwargs)
 
 
 class ClusterFormView(LoginRequiredMixin, PermissionRequiredMixin, View):

@@ -25,3 +25,36 @@ class ClusterHealthSerializer(serializers.Serializer):
     error = serializers.CharField()
     layout_version = serializers.IntegerField(allow_null=True)
     brokers = BrokerNodeSerializer(many=True)
+
+
+class NodeStatsSerializer(serializers.Serializer):
+    node_id = serializers.CharField(source="node.node_id")
+    address = serializers.SerializerMethodField()
+    ok = serializers.BooleanField()
+    error = serializers.CharField()
+    stats = serializers.JSONField(allow_null=True, help_text="the broker's /stats document, as it answered")
+
+    def get_address(self, obj) -> str:
+        return f"{obj.node.host}:{obj.node.port}"
+
+
+class GroupFiguresSerializer(serializers.Serializer):
+    topic = serializers.CharField()
+    group = serializers.CharField()
+    mode = serializers.CharField()
+    bound = serializers.BooleanField()
+    figures = serializers.DictField(child=serializers.IntegerField())
+
+
+class TopicFiguresSerializer(serializers.Serializer):
+    topic = serializers.CharField()
+    figures = serializers.DictField(child=serializers.IntegerField())
+
+
+class ClusterStatsSerializer(serializers.Serializer):
+    reachable = serializers.BooleanField(help_text="whether the cluster's ZooKeeper answered")
+    error = serializers.CharField()
+    answered = serializers.IntegerField(help_text="broker nodes whose /stats answered")
+    nodes = NodeStatsSerializer(many=True)
+    topics = TopicFiguresSerializer(many=True, help_text="figures summed over the nodes that answered")
+    groups = GroupFiguresSerializer(many=True, help_text="figures summed over the nodes that answered")
