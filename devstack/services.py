@@ -337,6 +337,21 @@ def stop_all(state: Path) -> None:
     stop_postgres(state)
 
 
+def admin_token(state: Path) -> str:
+    """The brokers' admin API token of this stack: generated once, kept in state/broker-admin-token, so a
+    second `./dev up` gives the running brokers and the control plane the same one."""
+    import secrets
+
+    path = state / "broker-admin-token"
+    if path.exists() and path.read_text().strip():
+        return path.read_text().strip()
+    state.mkdir(parents=True, exist_ok=True)
+    token = secrets.token_urlsafe(24)
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return token
+
+
 def environment(state: Path, ports: Ports, dbname: str = "switchyard") -> dict[str, str]:
     """The variables the control plane, workers and tests read to find this stack."""
     return {
@@ -348,6 +363,8 @@ def environment(state: Path, ports: Ports, dbname: str = "switchyard") -> dict[s
         "SWITCHYARD_REDIS_URL": f"redis://127.0.0.1:{ports.redis}/0",
         "SWITCHYARD_ZK": f"127.0.0.1:{ports.zookeeper}",
         "SPARK_LOCAL_IP": "127.0.0.1",
+        # the control plane calls the brokers' /admin/ API with it; the demo brokers get it as --admin-token
+        "SWITCHYARD_BROKER_ADMIN_TOKEN": admin_token(state),
     }
 
 

@@ -9,6 +9,7 @@ from apps.clusters.api.views import ClusterViewSet
 from apps.provisioning.api.urls import register as register_provisioning
 from apps.topics.api.urls import register as register_topics
 from apps.tracing.api.urls import register as register_tracing
+from apps.transactions.api.urls import register as register_transactions
 
 api_router = DefaultRouter()
 api_router.register("clusters", ClusterViewSet, basename="cluster")
@@ -18,3 +19,4 @@ register_bindings(api_router)
 register_provisioning(api_router)
 register_tracing(api_router)
 register_audit(api_router)
+register_transactions(api_router)

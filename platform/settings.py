@@ -34,6 +34,7 @@ INSTALLED_APPS = [
     "apps.bindings",
     "apps.provisioning",
     "apps.tracing",
+    "apps.transactions",
 ]
 
 MIDDLEWARE = [
@@ -156,3 +157,13 @@ LOGGING = {
 SWITCHYARD_TRACE_INPUTS = [p for p in os.environ.get("SWITCHYARD_TRACE_INPUTS", str(STATE_DIR / "brokers")).split(",") if p]
 SWITCHYARD_TRACE_INDEX_DIR = os.environ.get("SWITCHYARD_TRACE_INDEX_DIR", str(STATE_DIR / "trace-index"))
 SWITCHYARD_SPARK_MASTER = os.environ.get("SWITCHYARD_SPARK_MASTER", "local[*]")
+
+# Transaction back-checks and dead-letter re-drive (apps/transactions). The brokers' admin API
+# (http://<host>:<metrics_port>/admin/...) takes this bearer token; brokers get the same one.
+SWITCHYARD_BROKER_ADMIN_TOKEN = os.environ.get("SWITCHYARD_BROKER_ADMIN_TOKEN", "")
+# bound on each admin call (a check call itself waits up to SWITCHYARD_TX_CHECK_TIMEOUT_MS on the broker)
+SWITCHYARD_BROKER_ADMIN_TIMEOUT = float(os.environ.get("SWITCHYARD_BROKER_ADMIN_TIMEOUT", "10"))
+SWITCHYARD_TX_CHECK_TIMEOUT_MS = int(os.environ.get("SWITCHYARD_TX_CHECK_TIMEOUT_MS", "3000"))
+SWITCHYARD_TX_CHECK_BATCH = int(os.environ.get("SWITCHYARD_TX_CHECK_BATCH", "500"))  # message ids per check task
+SWITCHYARD_TX_HTTP_CHECK_TIMEOUT = float(os.environ.get("SWITCHYARD_TX_HTTP_CHECK_TIMEOUT", "5"))
+SWITCHYARD_REDRIVE_BATCH = int(os.environ.get("SWITCHYARD_REDRIVE_BATCH", "500"))  # dead letters per redrive call

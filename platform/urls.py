@@ -26,6 +26,7 @@ urlpatterns = [
     path("", include("apps.provisioning.urls")),
     path("", include("apps.audit.urls")),
     path("", include("apps.tracing.urls")),
+    path("", include("apps.transactions.urls")),
 ]
 
 handler403 = "control_plane.views.forbidden"

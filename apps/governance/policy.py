@@ -41,6 +41,10 @@ RULES: dict[str, tuple[str, str]] = {
     "transactional-durable": ("Transactions need durable storage",
                               "Transactional topics hold half messages until the producer commits or rolls "
                               "back; they must survive a broker restart, so they need file storage."),
+    "tx-check": ("Back-checks end within retention",
+                 "A transactional topic's back-checks (first after the delay, then after the interval, doubling up "
+                 "to four times it, at most the maximum number of checks) must all happen while the topic still "
+                 "keeps the message; the defaults are 6 s, 30 s and 15 checks."),
     "quota-topics": ("Topics per team", "A team owns at most {topics_per_team} topics (requested ones count)."),
     "quota-mps": ("Peak rate per team and cluster",
                   "The expected peak messages/s of one team's topics on one cluster add up to at most "
@@ -64,7 +68,7 @@ RULES: dict[str, tuple[str, str]] = {
 }
 
 TOPIC_RULES = ["team-member", "naming", "unique-name", "cluster", "storage", "transactional-durable",
-               "quota-topics", "quota-mps", "prod-approval"]
+               "tx-check", "quota-topics", "quota-mps", "prod-approval"]
 BINDING_RULES = ["team-member", "app-active", "topic-active", "unique-group", "group-owner", "ordered-broadcast",
                  "selector-matches", "ttl-retention", "quota-bindings", "prod-approval"]
 GRANT_RULES = ["team-member", "app-active", "topic-active", "unique-grant", "prod-approval"]
@@ -212,6 +216,8 @@ def _topic(app, applicant) -> Report:
         checks.append(Check("transactional-durable", True, "No transactional topic on memory storage.",
                             "transactional"))
 
+    checks.append(_tx_check(app))
+
     owned = Topic.objects.filter(team=team).count() + _others(app).filter(team=team, topic__isnull=True).count()
     if owned + 1 > lim["topics_per_team"]:
         checks.append(Check("quota-topics", False, f"Team {team.name} already has {owned} topics (requested ones "
@@ -235,6 +241,25 @@ def _topic(app, applicant) -> Report:
 
     checks.append(_prod_check(cluster))
     return Report("topic", checks, _slots(cluster))
+
+
+def _tx_check(app) -> Check:
+    from apps.transactions.timing import check_window_s
+
+    if not app.transactional:
+        return Check("tx-check", True, "Not transactional: no back-checks.", "tx_check_max")
+    values = (app.tx_check_delay_s, app.tx_check_interval_s, app.tx_check_max)
+    if any(v is None or v < 1 for v in values):
+        return Check("tx-check", False, "Give the first back-check delay, the interval and the maximum number of "
+                                        "checks as whole numbers of at least 1.", "tx_check_delay_s")
+    window = check_window_s(*values)
+    retention = (app.retention_hours or 0) * 3600
+    if window >= retention:
+        return Check("tx-check", False, f"The back-checks would run for {window:,} s after a message is prepared, "
+                                        f"longer than the topic keeps it ({retention:,} s); use fewer checks, a "
+                                        "shorter interval or a longer retention.", "tx_check_max")
+    return Check("tx-check", True, f"The last back-check would come {window:,} s after prepare, within the "
+                                   f"retention of {retention:,} s.", "tx_check_max")
 
 
 # --- bindings -----------------------------------------------------------------------------

@@ -16,8 +16,6 @@ from apps.topics.models import App, Topic
 from broker_core.layout import LAYOUT, LAYOUT_VERSION, encode
 
 META = "meta"
-# Transaction back-check timing written for every topic (brokers ignore it on plain topics).
-TX_CHECK = {"delay_s": 10, "interval_s": 10, "max_checks": 6}
 
 
 def meta_doc(cluster) -> dict:
@@ -33,7 +31,8 @@ def topic_doc(topic: Topic) -> dict:
         "retention_s": topic.retention_s,
         "storage": topic.storage_level,
         "max_message_bytes": topic.max_message_bytes,
-        "tx_check": dict(TX_CHECK),
+        # the topic's back-check timing, written for every topic (brokers ignore it on plain ones)
+        "tx_check": topic.tx_check,
         "revision": topic.revision,
     }
 

@@ -23,7 +23,7 @@ from control_plane.errors import ActionError, require_perm
 
 APPLICATION_FIELDS = ("name", "team", "environment", "cluster", "message_types", "expected_peak_mps",
                       "max_message_bytes", "retention_hours", "storage_level", "transactional", "ordered",
-                      "description", "reason")
+                      "tx_check_delay_s", "tx_check_interval_s", "tx_check_max", "description", "reason")
 
 
 # --- apps ---------------------------------------------------------------------------------
@@ -88,6 +88,22 @@ def set_app_active(*, actor, app: App, active: bool) -> App:
     _push_app(app)
     record(actor=actor, action="app.activate" if active else "app.deactivate", obj=app, before=before,
            after=snapshot(app))
+    return app
+
+
+@transaction.atomic
+def set_app_check_url(*, actor, app: App, check_url: str) -> App:
+    """Set (or clear, with "") the URL the back-check task asks when no connection of the app can answer."""
+    _require_app_owner(actor, app)
+    app = App.objects.select_for_update().get(pk=app.pk)
+    check_url = (check_url or "").strip()
+    if app.check_url == check_url:
+        return app
+    before = snapshot(app)
+    app.check_url = check_url
+    app.full_clean(exclude=["secret_hash"])
+    app.save(update_fields=["check_url", "updated_at"])
+    record(actor=actor, action="app.set_check_url", obj=app, before=before, after=snapshot(app))
     return app
 
 
@@ -159,6 +175,8 @@ def _materialize(actor, application: TopicApplication) -> None:
                   expected_peak_mps=application.expected_peak_mps, max_message_bytes=application.max_message_bytes,
                   retention_hours=application.retention_hours, storage_level=application.storage_level,
                   transactional=application.transactional, ordered=application.ordered,
+                  tx_check_delay_s=application.tx_check_delay_s,
+                  tx_check_interval_s=application.tx_check_interval_s, tx_check_max=application.tx_check_max,
                   description=application.description)
     topic.full_clean()
     topic.save()

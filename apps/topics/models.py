@@ -24,6 +24,8 @@ topic_name_validator = RegexValidator(
 MESSAGE_TYPE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_MESSAGE_TYPES = 50
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+TX_CHECK_DEFAULTS = {"delay_s": 6, "interval_s": 30, "max_checks": 15}
+TX_CHECK_LIMITS = {"delay_s": 3600, "interval_s": 3600, "max_checks": 100}
 
 
 def validate_message_types(value) -> None:
@@ -60,9 +62,28 @@ class TopicSettings(models.Model):
     storage_level = models.CharField(max_length=16, choices=StorageLevel.choices, default=StorageLevel.FILE)
     transactional = models.BooleanField(default=False, help_text="Producers send two-phase (half) messages.")
     ordered = models.BooleanField(default=False, help_text="Per-key order is kept for consumers.")
+    # Back-checks of prepared (half) messages; only transactional topics use them. RocketMQ's defaults.
+    tx_check_delay_s = models.PositiveIntegerField(
+        "first back-check after (s)", default=TX_CHECK_DEFAULTS["delay_s"],
+        validators=[MinValueValidator(1), MaxValueValidator(TX_CHECK_LIMITS["delay_s"])],
+        help_text="A prepared message neither committed nor rolled back is first checked this long after it was "
+                  "prepared.")
+    tx_check_interval_s = models.PositiveIntegerField(
+        "back-check interval (s)", default=TX_CHECK_DEFAULTS["interval_s"],
+        validators=[MinValueValidator(1), MaxValueValidator(TX_CHECK_LIMITS["interval_s"])],
+        help_text="The wait between back-checks answered unknown or not answered (doubling, up to 4 times this).")
+    tx_check_max = models.PositiveIntegerField(
+        "maximum back-checks", default=TX_CHECK_DEFAULTS["max_checks"],
+        validators=[MinValueValidator(1), MaxValueValidator(TX_CHECK_LIMITS["max_checks"])],
+        help_text="After this many unanswered checks the message is rolled back and reported unresolved.")
 
     class Meta:
         abstract = True
+
+    @property
+    def tx_check(self) -> dict:
+        return {"delay_s": self.tx_check_delay_s, "interval_s": self.tx_check_interval_s,
+                "max_checks": self.tx_check_max}
 
 
 class App(models.Model):
@@ -74,6 +95,10 @@ class App(models.Model):
     secret_hash = models.CharField(max_length=200, editable=False)
     secret_rotated_at = models.DateTimeField(null=True, blank=True, editable=False)
     active = models.BooleanField(default=True)
+    check_url = models.URLField(
+        "HTTP check URL", max_length=500, blank=True, default="",
+        help_text="Asked about a prepared message of this app when no connection of it can answer a back-check: "
+                  "POST JSON, answer {\"state\": \"commit\" | \"rollback\" | \"unknown\"}.")
     revision = models.PositiveIntegerField(default=1, editable=False)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="+")

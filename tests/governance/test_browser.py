@@ -77,7 +77,7 @@ def test_topic_from_form_to_zookeeper(celery_worker, live_server, page, people, 
     assert read_node(zk, f"{zk_chroot}/dev-a/topics/payments.order-paid") == {
         "name": "payments.order-paid", "message_types": ["created", "paid"], "ordered": False,
         "transactional": False, "retention_s": 172800, "storage": "file", "max_message_bytes": 8192,
-        "tx_check": {"delay_s": 10, "interval_s": 10, "max_checks": 6}, "revision": 1}
+        "tx_check": {"delay_s": 6, "interval_s": 30, "max_checks": 15}, "revision": 1}
 
     page.click("[data-testid=nav-topics]")
     assert "payments.order-paid" in page.locator("[data-testid=topics]").inner_text()

@@ -31,7 +31,7 @@ def test_approved_topic_lands_in_zookeeper_and_reads_back_synced(celery_worker, 
     node = wait_for(lambda: read_node(zk, path), what="the topic's znode")
     assert node == {"name": "payments.order-paid", "message_types": ["created", "paid"], "ordered": False,
                     "transactional": True, "retention_s": 172800, "storage": "file", "max_message_bytes": 8192,
-                    "tx_check": {"delay_s": 10, "interval_s": 10, "max_checks": 6}, "revision": 1}
+                    "tx_check": {"delay_s": 6, "interval_s": 30, "max_checks": 15}, "revision": 1}
     assert read_node(zk, f"{zk_chroot}/dev-a/meta") == {"layout_version": 1, "cluster": "dev-a"}
     wait_for(lambda: TopicApplication.objects.get(pk=approved["id"]).state == State.ACTIVE, what="active")
 

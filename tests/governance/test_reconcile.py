@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db
 
 TOPIC_DOC = {"name": "payments.order-paid", "message_types": ["created", "paid"], "ordered": False,
              "transactional": False, "retention_s": 172800, "storage": "file", "max_message_bytes": 8192,
-             "tx_check": {"delay_s": 10, "interval_s": 10, "max_checks": 6}, "revision": 1}
+             "tx_check": {"delay_s": 6, "interval_s": 30, "max_checks": 15}, "revision": 1}
 BINDING_DOC = {"topic": "payments.order-paid", "group": "shipping", "app_id": "shipping-worker",
                "selector": {"kind": "wildcard", "pattern": "*"}, "mode": "clustering", "delivery_limit": 16,
                "ttl_s": 86400, "backoff": {"initial_ms": 1000, "max_ms": 60000, "multiplier": 2.0},

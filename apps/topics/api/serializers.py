@@ -13,9 +13,15 @@ class AppSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = App
-        fields = ["id", "app_id", "team", "description", "active", "revision", "secret_rotated_at", "created_by",
-                  "created_at", "updated_at"]
-        read_only_fields = ["active", "revision", "secret_rotated_at"]
+        fields = ["id", "app_id", "team", "description", "active", "check_url", "revision", "secret_rotated_at",
+                  "created_by", "created_at", "updated_at"]
+        read_only_fields = ["active", "check_url", "revision", "secret_rotated_at"]
+
+
+class AppCheckUrlSerializer(serializers.Serializer):
+    check_url = serializers.URLField(max_length=500, allow_blank=True,
+                                     help_text="asked about the app's prepared messages when none of its connections "
+                                               "has a check listener; \"\" removes it")
 
 
 class AppWithSecretSerializer(AppSerializer):
@@ -36,7 +42,8 @@ class TopicSerializer(serializers.ModelSerializer):
         model = Topic
         fields = ["id", "name", "environment", "cluster", "team", "message_types", "expected_peak_mps",
                   "max_message_bytes", "retention_hours", "storage_level", "transactional", "ordered",
-                  "description", "revision", "status", "sync", "created_at", "updated_at"]
+                  "tx_check_delay_s", "tx_check_interval_s", "tx_check_max", "description", "revision", "status", "sync",
+                  "created_at", "updated_at"]
 
     def get_sync(self, obj) -> list[dict]:
         from apps.provisioning.api.serializers import SyncStateSerializer

@@ -8,6 +8,7 @@ from apps.provisioning.api.serializers import LiveStatusSerializer
 from apps.provisioning.status import live_status_of
 from apps.topics import actions
 from apps.topics.api.serializers import (
+    AppCheckUrlSerializer,
     AppSerializer,
     AppWithSecretSerializer,
     TopicApplicationSerializer,
@@ -32,7 +33,8 @@ class AppViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     search_fields = ["app_id", "description"]
     lookup_field = "app_id"
     action_perms = {"rotate_secret": "topics.change_app", "deactivate": "topics.change_app",
-                    "activate": "topics.change_app", "sync": "topics.view_app"}
+                    "activate": "topics.change_app", "sync": "topics.view_app",
+                    "check_url": "topics.change_app"}
 
     @extend_schema(responses=AppWithSecretSerializer)
     def create(self, request):
@@ -61,6 +63,16 @@ class AppViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     def activate(self, request, app_id=None):
         return Response(AppSerializer(actions.set_app_active(actor=request.user, app=self.get_object(),
                                                              active=True)).data)
+
+    @extend_schema(request=AppCheckUrlSerializer, responses=AppSerializer)
+    @action(detail=True, methods=["post"], url_path="check-url")
+    def check_url(self, request, app_id=None):
+        """Set the HTTP check URL back-checks use when no connection of the app can answer ("" removes it)."""
+        body = AppCheckUrlSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        app = actions.set_app_check_url(actor=request.user, app=self.get_object(),
+                                        check_url=body.validated_data["check_url"])
+        return Response(AppSerializer(app).data)
 
     @extend_schema(responses=LiveStatusSerializer(many=True))
     @action(detail=True, methods=["get"])

@@ -1,0 +1,177 @@
+"""Writes of the transactions section: resolutions of prepared messages, re-drive requests. Atomic,
+permission-checked, audited (docs/transactions.md).
+
+Back-check tasks resolve hundreds of messages per call; each call of `apply_check_outcomes` writes one
+audit record listing every message it committed or rolled back (and why), not one record per message,
+so that the audit chain's single lock does not bound the rate of resolutions.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from apps.audit.recorder import record
+from apps.transactions.choices import Resolution, ResolutionSource, TxState
+from apps.transactions.models import PreparedMessage, Redrive, TxCheck
+from control_plane.errors import ActionError, require_perm
+
+log = logging.getLogger("apps.transactions")
+
+MAX_REDRIVE_IDS = 100_000
+FINAL = {"committed": TxState.COMMITTED, "rolled_back": TxState.ROLLED_BACK}
+
+
+@dataclass
+class Outcome:
+    """What one check round decided for one message (the row is updated to these values)."""
+
+    pk: int
+    state: str = TxState.PREPARED
+    checks_done: int = 0
+    next_check_at: datetime | None = None
+    resolution: str = ""
+    resolution_source: str = ""
+    last_error: str = ""
+
+
+@dataclass
+class CheckRound:
+    cluster_name: str
+    outcomes: list[Outcome] = field(default_factory=list)
+    checks: list[TxCheck] = field(default_factory=list)
+    message_ids: dict[int, str] = field(default_factory=dict)  # pk → message id, for the audit record
+
+
+@transaction.atomic
+def apply_check_outcomes(*, actor=None, round: CheckRound) -> int:
+    """Record a round of back-checks: every check, each message's new state, one audit record for the
+    round's resolutions. Releases the messages' claim. Returns how many messages were resolved."""
+    require_perm(actor, "transactions.resolve_preparedmessage")
+    now = timezone.now()
+    TxCheck.objects.bulk_create(round.checks, batch_size=1000)
+    rows = {r.pk: r for r in PreparedMessage.objects.filter(pk__in=[o.pk for o in round.outcomes])}
+    resolved: dict[str, dict[str, str]] = {}
+    for o in round.outcomes:
+        row = rows.get(o.pk)
+        if row is None:
+            continue
+        row.state, row.checks_done, row.next_check_at = o.state, o.checks_done, o.next_check_at
+        row.resolution, row.resolution_source, row.last_error = o.resolution, o.resolution_source, o.last_error
+        row.claimed_until = None
+        row.updated_at = now
+        if o.state != TxState.PREPARED:
+            row.resolved_at = now
+            row.next_check_at = None
+            if o.resolution_source in (ResolutionSource.CHECK, ResolutionSource.EXHAUSTED):
+                resolved.setdefault(o.resolution_source, {})[row.message_id] = o.resolution
+    PreparedMessage.objects.bulk_update(
+        rows.values(), ["state", "checks_done", "next_check_at", "resolution", "resolution_source", "last_error",
+                        "claimed_until", "resolved_at", "updated_at"], batch_size=1000)
+    if resolved:
+        record(actor=actor, action="tx.resolve", object_type="transactions.preparedmessage",
+               object_id=f"{len(sum((list(v) for v in resolved.values()), []))} messages",
+               object_repr=f"back-check resolutions on {round.cluster_name}",
+               after={"cluster": round.cluster_name, "by_source": resolved})
+    return sum(len(v) for v in resolved.values())
+
+
+def note_producer_outcomes(states: dict[int, str]) -> int:
+    """Messages the producer committed or rolled back itself (seen by the sweep): an observation, not a
+    change the platform made, so no audit record. `states`: pk → "committed" | "rolled_back"."""
+    now = timezone.now()
+    changed = 0
+    for final in ("committed", "rolled_back"):
+        pks = [pk for pk, s in states.items() if s == final]
+        if pks:
+            changed += PreparedMessage.objects.filter(pk__in=pks, state=TxState.PREPARED).update(
+                state=FINAL[final], resolution=Resolution.COMMIT if final == "committed" else Resolution.ROLLBACK,
+                resolution_source=ResolutionSource.PRODUCER, resolved_at=now, next_check_at=None,
+                claimed_until=None, updated_at=now)
+    return changed
+
+
+def resolve_manually(*, actor, message: PreparedMessage, decision: str) -> PreparedMessage:
+    """An SRE commits or rolls back one prepared message by hand (the broker applies it first)."""
+    from apps.transactions.broker_admin import BrokerAdminError
+    from apps.transactions.brokers import admin_for
+
+    require_perm(actor, "transactions.resolve_preparedmessage")
+    if decision not in Resolution.values:
+        raise ValidationError({"decision": "Say commit or rollback."})
+    if message.state != TxState.PREPARED:
+        raise ActionError(f"Message {message.message_id} is already {message.state}.")
+    try:
+        with admin_for(message.cluster, message.broker) as admin:
+            result = admin.resolve([{"message_id": message.message_id, "decision": decision,
+                                     "reason": "manual"}])[0]
+    except (BrokerAdminError, LookupError) as exc:
+        raise ActionError(f"The broker could not apply it: {exc}") from exc
+    with transaction.atomic():
+        row = PreparedMessage.objects.select_for_update().get(pk=message.pk)
+        before = {"state": row.state}
+        state = FINAL.get(result.get("state") or "")
+        if state is None:
+            raise ActionError(f"The broker answered {result.get('error') or 'nothing'} for {row.message_id}.")
+        row.state = state
+        row.resolution = Resolution.COMMIT if state == TxState.COMMITTED else Resolution.ROLLBACK
+        row.resolution_source = ResolutionSource.MANUAL if not result.get("error") else ResolutionSource.PRODUCER
+        row.resolved_at, row.next_check_at, row.claimed_until = timezone.now(), None, None
+        row.save()
+        record(actor=actor, action="tx.resolve_manual", obj=row, before=before,
+               after={"state": row.state, "decision": decision, "broker_answer": result})
+    return row
+
+
+# --- dead-letter re-drive ---------------------------------------------------------------------
+
+
+@transaction.atomic
+def request_redrive(*, actor, cluster, topic: str, group: str, since: datetime | None = None,
+                    until: datetime | None = None, message_ids: list[str] | None = None) -> Redrive:
+    """Queue a re-drive of one group's dead letters, by time range (either end may be open) or by ids."""
+    require_perm(actor, "transactions.add_redrive")
+    errors: dict[str, str] = {}
+    ids = [str(i).strip() for i in (message_ids or []) if str(i).strip()]
+    if not topic:
+        errors["topic"] = "Name the topic whose dead letters to re-drive."
+    if not group:
+        errors["group"] = "Name the consumer group whose dead letters to re-drive."
+    if ids and (since or until):
+        errors["message_ids"] = "Choose dead letters by time range or by ids, not both."
+    if len(ids) > MAX_REDRIVE_IDS:
+        errors["message_ids"] = f"At most {MAX_REDRIVE_IDS:,} ids per re-drive; use a time range."
+    if since and until and since >= until:
+        errors["until"] = "The end of the time range must be after its start."
+    if cluster.status != "active":
+        errors["cluster"] = f"Cluster {cluster.name} is {cluster.status}; re-drive on an active cluster."
+    if errors:
+        raise ValidationError(errors)
+    busy = Redrive.objects.select_for_update().filter(cluster=cluster, topic=topic, group=group,
+                                                      state__in=["queued", "running"]).first()
+    if busy is not None:
+        raise ActionError(f"Re-drive #{busy.pk} of {topic}/{group} is {busy.state}; wait for it to finish.")
+    run = Redrive.objects.create(cluster=cluster, topic=topic, group=group, since=since, until=until,
+                                 message_ids=list(dict.fromkeys(ids)),
+                                 requested_by=actor if getattr(actor, "pk", None) else None)
+    record(actor=actor, action="dlq.redrive_request", obj=run,
+           after={"cluster": cluster.name, "topic": topic, "group": group,
+                  "since": since.isoformat() if since else None, "until": until.isoformat() if until else None,
+                  "message_ids": len(run.message_ids)})
+    from apps.transactions.tasks import run_redrive
+
+    transaction.on_commit(lambda: run_redrive.delay(run.pk))
+    return run
+
+
+@transaction.atomic
+def finish_redrive(*, actor=None, run: Redrive) -> None:
+    """The task's closing record of a re-drive: what it sent, what it skipped."""
+    record(actor=actor, action="dlq.redrive_done", obj=run,
+           after={"state": run.state, "total": run.total, "done": run.done, "skipped": run.skipped,
+                  "batches": run.batches, "error": run.error})

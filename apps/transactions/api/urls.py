@@ -1,0 +1,6 @@
+from apps.transactions.api.views import PreparedMessageViewSet, RedriveViewSet
+
+
+def register(router) -> None:
+    router.register("tx/messages", PreparedMessageViewSet, basename="tx-message")
+    router.register("redrives", RedriveViewSet, basename="redrive")

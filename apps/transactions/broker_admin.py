@@ -1,0 +1,155 @@
+"""A client of one broker's admin HTTP API (docs/transactions.md, the broker's /admin/ endpoints).
+
+Standard library only. Every call is bounded by SWITCHYARD_BROKER_ADMIN_TIMEOUT and carries the bearer token
+SWITCHYARD_BROKER_ADMIN_TOKEN. One keep-alive connection per client object (one client per task and broker).
+Brokers are found in the cluster's ZooKeeper: /brokers/<node> holds host and metrics_port.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import urllib.parse
+from dataclasses import dataclass
+
+from django.conf import settings
+
+
+class BrokerAdminError(Exception):
+    """The broker did not answer, or answered with an error (status and code kept)."""
+
+    def __init__(self, message: str, status: int | None = None, code: str = ""):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+@dataclass(frozen=True)
+class BrokerEndpoint:
+    node_id: str
+    host: str
+    metrics_port: int
+
+
+def live_brokers(cluster) -> list[BrokerEndpoint]:
+    """The brokers registered in the cluster's ZooKeeper now (raises ZooKeeperUnreachable)."""
+    from apps.clusters.zookeeper import ZooKeeperUnreachable, read_health
+
+    health = read_health(cluster)
+    if not health.reachable:
+        raise ZooKeeperUnreachable(health.error)
+    return [BrokerEndpoint(b.node_id, b.host, int(b.metrics_port)) for b in health.brokers if b.metrics_port]
+
+
+class BrokerAdmin:
+    def __init__(self, endpoint: BrokerEndpoint, token: str | None = None, timeout: float | None = None):
+        self.endpoint = endpoint
+        self.token = settings.SWITCHYARD_BROKER_ADMIN_TOKEN if token is None else token
+        self.timeout = timeout or settings.SWITCHYARD_BROKER_ADMIN_TIMEOUT
+        self._conn: http.client.HTTPConnection | None = None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def __enter__(self) -> BrokerAdmin:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # --- the endpoints ------------------------------------------------------------------------
+
+    def prepared(self, *, older_than_ms: int = 0, topic: str | None = None, limit: int = 1000,
+                 after: str | None = None) -> dict:
+        return self._call("GET", "/admin/tx/prepared", params={"older_than_ms": older_than_ms, "topic": topic,
+                                                               "limit": limit, "after": after})
+
+    def iter_prepared(self, *, older_than_ms: int = 0, page: int = 5000):
+        """Every prepared message older than older_than_ms, page by page."""
+        after = None
+        while True:
+            answer = self.prepared(older_than_ms=older_than_ms, limit=page, after=after)
+            yield from answer.get("prepared", [])
+            after = answer.get("next_after")
+            if not after:
+                return
+
+    def states(self, message_ids: list[str]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for i in range(0, len(message_ids), 1000):
+            answer = self._call("GET", "/admin/tx/state", params={"ids": ",".join(message_ids[i:i + 1000])})
+            out.update(answer.get("states", {}))
+        return out
+
+    def check(self, message_ids: list[str], timeout_ms: int | None = None) -> list[dict]:
+        timeout_ms = timeout_ms or settings.SWITCHYARD_TX_CHECK_TIMEOUT_MS
+        results: list[dict] = []
+        for i in range(0, len(message_ids), 1000):
+            answer = self._call("POST", "/admin/tx/check",
+                                body={"message_ids": message_ids[i:i + 1000], "timeout_ms": timeout_ms},
+                                timeout=self.timeout + timeout_ms / 1000)
+            results.extend(answer.get("results", []))
+        return results
+
+    def resolve(self, decisions: list[dict]) -> list[dict]:
+        results: list[dict] = []
+        for i in range(0, len(decisions), 1000):
+            results.extend(self._call("POST", "/admin/tx/resolve", body={"decisions": decisions[i:i + 1000]})
+                           .get("results", []))
+        return results
+
+    def dead_letters(self, *, topic: str, group: str, since_ms: int | None = None, until_ms: int | None = None,
+                     limit: int = 1000, after: str | None = None) -> dict:
+        return self._call("GET", "/admin/dlq", params={"topic": topic, "group": group, "since_ms": since_ms,
+                                                       "until_ms": until_ms, "limit": limit, "after": after})
+
+    def redrive(self, *, topic: str, group: str, message_ids: list[str]) -> dict:
+        return self._call("POST", "/admin/dlq/redrive", body={"topic": topic, "group": group,
+                                                               "message_ids": message_ids})
+
+    # --- transport ----------------------------------------------------------------------------
+
+    def _call(self, method: str, path: str, *, params: dict | None = None, body: dict | None = None,
+              timeout: float | None = None) -> dict:
+        query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
+        url = f"{path}?{query}" if query else path
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Accept": "application/json", "Authorization": f"Bearer {self.token}"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        where = f"broker {self.endpoint.node_id} ({self.endpoint.host}:{self.endpoint.metrics_port}) {method} {path}"
+        for attempt in (1, 2):  # a kept-alive connection the broker closed meanwhile is retried once, fresh
+            if self._conn is None:
+                self._conn = http.client.HTTPConnection(self.endpoint.host, self.endpoint.metrics_port,
+                                                        timeout=timeout or self.timeout)
+            self._conn.timeout = timeout or self.timeout
+            if self._conn.sock is not None:
+                self._conn.sock.settimeout(self._conn.timeout)
+            try:
+                self._conn.request(method, url, body=data, headers=headers)
+                response = self._conn.getresponse()
+                raw = response.read()
+                break
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
+                self.close()
+                if attempt == 2:
+                    raise BrokerAdminError(f"{where}: connection lost: {exc}") from exc
+            except (OSError, http.client.HTTPException) as exc:
+                self.close()
+                raise BrokerAdminError(f"{where}: no answer within {self._conn_timeout(timeout):g}s: {exc}") from exc
+        if response.will_close:
+            self.close()
+        try:
+            payload = json.loads(raw or b"{}")
+        except ValueError:
+            payload = {"error": "not_json", "message": raw[:200].decode(errors="replace")}
+        if response.status != 200:
+            code = payload.get("error", "") if isinstance(payload, dict) else ""
+            message = payload.get("message", "") if isinstance(payload, dict) else ""
+            raise BrokerAdminError(f"{where}: {response.status} {code}: {message}", response.status, code)
+        return payload
+
+    def _conn_timeout(self, timeout: float | None) -> float:
+        return timeout or self.timeout

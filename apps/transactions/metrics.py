@@ -1,0 +1,35 @@
+"""Prometheus figures of the back-checks.
+
+UNRESOLVED counts, in the process that rolled them back (a Celery worker), the messages exhausted since it
+started. The control plane's /metrics (web process) serves figures read from the database instead, so they
+hold whichever worker did the work: TxCollector.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+UNRESOLVED = Counter("switchyard_tx_exhausted", "Prepared messages rolled back after their last back-check "
+                     "(this process)", ["cluster", "topic", "app_id"])
+
+
+class TxCollector:
+    """Read at scrape time: unresolved messages (ever) and the prepared backlog, per cluster and topic."""
+
+    def collect(self):
+        from django.db.models import Count
+
+        from apps.transactions.choices import TxState
+        from apps.transactions.models import PreparedMessage
+
+        unresolved = CounterMetricFamily("switchyard_tx_unresolved", "Prepared messages rolled back after "
+                                         "their last back-check (recorded)", labels=["cluster", "topic"])
+        backlog = GaugeMetricFamily("switchyard_tx_prepared_backlog", "Prepared messages seen by the sweep "
+                                    "and not resolved yet", labels=["cluster", "topic"])
+        rows = (PreparedMessage.objects.filter(state__in=[TxState.UNRESOLVED, TxState.PREPARED])
+                .values_list("cluster__name", "topic", "state").annotate(n=Count("id")))
+        for cluster, topic, state, n in rows:
+            (unresolved if state == TxState.UNRESOLVED else backlog).add_metric([cluster, topic], n)
+        yield unresolved
+        yield backlog

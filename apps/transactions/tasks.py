@@ -1,0 +1,50 @@
+"""Celery tasks of the transactions section: thin, they take ids and call backcheck / redrive."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from apps.audit.context import action_context
+from control_plane.celery import app
+
+log = logging.getLogger("apps.transactions.tasks")
+
+SWEEP_TASK = "transactions.sweep_all"
+
+
+@app.task(bind=True, name=SWEEP_TASK, acks_late=False)
+def sweep_all(self) -> dict:
+    """The periodic sweep (django-celery-beat): every active cluster, every live broker."""
+    from apps.clusters.choices import ClusterStatus
+    from apps.clusters.models import Cluster
+    from apps.transactions.backcheck import sweep_cluster
+
+    with action_context("task", self.request.id):
+        return {c.name: sweep_cluster(c, _dispatch) for c in Cluster.objects.filter(status=ClusterStatus.ACTIVE)}
+
+
+def _dispatch(cluster_id: int, endpoint, pks: list[int], claim: datetime) -> None:
+    check_batch.delay(cluster_id, endpoint.node_id, endpoint.host, endpoint.metrics_port, pks, claim.isoformat())
+
+
+@app.task(bind=True, name="transactions.check_batch", acks_late=True)
+def check_batch(self, cluster_id: int, node_id: str, host: str, metrics_port: int, pks: list[int],
+                claim: str) -> dict:
+    """One round of back-checks for a batch of claimed messages on one broker."""
+    from apps.clusters.models import Cluster
+    from apps.transactions.backcheck import run_check_round
+    from apps.transactions.broker_admin import BrokerEndpoint
+
+    with action_context("task", self.request.id):
+        cluster = Cluster.objects.get(pk=cluster_id)
+        return run_check_round(cluster, BrokerEndpoint(node_id, host, metrics_port), pks,
+                               datetime.fromisoformat(claim))
+
+
+@app.task(bind=True, name="transactions.run_redrive", acks_late=False)
+def run_redrive(self, redrive_id: int) -> str:
+    from apps.transactions.redrive import run
+
+    with action_context("task", self.request.id):
+        return run(redrive_id).state

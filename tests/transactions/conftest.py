@@ -1,0 +1,10 @@
+"""Fixtures of the transaction tests: the governance cast and clusters, plus the broker fixtures."""
+
+from tests.governance.conftest import (  # noqa: F401  (fixtures)
+    approved_topic,
+    fast_password_hashing,
+    make_cluster,
+    people,
+    topic_fields,
+    wait_for,
+)
