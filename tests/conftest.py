@@ -8,6 +8,9 @@ import uuid
 import pytest
 
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs an event loop
+# The brokers' admin token: `./dev test` exports one; a bare pytest run gets this one (brokers started by the
+# tests inherit the environment, and so does the Celery worker).
+os.environ.setdefault("SWITCHYARD_BROKER_ADMIN_TOKEN", "switchyard-test-admin-token")
 
 TEST_PASSWORD = "pw-for-tests-1"
 
@@ -105,6 +108,13 @@ def trace_dirs(tmp_path_factory):
     return {"inputs": root / "brokers", "index": root / "index", "state": root / "state"}
 
 
+def admin_token() -> str:
+    """The admin token the control plane of the tests uses (settings read it from the environment)."""
+    from django.conf import settings
+
+    return settings.SWITCHYARD_BROKER_ADMIN_TOKEN or os.environ["SWITCHYARD_BROKER_ADMIN_TOKEN"]
+
+
 @pytest.fixture(scope="session")
 def celery_worker(django_db_setup, django_db_blocker, trace_dirs):
     """One real `celery worker --pool=solo` for the whole run, on the test database, the test Redis and
@@ -128,7 +138,10 @@ def celery_worker(django_db_setup, django_db_blocker, trace_dirs):
     env = {**os.environ, "SWITCHYARD_DB_NAME": test_db, "SWITCHYARD_STATE": str(trace_dirs["state"]),
            "SWITCHYARD_TRACE_INPUTS": str(trace_dirs["inputs"]), "SWITCHYARD_TRACE_INDEX_DIR": str(trace_dirs["index"]),
            "SWITCHYARD_SPARK_MASTER": "local[2]", "SWITCHYARD_PROVISION_BACKOFF_BASE": "0.5",
-           "SWITCHYARD_PROVISION_BACKOFF_MAX": "2", "SWITCHYARD_ZK_TIMEOUT": "2"}
+           "SWITCHYARD_PROVISION_BACKOFF_MAX": "2", "SWITCHYARD_ZK_TIMEOUT": "2",
+           # back-checks: the test process's admin token, short waits for answers that never come
+           "SWITCHYARD_BROKER_ADMIN_TOKEN": admin_token(), "SWITCHYARD_TX_CHECK_TIMEOUT_MS": "1000",
+           "SWITCHYARD_TX_HTTP_CHECK_TIMEOUT": "2"}
     log_path = trace_dirs["state"] / "celery-worker.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(

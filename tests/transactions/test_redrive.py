@@ -1,0 +1,99 @@
+"""Dead-letter re-drive through a real broker and the real Celery worker: 5,000 dead letters, progress seen
+rising over REST, each delivered once more, a second run re-drives nothing; the CLI prints progress."""
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+
+from apps.audit.models import AuditRecord
+from apps.transactions.models import Redrive, RedrivenMessage
+from broker_core.client import Consumer, Message, Producer
+from tests.broker.conftest import APP, cluster, zk, zk_hosts  # noqa: F401  (the broker fixtures)
+from tests.conftest import admin_token
+from tests.governance.conftest import wait_for
+from tests.transactions.helpers import control_plane_cluster
+
+pytestmark = pytest.mark.django_db(transaction=True)
+COUNT = 5000
+
+
+def test_redrive_5000_dead_letters_once_with_progress(cluster, people, celery_worker, api_for, settings):  # noqa: F811
+    settings.SWITCHYARD_BROKER_ADMIN_TOKEN = admin_token()
+    settings.SWITCHYARD_REDRIVE_BATCH = 250
+    cluster.standard("orders")
+    cluster.pv.binding("orders", "billing", APP, delivery_limit=1)
+    cp = control_plane_cluster(people.admin, cluster)
+    broker = cluster.broker("--admin-token", admin_token())
+
+    refusing = threading.Event()
+    refusing.set()
+    lock = threading.Lock()
+    redelivered: Counter = Counter()
+
+    def handle(m):
+        if refusing.is_set():
+            raise RuntimeError("poison, for now")
+        with lock:
+            redelivered[m.id] += 1
+
+    consumer = Consumer("orders", "billing", handle, **cluster.client_kwargs())
+    consumer.start()
+    try:
+        with Producer(**cluster.client_kwargs()) as producer:
+            ids = producer.send_many("orders", [Message(b"x%d" % i, message_type="paid") for i in range(COUNT)])
+        wait_for(lambda: broker.group_stats("orders", "billing").get("dead_lettered") == COUNT, 90,
+                 "5,000 dead letters")
+        refusing.clear()
+
+        api = api_for(people.sre)
+        response = api.post("/api/v1/redrives/", {"cluster": cp.name, "topic": "orders", "group": "billing"},
+                            format="json")
+        assert response.status_code == 202, response.content
+        run_id = response.json()["id"]
+        seen = []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            body = api.get(f"/api/v1/redrives/{run_id}/").json()
+            if not seen or seen[-1] != body["done"]:
+                seen.append(body["done"])
+            if body["state"] in ("succeeded", "failed"):
+                break
+            time.sleep(0.02)
+        assert body["state"] == "succeeded", body
+        assert (body["total"], body["done"], body["skipped"]) == (COUNT, COUNT, 0)
+        assert body["batches"] == COUNT // 250
+        assert len([d for d in seen if 0 < d < COUNT]) >= 2, f"progress not seen rising: {seen}"
+        assert seen == sorted(seen)
+        wait_for(lambda: sum(redelivered.values()) >= COUNT, 90, "every re-driven message delivered")
+
+        # a second run finds nothing left to re-drive
+        again = api.post("/api/v1/redrives/", {"cluster": cp.name, "topic": "orders", "group": "billing"},
+                         format="json").json()
+        wait_for(lambda: Redrive.objects.get(pk=again["id"]).state == "succeeded", 60, "the second run")
+        second = Redrive.objects.get(pk=again["id"])
+        assert (second.done, second.skipped) == (0, 0)
+
+        # by ids through the CLI: already re-driven ones are skipped, never sent
+        from io import StringIO
+
+        out = StringIO()
+        call_command("redrive", cluster=cp.name, topic="orders", group="billing", ids=",".join(ids[:3]),
+                     wait=True, interval=0.1, stdout=out)
+        lines = out.getvalue().splitlines()
+        assert lines[0].startswith("re-drive #") and "queued" in lines[0]
+        assert lines[-1].endswith("succeeded: 0 re-driven, 3 skipped of 3 selected, 1 batches"), lines
+        time.sleep(2)
+        with lock:
+            assert set(redelivered) == set(ids)
+            assert set(redelivered.values()) == {1}, "a dead letter was delivered more than once"
+    finally:
+        consumer.stop()
+    assert RedrivenMessage.objects.filter(cluster=cp).count() == COUNT
+    assert AuditRecord.objects.filter(action="dlq.redrive_request").count() == 3
+    done = AuditRecord.objects.filter(action="dlq.redrive_done").order_by("id").first()
+    assert (done.source, done.after["done"]) == ("task", COUNT)
+    connection.close()
