@@ -89,12 +89,14 @@ class TopicConfig:
     message_types: tuple[str, ...] = ()
     storage: str | None = None
     max_message_bytes: int = 0
+    transactional: bool = False  # accepts prepared (transaction) messages
     doc: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_doc(cls, name: str, doc: dict) -> TopicConfig:
         return cls(name=name, message_types=tuple(doc.get("message_types") or ()), storage=doc.get("storage"),
-                   max_message_bytes=int(doc.get("max_message_bytes") or 0), doc=doc)
+                   max_message_bytes=int(doc.get("max_message_bytes") or 0),
+                   transactional=doc.get("transactional") is True, doc=doc)
 
 
 class ClusterState:

@@ -2,9 +2,12 @@
 
 Layout of a topic's folder:
 
-    <base seq, 20 digits>.log   publish batches (KIND_BATCH records), appended in seq order
+    <base seq, 20 digits>.log   publish batches (KIND_BATCH, KIND_PREPARED, KIND_REDRIVE records),
+                                appended in seq order, and the commit/rollback records (KIND_COMMIT,
+                                KIND_ROLLBACK) of the prepared messages this segment holds
     <base seq, 20 digits>.ack   which groups finished which messages of that segment (KIND_FINISH)
-    deadletter/<group>.dlq      the group's dead letters (KIND_DEAD records, full message copies)
+    deadletter/<group>.dlq      the group's dead letters (KIND_DEAD records, full message copies) and
+                                which of them were re-driven (KIND_REDRIVEN)
 
 Durability. Appends from the event loop only fill buffers; one job at a time runs in the executor
 and writes everything buffered, then fsyncs (policy "batch"): every publish that arrived while the
@@ -17,8 +20,15 @@ They are fsynced at most every `ack_sync_interval_s`. A dead letter is fsynced b
 record that retires it is written, so a crash cannot lose it.
 
 A segment is deleted once it is sealed (a newer one is active) and every message in it is finished
-for every group it was owed to. Recovery reads each segment and its ack file, truncates a torn or
-corrupt tail, and returns what is still owed.
+for every group it was owed to, and none of its messages is still prepared (a prepared message
+counts as one unfinished entry until its commit or rollback). Rolled-back messages stay in the log
+(for audit) until their segment goes. Recovery reads each segment and its ack file, truncates a
+torn or corrupt tail, and returns what is still owed; prepared messages stay prepared.
+
+A re-drive writes the fresh copies as one KIND_REDRIVE log record (so a crash cannot lose it) and,
+once that is durable, a KIND_REDRIVEN marker per dead letter to the group's .dlq file (so the dead
+letter is not listed again, even after the segment is deleted). Recovery writes the markers of a
+re-drive whose log record survived but whose markers did not: a re-drive is never repeated.
 """
 
 from __future__ import annotations
@@ -31,14 +41,22 @@ from concurrent.futures import Executor
 from pathlib import Path
 from urllib.parse import quote
 
+from broker_core.protocol import M_BODY, M_ID, TX_COMMITTED, TX_PREPARED, TX_ROLLED_BACK
 from broker_core.store import (
     KIND_BATCH,
+    KIND_COMMIT,
     KIND_DEAD,
     KIND_FINISH,
+    KIND_PREPARED,
+    KIND_REDRIVE,
+    KIND_REDRIVEN,
+    KIND_ROLLBACK,
     DeadLetter,
+    DeadLetterIndex,
     DoneCallback,
     StoredMessage,
     StoreError,
+    TxEntry,
     encode_record,
     scan_records,
 )
@@ -50,7 +68,7 @@ FSYNC_POLICIES = ("batch", "interval", "never")
 
 class Segment:
     __slots__ = ("base", "log_path", "ack_path", "size", "unfinished", "sealed", "deleted", "log_fd", "ack_fd",
-                 "ack_dirty")
+                 "ack_dirty", "tx")
 
     def __init__(self, directory: Path, base: int):
         self.base = base
@@ -63,6 +81,7 @@ class Segment:
         self.log_fd: int | None = None  # used by the flush job only
         self.ack_fd: int | None = None
         self.ack_dirty = False
+        self.tx: list[str] = []  # ids of the transaction messages stored here
 
     def __repr__(self) -> str:
         return f"<Segment {self.base} size={self.size} unfinished={self.unfinished} sealed={self.sealed}>"
@@ -123,8 +142,12 @@ class FileStore:
         self._deletes: list[Segment] = []
         self._busy = False
         self._failed: BaseException | None = None
-        self._dlq_counts: dict[str, int] = {}
+        self._dlq_in_job: dict[str, list[bytes]] = {}  # dead-letter records the running job writes
+        self.dead_index = DeadLetterIndex()
         self._dlq_fds: dict[str, int] = {}
+        self.tx: dict[str, TxEntry] = {}
+        self.prepared: dict[str, TxEntry] = {}
+        self._log_redrives: list[tuple[str, int, int, int, str]] = []  # recovery: (group, dead seq, seq, ms, id)
         self._last_data_sync = time.monotonic()
         self._last_ack_sync = time.monotonic()
         self._unsynced = False
@@ -153,6 +176,10 @@ class FileStore:
                 if pending:
                     owed.append((m, pending))
                 last_seq = m.seq
+            for message_id in seg.tx:  # a prepared message holds its segment
+                entry = self.tx.get(message_id)
+                if entry is not None and entry.message.segment is seg and entry.state == TX_PREPARED:
+                    seg.unfinished += 1
             self.segments.append(seg)
         self.next_seq = max(last_seq + 1, bases[-1] if bases else 1)
         for seg in self.segments[:-1]:
@@ -163,7 +190,7 @@ class FileStore:
             self.active = self.segments[-1]
         else:
             self._new_segment(self.next_seq)
-        self._recover_dead_letter_counts()
+        self._recover_dead_letters()
         return owed
 
     def _read_segment(self, seg: Segment) -> list[StoredMessage]:
@@ -171,18 +198,46 @@ class FileStore:
         messages: list[StoredMessage] = []
         records, end = scan_records(data)
         for kind, payload in records:
-            if kind != KIND_BATCH:
-                continue  # kinds of later versions (transactions) are skipped by this one
-            first_seq, app_id, received_ms, arrays, groups = payload[:5]
-            for i, fields in enumerate(arrays):
-                m = StoredMessage(first_seq + i, fields, app_id, received_ms, tuple(groups[i]))
-                m.segment = seg
-                messages.append(m)
+            if kind == KIND_BATCH:
+                first_seq, app_id, received_ms, arrays, groups = payload[:5]
+                for i, fields in enumerate(arrays):
+                    m = StoredMessage(first_seq + i, fields, app_id, received_ms, tuple(groups[i]))
+                    m.segment = seg
+                    messages.append(m)
+            elif kind == KIND_PREPARED:
+                first_seq, app_id, received_ms, arrays = payload[:4]
+                for i, fields in enumerate(arrays):
+                    m = StoredMessage(first_seq + i, fields, app_id, received_ms, (), seg)
+                    messages.append(m)
+                    self.tx[m.id] = self.prepared[m.id] = TxEntry(m)
+                    seg.tx.append(m.id)
+            elif kind in (KIND_COMMIT, KIND_ROLLBACK):
+                self._recover_end_tx(kind, payload)
+            elif kind == KIND_REDRIVE:
+                first_seq, received_ms, group, entries = payload[:4]
+                for i, (dead_seq, app_id, fields) in enumerate(entries):
+                    m = StoredMessage(first_seq + i, fields, app_id, received_ms, (group,), seg)
+                    messages.append(m)
+                    self._log_redrives.append((group, dead_seq, m.seq, received_ms, m.id))
         if end < len(data):
             log.warning("%s: truncating a torn or corrupt tail of %d bytes", seg.log_path, len(data) - end)
             os.truncate(seg.log_path, end)
         seg.size = end
         return messages
+
+    def _recover_end_tx(self, kind: int, payload: list) -> None:
+        seq, message_id = payload[0], payload[1]
+        entry = self.tx.get(message_id)
+        if entry is None or entry.message.seq != seq:
+            log.warning("%s: a %s record for message %s (seq %s) that this log does not hold as prepared",
+                        self.dir, "commit" if kind == KIND_COMMIT else "rollback", message_id, seq)
+            return
+        self.prepared.pop(message_id, None)
+        if kind == KIND_COMMIT:
+            entry.message.groups = tuple(payload[2])
+            entry.state, entry.resolved_ms, entry.reason = TX_COMMITTED, payload[3], payload[4]
+        else:
+            entry.state, entry.resolved_ms, entry.reason = TX_ROLLED_BACK, payload[2], payload[3]
 
     def _read_acks(self, seg: Segment) -> dict[int, set[str]]:
         finished: dict[int, set[str]] = {}
@@ -199,21 +254,30 @@ class FileStore:
             os.truncate(seg.ack_path, end)
         return finished
 
-    def _recover_dead_letter_counts(self) -> None:
-        if not self.dlq_dir.is_dir():
-            return
-        for path in self.dlq_dir.glob("*.dlq"):
-            data = path.read_bytes()
-            count, group = 0, None
-            records, end = scan_records(data)
-            for kind, payload in records:
-                if kind == KIND_DEAD:
-                    count += 1
-                    group = payload[1]
-            if end < len(data):
-                os.truncate(path, end)
-            if group is not None:
-                self._dlq_counts[group] = count
+    def _recover_dead_letters(self) -> None:
+        index = self.dead_index
+        if self.dlq_dir.is_dir():
+            for path in self.dlq_dir.glob("*.dlq"):
+                data = path.read_bytes()
+                records, end = scan_records(data)
+                seq_ids: dict[int, str] = {}
+                group = None
+                for kind, payload in records:
+                    if kind == KIND_DEAD:
+                        dead = _without_body(DeadLetter.from_payload(payload))
+                        group = dead.group
+                        seq_ids[dead.seq] = dead.fields[M_ID]
+                        index.add(dead)
+                    elif kind == KIND_REDRIVEN and group is not None:
+                        index.mark_redriven(group, payload[0], seq_ids.get(payload[0], ""))
+                if end < len(data):
+                    os.truncate(path, end)
+        # re-drives whose log record is durable and whose markers were lost in a crash
+        for group, dead_seq, seq, ms, message_id in self._log_redrives:
+            if dead_seq not in index.redriven.get(group, {}):
+                index.mark_redriven(group, dead_seq, message_id)
+                self._dlq_writes.setdefault(group, []).append(encode_record(KIND_REDRIVEN, [dead_seq, seq, ms]))
+        self._log_redrives.clear()
 
     def _new_segment(self, base: int) -> Segment:
         seg = Segment(self.dir, base)
@@ -279,23 +343,109 @@ class FileStore:
         dead = DeadLetter(message.seq, group, cause, attempts, now_ms, message.app_id, message.received_ms,
                           message.fields)
         self._dlq_writes.setdefault(group, []).append(dead.to_record())
-        self._dlq_counts[group] = self._dlq_counts.get(group, 0) + 1
+        self.dead_index.add(_without_body(dead))
         if finish:
             self.finish(message, group)
 
-    def dead_letters(self, group: str, limit: int) -> list[DeadLetter]:
-        out: list[DeadLetter] = []
+    def _read_dead_letters(self, group: str, wanted=None, limit: int | None = None) -> list[DeadLetter]:
+        """Dead letters of the group with bodies, read from its file and the buffers not written yet;
+        only live ones (not re-driven), only `wanted` seqs when given."""
+        live = self.dead_index.live.get(group, {})
+        out: dict[int, DeadLetter] = {}
         path = self.dlq_dir / f"{safe_name(group)}.dlq"
         chunks = [path.read_bytes()] if path.exists() else []
-        chunks += self._dlq_writes.get(group, [])
+        chunks += self._dlq_in_job.get(group, []) + self._dlq_writes.get(group, [])
         for chunk in chunks:
             for kind, payload in scan_records(chunk)[0]:
-                if kind == KIND_DEAD and len(out) < limit:
-                    out.append(DeadLetter.from_payload(payload))
-        return out
+                if kind != KIND_DEAD:
+                    continue
+                seq = payload[0]
+                if seq in live and (wanted is None or seq in wanted):
+                    out[seq] = DeadLetter.from_payload(payload)
+                    if limit is not None and len(out) >= limit:
+                        return list(out.values())
+        return list(out.values())
+
+    def dead_letters(self, group: str, limit: int) -> list[DeadLetter]:
+        return self._read_dead_letters(group, limit=limit)
 
     def dead_letter_count(self, group: str) -> int:
-        return self._dlq_counts.get(group, 0)
+        return self.dead_index.count(group)
+
+    def dead_letter_bodies(self, group: str, dead: list[DeadLetter]) -> list[DeadLetter]:
+        found = {d.seq: d for d in self._read_dead_letters(group, wanted={d.seq for d in dead})}
+        return [found[d.seq] for d in dead if d.seq in found]
+
+    def redrive(self, group: str, dead: list[DeadLetter], received_ms: int, on_done: DoneCallback,
+                superseded: list[DeadLetter] = ()):
+        if self._failed is not None:
+            self.notify(on_done, StoreError(f"store failed earlier: {self._failed}"))
+            return []
+        seq = self.next_seq
+        seg = self.active
+        if seg.size >= self.segment_bytes:
+            seg = self._roll(seq)
+        messages = [StoredMessage(seq + i, d.fields, d.app_id, received_ms, (group,), seg) for i, d in enumerate(dead)]
+        record = encode_record(KIND_REDRIVE, [seq, received_ms, group, [[d.seq, d.app_id, d.fields] for d in dead]])
+        markers = [encode_record(KIND_REDRIVEN, [d.seq, seq + i, received_ms]) for i, d in enumerate(dead)]
+        markers += [encode_record(KIND_REDRIVEN, [d.seq, 0, received_ms]) for d in superseded]
+        for d in [*dead, *superseded]:
+            self.dead_index.mark_redriven(group, d.seq, d.fields[M_ID])
+        seg.size += len(record)
+        seg.unfinished += len(dead)
+        self.next_seq = seq + len(dead)
+
+        def durable(exc: BaseException | None) -> None:
+            if exc is None:  # the copies are safe: now the markers (the next job writes them)
+                self._dlq_writes.setdefault(group, []).extend(markers)
+            on_done(exc)
+
+        self._log_writes.append((seg, record))
+        self._waiters.append(durable)
+        self._kick()
+        return messages
+
+    # -- transaction messages ---------------------------------------------------------------
+
+    def prepare(self, app_id, received_ms, arrays, conn_no, on_done):
+        if self._failed is not None:
+            self.notify(on_done, StoreError(f"store failed earlier: {self._failed}"))
+            return []
+        seq = self.next_seq
+        seg = self.active
+        if seg.size >= self.segment_bytes:
+            seg = self._roll(seq)
+        messages = [StoredMessage(seq + i, fields, app_id, received_ms, (), seg) for i, fields in enumerate(arrays)]
+        record = encode_record(KIND_PREPARED, [seq, app_id, received_ms, arrays])
+        seg.size += len(record)
+        seg.unfinished += len(messages)  # a prepared message holds its segment until it is resolved
+        self.next_seq = seq + len(arrays)
+        for m in messages:
+            self.tx[m.id] = self.prepared[m.id] = TxEntry(m, TX_PREPARED, conn_no)
+            seg.tx.append(m.id)
+        self._log_writes.append((seg, record))
+        self._waiters.append(on_done)
+        self._kick()
+        return messages
+
+    def end_tx(self, entry: TxEntry, commit: bool, groups, now_ms: int, reason: str, on_done) -> None:
+        m = entry.message
+        seg = m.segment
+        self.prepared.pop(m.id, None)
+        entry.resolved_ms, entry.reason = now_ms, reason
+        if commit:
+            entry.state = TX_COMMITTED
+            m.groups, m.pending = groups, len(groups)
+            record = encode_record(KIND_COMMIT, [m.seq, m.id, list(groups), now_ms, reason])
+            seg.unfinished += len(groups)
+        else:
+            entry.state = TX_ROLLED_BACK
+            record = encode_record(KIND_ROLLBACK, [m.seq, m.id, now_ms, reason])
+        seg.size += len(record)
+        self._log_writes.append((seg, record))
+        self._waiters.append(on_done)
+        self._retire(seg, 1)  # the prepared hold ends (the segment may go once the record is written)
+        self._kick()
 
     def tick(self, now: float) -> None:
         if self._busy:
@@ -330,11 +480,13 @@ class FileStore:
             self._last_ack_sync = now
         job = (self._dlq_writes, self._log_writes, self._waiters, self._finished, self._deletes, sync_data,
                sync_acks)
+        self._dlq_in_job = self._dlq_writes
         self._dlq_writes, self._log_writes, self._waiters, self._finished, self._deletes = {}, [], [], {}, []
         return job
 
     def _job_done(self, waiters: list[DoneCallback], deletes: list[Segment], exc: BaseException | None) -> None:
         self._busy = False
+        self._dlq_in_job = {}
         self.flushes += 1
         self._forget(deletes)
         if exc is not None:
@@ -431,6 +583,10 @@ class FileStore:
         for seg in deletes:
             if seg.deleted and seg in self.segments:
                 self.segments.remove(seg)
+                for message_id in seg.tx:  # past retention: their state is no longer known
+                    entry = self.tx.get(message_id)
+                    if entry is not None and entry.message.segment is seg:
+                        del self.tx[message_id]
 
     # -- shutdown ---------------------------------------------------------------------------
 
@@ -469,7 +625,16 @@ class FileStore:
             "segments": len(self.segments),
             "bytes": sum(s.size for s in self.segments),
             "next_seq": self.next_seq,
+            "prepared": len(self.prepared),
             "flushes": self.flushes,
             "fsyncs": self.fsyncs,
             "failed": str(self._failed) if self._failed else None,
         }
+
+
+def _without_body(dead: DeadLetter) -> DeadLetter:
+    """The index keeps dead letters without their bodies (read back from the file when re-driven)."""
+    fields = list(dead.fields)
+    fields[M_BODY] = b""
+    dead.fields = fields
+    return dead

@@ -1,4 +1,5 @@
-"""The broker's HTTP side: GET /metrics (Prometheus), /stats (JSON), /deadletters, /healthz.
+"""The broker's HTTP side: GET /metrics (Prometheus), /stats (JSON), /deadletters, /healthz, and the
+admin API under /admin/ (`broker_core.admin`, docs/broker-admin-api.md).
 
 It runs on the broker's event loop, so it reads the live objects without locks; figures are
 computed at request time from the counters the topics and groups keep (no per-message metric
@@ -19,6 +20,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from broker_core.admin import MAX_BODY, Admin, BadRequest
 
 if TYPE_CHECKING:
     from broker_core.node import Broker
@@ -95,18 +98,25 @@ class HttpEndpoints:
         self.broker = broker
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(BrokerCollector(broker))
+        self.admin = Admin(broker)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
-            method, target = head.split(b"\r\n", 1)[0].decode("latin-1").split(" ")[:2]
-            status, ctype, body = self.route(method, target)
+            lines = head.decode("latin-1").split("\r\n")
+            method, target = lines[0].split(" ")[:2]
+            if urlsplit(target).path.startswith("/admin/"):
+                headers = dict((k.strip().lower(), v.strip()) for k, _, v in (h.partition(":") for h in lines[1:] if h))
+                status, ctype, body = await self.route_admin(method, target, headers, reader)
+            else:
+                status, ctype, body = self.route(method, target)
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
             status, ctype, body = 400, "text/plain", b"bad request\n"
         except Exception:
             log.exception("http request failed")
             status, ctype, body = 500, "text/plain", b"internal error\n"
-        reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 500: "Error"}
+        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+                  405: "Method Not Allowed", 413: "Payload Too Large", 500: "Error"}
         writer.write(f"HTTP/1.1 {status} {reason.get(status, '')}\r\nContent-Type: {ctype}\r\n"
                      f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
         try:
@@ -114,6 +124,25 @@ class HttpEndpoints:
         except (TimeoutError, ConnectionError):
             pass
         writer.close()
+
+    async def route_admin(self, method: str, target: str, headers: dict[str, str],
+                          reader: asyncio.StreamReader) -> tuple[int, str, bytes]:
+        """Read a bounded JSON body, hand the request to `Admin` and encode its answer."""
+        url = urlsplit(target)
+        length = int(headers.get("content-length") or 0)
+        if length > MAX_BODY:
+            status, answer = 413, {"error": "too_large", "message": f"request bodies are limited to {MAX_BODY} bytes"}
+        else:
+            body: object = None
+            if length:
+                raw = await asyncio.wait_for(reader.readexactly(length), timeout=10)
+                try:
+                    body = json.loads(raw)
+                except ValueError:
+                    body = BadRequest("the request body is not valid JSON")
+            query = {k: v[0] for k, v in parse_qs(url.query).items()}
+            status, answer = await self.admin.handle(method, url.path, query, headers, body)
+        return status, "application/json", json.dumps(answer).encode()
 
     def route(self, method: str, target: str) -> tuple[int, str, bytes]:
         if method != "GET":
@@ -139,4 +168,4 @@ class HttpEndpoints:
 
 async def start_http(broker: Broker, host: str, port: int) -> asyncio.base_events.Server:
     endpoints = HttpEndpoints(broker)
-    return await asyncio.start_server(endpoints.handle, host, port, limit=16 * 1024)
+    return await asyncio.start_server(endpoints.handle, host, port, limit=64 * 1024)

@@ -29,6 +29,7 @@ from broker_core.options import Options
 from broker_core.server import ClientConnection
 from broker_core.topic import Topic
 from broker_core.trace import NullTraceSink, TraceSink
+from broker_core.transactions import TxService
 
 log = logging.getLogger("broker_core.node")
 
@@ -41,6 +42,7 @@ class Broker:
         self.connections: set[ClientConnection] = set()
         self.verified = VerifiedCache()
         self.verify_secret = verify_secret
+        self.tx = TxService(self)
         self.auth_failures = 0
         self.node_id = ""
         self.trace: TraceSink = trace or NullTraceSink()
@@ -238,7 +240,10 @@ class Broker:
         {"node_id": str, "cluster": str, "version": str, "started_at": float (epoch s), "uptime_s": float,
          "zookeeper": {"connected": bool, "registrations": int, "sessions_lost": int},
          "connections": int, "auth_failures": int,
+         "transactions": {"prepared", "checks_sent", "checks_answered", "checks_timed_out", "checks_waiting",
+                          "listeners"},
          "topics": {<topic>: {"published": int, "published_bytes": int, "publish_failures": int,
+                              "tx": {"prepared", "prepared_total", "committed", "rolled_back"}, "redriven": int,
                               "store": {"storage": "file"|"memory", ...},
                               "groups": {<group>: {"mode", "bound": bool, "depth", "in_flight",
                                                    "delivered", "acked", "nacked", "timed_out",
@@ -261,6 +266,7 @@ class Broker:
                           "sessions_lost": m.sessions_lost if m else 0},
             "connections": len(self.connections),
             "auth_failures": self.auth_failures,
+            "transactions": self.tx.stats(),
             "topics": {name: t.stats() for name, t in sorted(self.topics.items())},
         }
 

@@ -52,6 +52,7 @@ class Options:
     zk_start_timeout_s: float = 15.0
     trace: bool = True  # write trace events to trace_dir (the tracing index reads them); --no-trace: off
     trace_dir: Path | None = None  # default: <data_dir>/trace
+    admin_token: str = ""  # bearer token of the /admin/ HTTP API; empty: /admin/ refuses every call (403)
     log_level: str = "INFO"
     extra: dict = field(default_factory=dict)
 

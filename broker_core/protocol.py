@@ -34,8 +34,17 @@ HEADER = struct.Struct(">2sBBI")
 HEADER_SIZE = HEADER.size
 DEFAULT_MAX_FRAME = 16 * 1024 * 1024
 
-# Message flags (stored with the message). Transaction messages (issue 5) will use FLAG_PREPARED.
+# Message flags (stored with the message). FLAG_PREPARED: a transaction message, stored and not
+# deliverable until the producer (or a back-check) commits it with `EndTx`.
 FLAG_PREPARED = 0x01
+
+# Transaction states (`TxEnded.state`, the broker admin API) and check answers (`TxState.state`).
+TX_PREPARED, TX_COMMITTED, TX_ROLLED_BACK = "prepared", "committed", "rolled_back"
+TX_COMMIT, TX_ROLLBACK, TX_UNKNOWN = "commit", "rollback", "unknown"
+TX_ANSWERS = (TX_COMMIT, TX_ROLLBACK, TX_UNKNOWN)
+
+# `Hello.features` keys. check_listener: true -> this connection answers `CheckTx` with `TxState`.
+FEATURE_CHECK_LISTENER = "check_listener"
 
 # Error codes carried by `Error` frames.
 E_BAD_FRAME = "bad_frame"
@@ -48,6 +57,7 @@ E_NO_BINDING = "no_binding"
 E_UNKNOWN_TOPIC = "unknown_topic"
 E_INVALID = "invalid"
 E_STORE_FAILED = "store_failed"
+E_UNKNOWN_MESSAGE = "unknown_message"
 E_HEARTBEAT = "heartbeat_timeout"
 E_SLOW_CONSUMER = "slow_consumer"
 E_SHUTTING_DOWN = "shutting_down"
@@ -257,7 +267,69 @@ class Goodbye(Event):
     reason: str = ""
 
 
-# Codes 12-19 are reserved for transaction messages (issue 5: commit, rollback, check answer).
+# --- transaction messages (codes 12-15; 16-19 and 27 stay reserved) ---------------------------
+#
+# A producer publishes messages with FLAG_PREPARED (a Publish holds only prepared or only plain
+# messages; only topics whose ZooKeeper document says "transactional": true accept prepared ones).
+# It then ends each one with EndTx (commit or roll back), answered by TxEnded with the state the
+# message is in now. A connection whose Hello said features={"check_listener": true} may receive
+# CheckTx from the broker (a back-check) and answers TxState with the same check_id.
+
+
+@dataclass(slots=True)
+class EndTx(Event):
+    """Commit (`commit` true) or roll back a prepared message; answered by `TxEnded` or `Error`."""
+
+    code: ClassVar[int] = 12
+    sender: ClassVar[str] = CLIENT
+    schema: ClassVar[tuple] = (int, str, str, bool)
+    ref: int
+    topic: str
+    message_id: str
+    commit: bool
+
+
+@dataclass(slots=True)
+class TxEnded(Event):
+    """The state of the message after `EndTx` `ref`: "committed" or "rolled_back". `changed` is
+    false when it was already in a final state (then `state` is that state, maybe not the one asked)."""
+
+    code: ClassVar[int] = 13
+    sender: ClassVar[str] = SERVER
+    schema: ClassVar[tuple] = (int, str, str, bool)
+    ref: int
+    message_id: str
+    state: str
+    changed: bool
+
+
+@dataclass(slots=True)
+class CheckTx(Event):
+    """Back-check: the broker asks the producing app what became of a prepared message."""
+
+    code: ClassVar[int] = 14
+    sender: ClassVar[str] = SERVER
+    schema: ClassVar[tuple] = (int, str, str, str, _OPT_STR, _OPT_STR, dict)
+    check_id: int
+    topic: str
+    message_id: str
+    message_type: str
+    key: str | None
+    business_id: str | None
+    headers: dict
+
+
+@dataclass(slots=True)
+class TxState(Event):
+    """The answer to `CheckTx` `check_id`: "commit", "rollback" or "unknown"."""
+
+    code: ClassVar[int] = 15
+    sender: ClassVar[str] = CLIENT
+    schema: ClassVar[tuple] = (int, str, str)
+    check_id: int
+    message_id: str
+    state: str
+
 
 
 @dataclass(slots=True)
@@ -352,14 +424,15 @@ class Unsubscribed(Event):
     reason: str
 
 
-# Code 27 is reserved for the broker's transaction back-check (issue 5).
+# Code 27 stays reserved (room for a later transaction command).
 
 EVENTS: dict[int, type[Event]] = {
     cls.code: cls
     for cls in (Hello, Publish, Subscribe, Ready, Ack, Nack, Unsubscribe, Ping, Pong, ListDeadLetters, Goodbye,
+                EndTx, TxEnded, CheckTx, TxState,
                 Welcome, Published, Subscribed, Deliver, Error, DeadLetters, Unsubscribed)
 }
-RESERVED_CODES = frozenset(range(12, 20)) | {27}
+RESERVED_CODES = frozenset(range(16, 20)) | {27}
 for _cls in EVENTS.values():
     _cls.field_names = tuple(f.name for f in dataclasses.fields(_cls))
 

@@ -40,10 +40,15 @@ class Provisioner:
                                        "secret_hash": hash_secret(secret, iterations=iterations)})
 
     def topic(self, name: str, *, message_types: list[str] | None = None, storage: str | None = None,
-              max_message_bytes: int = 0, revision: int = 1) -> None:
-        doc = {"name": name, "message_types": message_types or [], "ordered": False, "transactional": False,
-               "retention_s": 0, "max_message_bytes": max_message_bytes,
-               "tx_check": {"delay_s": 60, "interval_s": 60, "max_checks": 5}, "revision": revision}
+              max_message_bytes: int = 0, transactional: bool = False, tx_check: dict | None = None,
+              revision: int = 1) -> None:
+        """A topic document; `transactional=True` lets it take prepared messages, `tx_check` sets its
+        back-check timing (default: RocketMQ's 6 s first check, then every 30 s, at most 15 checks)."""
+        check = {"delay_s": 6, "interval_s": 30, "max_checks": 15} if transactional else \
+            {"delay_s": 60, "interval_s": 60, "max_checks": 5}
+        doc = {"name": name, "message_types": message_types or [], "ordered": False,
+               "transactional": transactional, "retention_s": 0, "max_message_bytes": max_message_bytes,
+               "tx_check": {**check, **(tx_check or {})}, "revision": revision}
         if storage:
             doc["storage"] = storage
         self._put(LAYOUT.topic(name), doc)

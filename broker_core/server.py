@@ -40,6 +40,7 @@ class ClientConnection(asyncio.Protocol):
         self.consumer_id = f"c{self.conn_no}"
         self.authenticated = False
         self.authenticating = False
+        self.check_listener = False  # Hello said it answers back-checks (CheckTx)
         self.closed = False
         self.subs: dict[int, Subscription] = {}
         self._sub_ids = itertools.count(1)
@@ -97,6 +98,8 @@ class ClientConnection(asyncio.Protocol):
     def _release(self) -> None:
         """Forget this connection: its subscriptions end and their in-flight messages go back."""
         self.broker.connections.discard(self)
+        if self.check_listener:
+            self.broker.tx.connection_gone(self)
         for sub in list(self.subs.values()):
             sub.group.unsubscribe(sub)
         self.subs.clear()
@@ -236,6 +239,7 @@ class ClientConnection(asyncio.Protocol):
         self.app_id = ev.app_id
         self.client_id = ev.client_id[:128]
         self.consumer_id = f"{self.client_id}#{self.conn_no}" if self.client_id else f"c{self.conn_no}"
+        self.check_listener = ev.features.get(p.FEATURE_CHECK_LISTENER) is True
         opts = self.options
         heartbeat_ms = max(opts.min_heartbeat_ms, min(ev.heartbeat_ms or opts.heartbeat_ms, opts.heartbeat_ms))
         self.heartbeat_s = heartbeat_ms / 1000
@@ -258,7 +262,7 @@ class ClientConnection(asyncio.Protocol):
         limit = config.max_message_bytes or self.options.max_message_bytes
         types = config.message_types
         check = p.check_message
-        size = 0
+        size = prepared = 0
         for fields in ev.messages:
             check(fields)
             body_size = len(fields[p.M_BODY])
@@ -272,8 +276,9 @@ class ClientConnection(asyncio.Protocol):
                                                 f"{ev.topic!r} (declared: {', '.join(types)})")
                 return
             if fields[p.M_FLAGS] & p.FLAG_PREPARED:
-                self.error(ev.ref, p.E_UNSUPPORTED, "transaction messages are not supported yet")
-                return
+                prepared += 1
+        if prepared and not self._may_prepare(ev, config, prepared):
+            return
         topic = self.broker.topic(ev.topic)
         ref = ev.ref
 
@@ -283,7 +288,50 @@ class ClientConnection(asyncio.Protocol):
             else:
                 self.send(p.Published(ref, first_seq, count))
 
-        topic.publish(self.app_id, self.peer, ev.messages, size, reply)
+        if prepared:
+            topic.prepare(self.app_id, self.peer, self.conn_no, ev.messages, size, reply)
+        else:
+            topic.publish(self.app_id, self.peer, ev.messages, size, reply)
+
+    def _may_prepare(self, ev: p.Publish, config, prepared: int) -> bool:
+        if not config.transactional:
+            self.error(ev.ref, p.E_INVALID, f"topic {ev.topic!r} is not transactional: prepared (transaction) "
+                                            "messages are refused; send them as plain messages, or ask for a "
+                                            "transactional topic")
+            return False
+        if prepared != len(ev.messages):
+            self.error(ev.ref, p.E_INVALID, "a publish holds either only prepared messages or none; send "
+                                            "transaction messages in a publish of their own")
+            return False
+        return True
+
+    def on_end_tx(self, ev: p.EndTx) -> None:
+        found = self.broker.tx.find(ev.message_id, ev.topic)
+        if found is None:
+            self.error(ev.ref, p.E_UNKNOWN_MESSAGE, f"no transaction message {ev.message_id!r} on topic "
+                                                    f"{ev.topic!r} on this broker (never prepared here, or past "
+                                                    "retention)")
+            return
+        topic, entry = found
+        if entry.message.app_id != self.app_id:
+            self.error(ev.ref, p.E_NOT_GRANTED, f"message {ev.message_id!r} was prepared by another app; only "
+                                                "its producer ends it")
+            return
+        ref, message_id = ev.ref, ev.message_id
+        if entry.state != p.TX_PREPARED:
+            self.send(p.TxEnded(ref, message_id, entry.state, False))
+            return
+
+        def reply(exc: BaseException | None) -> None:
+            if exc is not None:
+                self.error(ref, p.E_STORE_FAILED, f"not stored: {exc}")
+            else:
+                self.send(p.TxEnded(ref, message_id, entry.state, True))
+
+        topic.end_tx(entry, ev.commit, "producer", self.peer, reply)
+
+    def on_tx_state(self, ev: p.TxState) -> None:
+        self.broker.tx.answered(self, ev)
 
     def on_subscribe(self, ev: p.Subscribe) -> None:
         binding = self.broker.state.binding(ev.topic, ev.group)
@@ -377,4 +425,6 @@ class ClientConnection(asyncio.Protocol):
         p.Pong: on_pong,
         p.Goodbye: on_goodbye,
         p.ListDeadLetters: on_list_dead_letters,
+        p.EndTx: on_end_tx,
+        p.TxState: on_tx_state,
     }

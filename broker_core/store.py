@@ -12,9 +12,22 @@ Record framing (file store, all files): `length u32 | crc32 u32 | kind u8 | payl
     KIND_FINISH   [group, [seq, ...]]            (the ack file: these seqs are done for the group)
     KIND_DEAD     [seq, group, cause, attempts, dead_ms, app_id, received_ms, message array]
 
-A message array is `broker_core.protocol.message`, as the producer sent it.
+Transaction messages (a topic's log; commit and rollback records go to the log of the segment that
+holds the prepared message, so they live and die with it):
 
-Kinds 2-4 are reserved for transaction messages (issue 5: prepared, commit, rollback).
+    KIND_PREPARED [first_seq, app_id, received_ms, [message array, ...]]   stored, owed to no group yet
+    KIND_COMMIT   [seq, message_id, [group, ...], committed_ms, reason]     now owed to these groups
+    KIND_ROLLBACK [seq, message_id, rolled_back_ms, reason]                never delivered
+
+Dead-letter re-drive:
+
+    KIND_REDRIVE  [first_seq, received_ms, group, [[dead_seq, app_id, message array], ...]]
+                  (a topic's log: fresh copies of dead letters, owed to that group only)
+    KIND_REDRIVEN [dead_seq, new_seq, redriven_ms]
+                  (the group's .dlq file: that dead letter was re-driven; written once the log
+                  record is durable, and written again at recovery if a crash came in between)
+
+A message array is `broker_core.protocol.message`, as the producer sent it.
 """
 
 from __future__ import annotations
@@ -36,12 +49,15 @@ from broker_core.protocol import (
     M_KEY,
     M_TTL_MS,
     M_TYPE,
+    TX_PREPARED,
 )
 
 KIND_BATCH = 1
-KIND_PREPARED, KIND_COMMIT, KIND_ROLLBACK = 2, 3, 4  # reserved for issue 5
+KIND_PREPARED, KIND_COMMIT, KIND_ROLLBACK = 2, 3, 4
 KIND_FINISH = 16
+KIND_REDRIVE = 17
 KIND_DEAD = 32
+KIND_REDRIVEN = 33
 
 RECORD_HEADER = struct.Struct(">IIB")
 MAX_RECORD = 256 * 1024 * 1024
@@ -128,6 +144,67 @@ class DeadLetter:
         return cls(*p[:8])
 
 
+class TxEntry:
+    """A transaction message on this broker: its stored message and where it stands.
+
+    `conn_no` names the connection that published it (in memory only: the preferred target of a
+    back-check while it stays connected)."""
+
+    __slots__ = ("message", "state", "resolved_ms", "reason", "conn_no")
+
+    def __init__(self, message: StoredMessage, state: str = TX_PREPARED, conn_no: int = 0):
+        self.message = message
+        self.state = state
+        self.resolved_ms = 0
+        self.reason = ""
+        self.conn_no = conn_no
+
+    @property
+    def prepared_ms(self) -> int:
+        return self.message.received_ms
+
+
+class DeadLetterIndex:
+    """The dead letters of a store's groups that were not re-driven, by group and seq (what the admin
+    API lists, counts and re-drives), and the re-driven ones (seq -> message id). The file store keeps
+    the live ones without their bodies."""
+
+    def __init__(self) -> None:
+        self.live: dict[str, dict[int, DeadLetter]] = {}
+        self.redriven: dict[str, dict[int, str]] = {}
+
+    def add(self, dead: DeadLetter) -> None:
+        if dead.seq not in self.redriven.get(dead.group, ()):
+            self.live.setdefault(dead.group, {})[dead.seq] = dead
+
+    def mark_redriven(self, group: str, dead_seq: int, message_id: str) -> None:
+        self.redriven.setdefault(group, {})[dead_seq] = message_id
+        self.live.get(group, {}).pop(dead_seq, None)
+
+    def count(self, group: str) -> int:
+        return len(self.live.get(group, ()))
+
+    def page(self, group: str, since_ms: int | None, until_ms: int | None, after: tuple[int, str] | None,
+             limit: int) -> list[DeadLetter]:
+        """Live dead letters ordered by (dead_ms, message_id), dead_ms in [since, until), after a cursor."""
+        out = [d for d in self.live.get(group, {}).values()
+               if (since_ms is None or d.dead_ms >= since_ms) and (until_ms is None or d.dead_ms < until_ms)
+               and (after is None or (d.dead_ms, d.fields[M_ID]) > after)]
+        out.sort(key=lambda d: (d.dead_ms, d.fields[M_ID], d.seq))
+        return out[:limit]
+
+    def by_message_id(self, group: str, message_ids) -> dict[str, list[DeadLetter]]:
+        wanted = set(message_ids)
+        found: dict[str, list[DeadLetter]] = {}
+        for d in self.live.get(group, {}).values():
+            if d.fields[M_ID] in wanted:
+                found.setdefault(d.fields[M_ID], []).append(d)
+        return found
+
+    def redriven_ids(self, group: str) -> set[str]:
+        return set(self.redriven.get(group, {}).values())
+
+
 # A publish's completion: called on the owner's thread with the exception, or None when durable.
 DoneCallback = Callable[[BaseException | None], None]
 
@@ -164,9 +241,44 @@ class TopicStore(Protocol):
         The copy is durable before the finish can be."""
         ...
 
-    def dead_letters(self, group: str, limit: int) -> list[DeadLetter]: ...
+    def dead_letters(self, group: str, limit: int) -> list[DeadLetter]:
+        """The group's dead letters not re-driven, oldest first, with their bodies."""
+        ...
 
-    def dead_letter_count(self, group: str) -> int: ...
+    def dead_letter_count(self, group: str) -> int:
+        """Dead letters of the group not re-driven."""
+        ...
+
+    # -- transaction messages (issue 5) ------------------------------------------------------
+
+    tx: dict[str, TxEntry]  # every transaction message this store holds, by message id
+    prepared: dict[str, TxEntry]  # those still prepared
+
+    def prepare(self, app_id: str | None, received_ms: int, arrays: list[list], conn_no: int,
+                on_done: DoneCallback) -> list[StoredMessage]:
+        """Store prepared messages (owed to no group); `on_done` once durable."""
+        ...
+
+    def end_tx(self, entry: TxEntry, commit: bool, groups: tuple[str, ...], now_ms: int, reason: str,
+               on_done: DoneCallback) -> None:
+        """Commit (the message becomes owed to `groups`) or roll back a prepared message; the entry's
+        state changes at once, `on_done` runs once the record is durable."""
+        ...
+
+    # -- dead-letter re-drive ------------------------------------------------------------------
+
+    dead_index: DeadLetterIndex
+
+    def redrive(self, group: str, dead: list[DeadLetter], received_ms: int, on_done: DoneCallback,
+                superseded: list[DeadLetter] = ()) -> list[StoredMessage]:
+        """Store fresh copies of these dead letters owed to `group` only, and mark them re-driven
+        (durably, exactly once across restarts). `dead` must hold the bodies (`dead_letter_bodies`).
+        `superseded` dead letters are marked re-driven without a copy (older copies of the same ids)."""
+        ...
+
+    def dead_letter_bodies(self, group: str, dead: list[DeadLetter]) -> list[DeadLetter]:
+        """The same dead letters with their message bodies."""
+        ...
 
     def tick(self, now: float) -> None:
         """Called a few times a second: flush buffered state, fsync on the interval policy."""

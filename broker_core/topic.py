@@ -3,6 +3,10 @@
 A message is owed to every group whose binding's selector matches its message type at publish
 time; that list is stored with it, so a restart redelivers to the same groups. Groups get a
 message only once it is durable (store first, then deliver).
+
+Transaction messages: `prepare` stores them owed to no group; `end_tx` commits one (it is routed
+then, to the groups bound at commit time, and delivered once the commit record is durable) or
+rolls it back (never delivered). `redrive` puts dead letters back, for their group only.
 """
 
 from __future__ import annotations
@@ -13,8 +17,8 @@ from collections.abc import Callable
 
 from broker_core.cluster_state import Binding, ClusterState
 from broker_core.group import Group
-from broker_core.protocol import M_TYPE
-from broker_core.store import StoredMessage, TopicStore
+from broker_core.protocol import M_ID, M_TYPE
+from broker_core.store import DeadLetter, StoredMessage, TopicStore, TxEntry
 from broker_core.trace import TraceSink
 
 log = logging.getLogger("broker_core.topic")
@@ -37,6 +41,7 @@ class Topic:
         self.published = 0
         self.published_bytes = 0
         self.publish_failures = 0
+        self.tx_prepared = self.tx_committed = self.tx_rolled_back = self.redriven = 0
 
     def recover(self) -> int:
         """Load what the store still owes and queue it for its groups; returns the message count."""
@@ -131,6 +136,86 @@ class Topic:
         for g in groups:
             self.group(g).enqueue(messages)
 
+    # -- transaction messages -------------------------------------------------------------------
+
+    def prepare(self, app_id: str, client_host: str | None, conn_no: int, arrays: list[list], size: int,
+                reply: PublishReply) -> None:
+        """Store prepared messages; `reply` once durable. A message id this topic already holds as a
+        transaction message is not stored again (a producer's resend after a lost answer)."""
+        store = self.store
+        known = store.tx
+        fresh = [fields for fields in arrays if fields[M_ID] not in known]
+        if not fresh:
+            reply(None, known[arrays[0][M_ID]].message.seq, len(arrays))
+            return
+        received_ms = int(time.time() * 1000)
+        stored: list[list[StoredMessage]] = []
+
+        def done(exc: BaseException | None) -> None:
+            messages = stored[0] if stored else []
+            if exc is not None or not messages:
+                self.publish_failures += len(fresh)
+                reply(exc, 0, 0)
+                return
+            self.tx_prepared += len(messages)
+            self.published_bytes += size
+            reply(None, messages[0].seq, len(arrays))
+            if self.tracing:
+                for m in messages:
+                    self.trace.emit("prepared", message_id=m.id, topic=self.name, message_type=m.message_type,
+                                    key=m.key, business_id=m.business_id, app_id=app_id, client_host=client_host,
+                                    size=m.size, ts_us=received_ms * 1000)
+
+        stored.append(store.prepare(app_id, received_ms, fresh, conn_no, done))
+
+    def end_tx(self, entry: TxEntry, commit: bool, reason: str, client_host: str | None,
+               reply: Callable[[BaseException | None], None]) -> None:
+        """Commit or roll back a prepared message (the caller checked that it is prepared). `reason`:
+        "producer" for the producer's own EndTx, else what the control plane says (check, exhausted,
+        manual): the trace event's detail records it and whether it came from a back-check."""
+        m = entry.message
+        groups = self.routes(m.message_type) if commit else ()
+
+        def done(exc: BaseException | None) -> None:
+            reply(exc)
+            if exc is not None:
+                return
+            if commit:
+                self.tx_committed += 1
+            else:
+                self.tx_rolled_back += 1
+            if self.tracing:
+                self.trace.emit("committed" if commit else "rolled_back", message_id=m.id, topic=self.name,
+                                message_type=m.message_type, key=m.key, business_id=m.business_id,
+                                app_id=m.app_id, client_host=client_host, detail=tx_detail(reason))
+            if groups:
+                self._enqueue(groups, [m])
+
+        self.store.end_tx(entry, commit, groups, int(time.time() * 1000), reason, done)
+
+    # -- dead-letter re-drive ---------------------------------------------------------------------
+
+    def redrive(self, group: str, dead: list[DeadLetter], reply: Callable[[BaseException | None], None],
+                superseded: list[DeadLetter] = ()) -> None:
+        """Deliver these dead letters (with bodies) to `group` again, as fresh messages (attempt 1).
+        `superseded`: older dead letters of the same messages, retired without a delivery."""
+        stored: list[list[StoredMessage]] = []
+
+        def done(exc: BaseException | None) -> None:
+            reply(exc)
+            if exc is not None or not stored:
+                return
+            messages = stored[0]
+            self.redriven += len(messages)
+            if self.tracing:
+                for m, d in zip(messages, dead, strict=True):
+                    self.trace.emit("redriven", message_id=m.id, topic=self.name, message_type=m.message_type,
+                                    key=m.key, business_id=m.business_id, app_id=m.app_id, group=group,
+                                    detail=f"dead letter ({d.cause})"[:200])
+            self.group(group).enqueue(messages)
+
+        stored.append(self.store.redrive(group, dead, int(time.time() * 1000), done, superseded))
+
     def tick(self, now: float, now_ms: int) -> None:
         for group in self.groups.values():
             group.tick(now, now_ms)
@@ -141,6 +226,15 @@ class Topic:
             "published": self.published,
             "published_bytes": self.published_bytes,
             "publish_failures": self.publish_failures,
+            "tx": {"prepared": len(self.store.prepared), "prepared_total": self.tx_prepared,
+                   "committed": self.tx_committed, "rolled_back": self.tx_rolled_back},
+            "redriven": self.redriven,
             "store": self.store.stats(),
             "groups": {name: g.stats() for name, g in sorted(self.groups.items())},
         }
+
+
+def tx_detail(reason: str) -> str:
+    """The `detail` of a committed / rolled_back trace event: the reason, and whether a back-check
+    (anything but the producer's own EndTx) decided it."""
+    return f"reason={reason} from_check={'false' if reason == 'producer' else 'true'}"

@@ -87,7 +87,7 @@ def test_oversized_frame_is_refused_from_its_header_alone():
 @pytest.mark.parametrize("data,fragment", [
     (b"GET / HTTP/1.1\r\n\r\n", "magic"),
     (p.HEADER.pack(b"SY", 1, 200, 1) + b"\x90", "unknown command"),
-    (p.HEADER.pack(b"SY", 1, 12, 1) + b"\x90", "reserved"),
+    (p.HEADER.pack(b"SY", 1, 19, 1) + b"\x90", "reserved"),
     (p.HEADER.pack(b"SY", 1, p.Publish.code, 3) + b"\xc1\xc1\xc1", "not valid msgpack"),
     (p.HEADER.pack(b"SY", 1, p.Publish.code, 1) + b"\x90", "expected 3 fields"),
     (p.encode_frame(p.Welcome(1, "n", "c", 1, 1)), "may not be sent by the client"),

@@ -84,7 +84,7 @@ def fuzz_inputs(rng: random.Random) -> list[tuple[str, bytes, bool]]:
         ("http request", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", False),
         ("oversized frame", p.HEADER.pack(b"SY", 1, p.Publish.code, 1 << 30), True),
         ("unknown command", p.HEADER.pack(b"SY", 1, 99, 1) + b"\x90", True),
-        ("reserved transaction command", p.HEADER.pack(b"SY", 1, 12, 1) + b"\x90", True),
+        ("reserved transaction command", p.HEADER.pack(b"SY", 1, 19, 1) + b"\x90", True),
         ("wrong version", p.HEADER.pack(b"SY", 7, p.Ping.code, 1) + b"\x90", False),
         ("garbage body", p.HEADER.pack(b"SY", 1, p.Publish.code, 4) + b"\xc1\xc1\xc1\xc1", True),
         ("wrong shape", p.HEADER.pack(b"SY", 1, p.Publish.code, 1) + b"\x90", True),

@@ -1,0 +1,265 @@
+"""The broker's admin API (docs/broker-admin-api.md): transaction back-checks and dead-letter re-drive.
+
+Served under /admin/ by the broker's HTTP server (`broker_core.http`), on its event loop. Every call
+needs `Authorization: Bearer <token>` (the broker's `admin_token`; none configured: every call is
+refused with 403 `admin_disabled`). Input is checked completely before anything changes: bad input
+is a 400 and changes nothing. Answers and errors are JSON; errors are {"error", "message"}.
+
+    GET  /admin/tx/prepared   prepared messages (oldest first, paged)
+    GET  /admin/tx/state      state of messages by id
+    POST /admin/tx/check      ask the producing apps in-band (CheckTx), wait for their answers
+    POST /admin/tx/resolve    commit or roll back (durable before the answer; idempotent)
+    GET  /admin/dlq           dead letters of a group not re-driven yet (by time range, paged)
+    POST /admin/dlq/redrive   deliver listed dead letters to their group again, once
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import time
+from typing import TYPE_CHECKING
+
+from broker_core import protocol as p
+
+if TYPE_CHECKING:
+    from broker_core.node import Broker
+
+MAX_BODY = 1024 * 1024
+MAX_IDS = 1000
+MAX_PAGE = 10_000
+DEFAULT_CHECK_TIMEOUT_MS = 3000
+MAX_CHECK_TIMEOUT_MS = 10_000
+RESOLVE_WAIT_S = 30.0  # durable records normally take milliseconds; a stuck disk must not hang the call
+MAX_REASON = 64
+
+Answer = tuple[int, dict]
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, code: str = "invalid", status: int = 400):
+        super().__init__(message)
+        self.code = code
+        self.status = status
+
+
+def _error(status: int, code: str, message: str) -> Answer:
+    return status, {"error": code, "message": message}
+
+
+class Admin:
+    def __init__(self, broker: Broker):
+        self.broker = broker
+        self.routes = {
+            ("GET", "/admin/tx/prepared"): self.tx_prepared,
+            ("GET", "/admin/tx/state"): self.tx_state,
+            ("POST", "/admin/tx/check"): self.tx_check,
+            ("POST", "/admin/tx/resolve"): self.tx_resolve,
+            ("GET", "/admin/dlq"): self.dlq_list,
+            ("POST", "/admin/dlq/redrive"): self.dlq_redrive,
+        }
+
+    # -- entry point --------------------------------------------------------------------------
+
+    async def handle(self, method: str, path: str, query: dict[str, str], headers: dict[str, str],
+                     body: object) -> Answer:
+        """`body`: the parsed JSON of a POST (a BadRequest when it did not parse)."""
+        token = self.broker.options.admin_token
+        if not token:
+            return _error(403, "admin_disabled", "this broker has no admin token: start it with --admin-token "
+                                                 "(or SWITCHYARD_BROKER_ADMIN_TOKEN) to use /admin/")
+        given = headers.get("authorization", "")
+        scheme, _, value = given.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
+            return _error(401, "unauthorized", "send the broker's admin token as 'Authorization: Bearer <token>'")
+        handler = self.routes.get((method, path))
+        if handler is None:
+            if any(route_path == path for _, route_path in self.routes):
+                return _error(405, "method_not_allowed", f"{path} does not accept {method}")
+            return _error(404, "not_found", f"no admin endpoint {path}")
+        try:
+            if isinstance(body, BadRequest):
+                raise body
+            if method == "POST" and not isinstance(body, dict):
+                raise BadRequest("the request body must be a JSON object")
+            return await handler(query, body) if method == "POST" else await handler(query)
+        except BadRequest as exc:
+            return _error(exc.status, exc.code, str(exc))
+
+    # -- transactions ---------------------------------------------------------------------------
+
+    async def tx_prepared(self, q: dict[str, str]) -> Answer:
+        older_than_ms = _int(q, "older_than_ms", 0, 0, None)
+        limit = _int(q, "limit", 1000, 1, MAX_PAGE)
+        topic = q.get("topic") or None
+        after = _cursor(q.get("after"))
+        now_ms = int(time.time() * 1000)
+        tx = self.broker.tx
+        listening = set(tx.listeners())
+        rows = [(e.prepared_ms, e.message.id, t, e) for t, e in tx.prepared()
+                if (topic is None or t.name == topic) and now_ms - e.prepared_ms >= older_than_ms
+                and (after is None or (e.prepared_ms, e.message.id) > after)]
+        rows.sort(key=lambda r: (r[0], r[1]))
+        page = rows[:limit]
+        prepared = [{"message_id": m.id, "topic": t.name, "app_id": m.app_id, "message_type": m.message_type,
+                     "key": m.key, "business_id": m.business_id, "prepared_at_ms": ms,
+                     "producer_connected": m.app_id in listening}
+                    for ms, _, t, e in page for m in (e.message,)]
+        next_after = f"{page[-1][0]}:{page[-1][1]}" if len(rows) > limit else None
+        return 200, {"node_id": self.broker.node_id, "now_ms": now_ms, "prepared": prepared, "next_after": next_after}
+
+    async def tx_state(self, q: dict[str, str]) -> Answer:
+        ids = [i for i in (q.get("ids") or "").split(",") if i]
+        if not ids:
+            raise BadRequest("give ids=<comma-separated message ids>")
+        if len(ids) > MAX_IDS:
+            raise BadRequest(f"at most {MAX_IDS} ids per call")
+        states = {}
+        for message_id in ids:
+            found = self.broker.tx.find(message_id)
+            states[message_id] = found[1].state if found else p.TX_UNKNOWN
+        return 200, {"states": states}
+
+    async def tx_check(self, q: dict[str, str], body: dict) -> Answer:
+        ids = _ids(body, "message_ids")
+        timeout_ms = body.get("timeout_ms", DEFAULT_CHECK_TIMEOUT_MS)
+        if type(timeout_ms) is not int or not 0 < timeout_ms <= MAX_CHECK_TIMEOUT_MS:
+            raise BadRequest(f"timeout_ms must be an integer from 1 to {MAX_CHECK_TIMEOUT_MS}")
+        return 200, {"results": await self.broker.tx.check(ids, timeout_ms / 1000)}
+
+    async def tx_resolve(self, q: dict[str, str], body: dict) -> Answer:
+        decisions = body.get("decisions")
+        if not isinstance(decisions, list) or not decisions or len(decisions) > MAX_IDS:
+            raise BadRequest(f"decisions must be a list of 1 to {MAX_IDS} objects")
+        checked = []
+        for i, d in enumerate(decisions):
+            if not isinstance(d, dict):
+                raise BadRequest(f"decisions[{i}] must be an object")
+            message_id, decision, reason = d.get("message_id"), d.get("decision"), d.get("reason", "manual")
+            if not isinstance(message_id, str) or not 0 < len(message_id) <= 64:
+                raise BadRequest(f"decisions[{i}].message_id must be a message id")
+            if decision not in (p.TX_COMMIT, p.TX_ROLLBACK):
+                raise BadRequest(f"decisions[{i}].decision must be 'commit' or 'rollback'")
+            if not isinstance(reason, str) or not 0 < len(reason) <= MAX_REASON:
+                raise BadRequest(f"decisions[{i}].reason must be a short text (1 to {MAX_REASON} characters)")
+            checked.append((message_id, decision == p.TX_COMMIT, reason))
+        tx = self.broker.tx
+        results, waits = [], []
+        for message_id, commit, reason in checked:
+            result = {"message_id": message_id, "state": None, "changed": False, "error": None}
+            results.append(result)
+            found = tx.find(message_id)
+            if found is None:
+                result["error"] = "unknown_message"
+                continue
+            topic, entry = found
+            wanted = p.TX_COMMITTED if commit else p.TX_ROLLED_BACK
+            if entry.state == p.TX_PREPARED:
+                waits.append(tx.end(topic, entry, commit, reason))
+                result["changed"] = True
+            elif entry.state != wanted:
+                result["error"] = "already_resolved"
+            result["state"] = entry.state
+        if waits:
+            done, _ = await asyncio.wait(waits, timeout=RESOLVE_WAIT_S)
+            failures = [f.result() for f in done if f.result() is not None]
+            if len(done) < len(waits) or failures:
+                return _error(500, "store_failed", f"the broker could not make the decisions durable: "
+                                                   f"{failures[0] if failures else 'timed out'}")
+        return 200, {"results": results}
+
+    # -- dead letters ---------------------------------------------------------------------------
+
+    def _group_store(self, topic: str, group: str):
+        t = self.broker.topics.get(topic)
+        return t, (t.store if t is not None else None)
+
+    async def dlq_list(self, q: dict[str, str]) -> Answer:
+        topic, group = q.get("topic"), q.get("group")
+        if not topic or not group:
+            raise BadRequest("topic and group are required")
+        since_ms = _int(q, "since_ms", None, 0, None)
+        until_ms = _int(q, "until_ms", None, 0, None)
+        limit = _int(q, "limit", 1000, 1, MAX_PAGE)
+        after = _cursor(q.get("after"))
+        t, store = self._group_store(topic, group)
+        rows = store.dead_index.page(group, since_ms, until_ms, after, limit + 1) if store is not None else []
+        page = rows[:limit]
+        entries = [{"message_id": d.fields[p.M_ID], "topic": topic, "group": group,
+                    "message_type": d.fields[p.M_TYPE], "key": d.fields[p.M_KEY],
+                    "business_id": d.fields[p.M_BUSINESS_ID], "cause": d.cause, "attempts": d.attempts,
+                    "dead_ms": d.dead_ms, "app_id": d.app_id} for d in page]
+        next_after = f"{page[-1].dead_ms}:{page[-1].fields[p.M_ID]}" if len(rows) > limit else None
+        return 200, {"dead_letters": entries, "next_after": next_after}
+
+    async def dlq_redrive(self, q: dict[str, str], body: dict) -> Answer:
+        topic, group = body.get("topic"), body.get("group")
+        if not isinstance(topic, str) or not topic or not isinstance(group, str) or not group:
+            raise BadRequest("topic and group are required strings")
+        ids = list(dict.fromkeys(_ids(body, "message_ids")))
+        t, store = self._group_store(topic, group)
+        if store is None:
+            return 200, {"redriven": [], "skipped": [{"message_id": i, "reason": "not_dead_lettered"} for i in ids]}
+        index = store.dead_index
+        found = index.by_message_id(group, ids)
+        redriven_before = index.redriven_ids(group)
+        skipped, chosen, superseded = [], [], []
+        for message_id in ids:
+            dead = found.get(message_id)
+            if not dead:
+                reason = "already_redriven" if message_id in redriven_before else "not_dead_lettered"
+                skipped.append({"message_id": message_id, "reason": reason})
+                continue
+            chosen.append(max(dead, key=lambda d: d.seq))  # the latest copy (a crash can leave two)
+            superseded += [d for d in dead if d is not chosen[-1]]  # retired with it, not re-driven
+        with_bodies = store.dead_letter_bodies(group, chosen) if chosen else []
+        missing = {d.seq for d in chosen} - {d.seq for d in with_bodies}
+        skipped += [{"message_id": d.fields[p.M_ID], "reason": "not_dead_lettered"} for d in chosen
+                    if d.seq in missing]
+        if not with_bodies:
+            return 200, {"redriven": [], "skipped": skipped}
+        future = asyncio.get_running_loop().create_future()
+        t.redrive(group, with_bodies, lambda exc: future.done() or future.set_result(exc), superseded)
+        try:
+            exc = await asyncio.wait_for(asyncio.shield(future), RESOLVE_WAIT_S)
+        except TimeoutError:
+            exc = "timed out"
+        if exc is not None:
+            return _error(500, "store_failed", f"the broker could not store the re-drive: {exc}")
+        return 200, {"redriven": [d.fields[p.M_ID] for d in with_bodies], "skipped": skipped}
+
+
+# -- input checks -------------------------------------------------------------------------------
+
+def _int(q: dict[str, str], name: str, default, low: int, high: int | None):
+    raw = q.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise BadRequest(f"{name} must be an integer") from None
+    if value < low or (high is not None and value > high):
+        raise BadRequest(f"{name} must be between {low} and {high}" if high is not None else
+                         f"{name} must be at least {low}")
+    return value
+
+
+def _cursor(raw: str | None) -> tuple[int, str] | None:
+    """A page cursor: "<ms>:<message id>", as a previous answer's next_after gave it."""
+    if not raw:
+        return None
+    ms, sep, message_id = raw.partition(":")
+    if not sep or not ms.isdigit() or not message_id:
+        raise BadRequest("after must be the next_after of a previous answer")
+    return int(ms), message_id
+
+
+def _ids(body: dict, name: str) -> list[str]:
+    ids = body.get(name)
+    if not isinstance(ids, list) or not ids or len(ids) > MAX_IDS:
+        raise BadRequest(f"{name} must be a list of 1 to {MAX_IDS} message ids")
+    for i in ids:
+        if not isinstance(i, str) or not 0 < len(i) <= 64:
+            raise BadRequest(f"{name} must hold message ids (strings of 1 to 64 characters)")
+    return ids
