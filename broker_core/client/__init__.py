@@ -15,8 +15,10 @@ from broker_core.client.errors import (
     SwitchyardError,
 )
 from broker_core.client.producer import AsyncProducer, Message, Producer
+from broker_core.client.transactions import PreparedMessage, TxCheck, TxResult
 
 __all__ = [
     "AsyncConsumer", "AsyncProducer", "AuthError", "BrokerError", "ConnectionLost", "Consumer", "Message", "Nack",
-    "NoBrokers", "Producer", "ReceivedMessage", "SendTimeout", "SwitchyardError",
+    "NoBrokers", "PreparedMessage", "Producer", "ReceivedMessage", "SendTimeout", "SwitchyardError", "TxCheck",
+    "TxResult",
 ]

@@ -47,6 +47,8 @@ class BrokerConnection(asyncio.Protocol):
         heartbeat_ms: int = 5000,
         on_deliver: Callable[[BrokerConnection, p.Deliver], None] | None = None,
         on_unsubscribed: Callable[[BrokerConnection, p.Unsubscribed], None] | None = None,
+        on_check: Callable[[BrokerConnection, p.CheckTx], None] | None = None,
+        features: dict | None = None,
         max_frame: int = p.DEFAULT_MAX_FRAME,
     ):
         self.address = address
@@ -56,6 +58,8 @@ class BrokerConnection(asyncio.Protocol):
         self.heartbeat_ms = heartbeat_ms
         self.on_deliver = on_deliver
         self.on_unsubscribed = on_unsubscribed
+        self.on_check = on_check  # back-checks (CheckTx); only with features={"check_listener": True}
+        self.features = features or {}
         self.proto = p.Connection(p.CLIENT, max_frame=max_frame)
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
@@ -81,7 +85,8 @@ class BrokerConnection(asyncio.Protocol):
         conn = cls(address, **kwargs)
         try:
             await asyncio.wait_for(loop.create_connection(lambda: conn, address.host, address.port), timeout)
-            hello = p.Hello(p.PROTOCOL_VERSION, conn.client_id, conn.app_id, conn.secret, conn.heartbeat_ms, {})
+            hello = p.Hello(p.PROTOCOL_VERSION, conn.client_id, conn.app_id, conn.secret, conn.heartbeat_ms,
+                            conn.features)
             waiter = loop.create_future()
             conn.pending[0] = waiter  # Welcome answers ref 0
             conn.send(hello)
@@ -119,7 +124,7 @@ class BrokerConnection(asyncio.Protocol):
         if kind is p.Deliver:
             if self.on_deliver is not None:
                 self.on_deliver(self, event)
-        elif kind is p.Published or kind is p.Subscribed or kind is p.DeadLetters:
+        elif kind is p.Published or kind is p.Subscribed or kind is p.DeadLetters or kind is p.TxEnded:
             waiter = self.pending.pop(event.ref, None)
             if waiter is not None and not waiter.done():
                 waiter.set_result(event)
@@ -136,6 +141,11 @@ class BrokerConnection(asyncio.Protocol):
         elif kind is p.Unsubscribed:
             if self.on_unsubscribed is not None:
                 self.on_unsubscribed(self, event)
+        elif kind is p.CheckTx:
+            if self.on_check is not None:
+                self.on_check(self, event)
+            else:  # we never said we listen; answer so the broker need not wait
+                self.send(p.TxState(event.check_id, event.message_id, p.TX_UNKNOWN))
         elif kind is p.Goodbye:
             self.close(ConnectionLost(f"broker {self.address} said goodbye: {event.reason}"))
 

@@ -15,12 +15,20 @@ Failover: on a lost connection the producer connects to another live broker of t
 same one when it comes back) and sends again every batch that was not acknowledged, with the same
 message ids — a message can then be stored twice, never lost. A message not acknowledged within
 `send_timeout` fails with `SendTimeout` (it may still have been stored).
+
+Transaction messages (`send_transactional`, or `prepare` + `end_transaction`): the message is
+stored prepared (never delivered), the local transaction runs, then the producer commits it
+(delivered) or rolls it back (never delivered) on the broker that stored it. With
+`check_listener=fn` the producer keeps a connection to every live broker of the cluster and answers
+the brokers' back-checks with fn(check) -> "commit" | "rollback" | "unknown"
+(`broker_core.client.transactions`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import bisect
+import inspect
 import logging
 import os
 import random
@@ -28,7 +36,7 @@ import socket
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from broker_core import protocol as p
@@ -36,6 +44,7 @@ from broker_core.client._loop import LoopThread
 from broker_core.client.connection import BrokerConnection
 from broker_core.client.discovery import Discovery, Locator
 from broker_core.client.errors import AuthError, BrokerError, ConnectionLost, SendTimeout, SwitchyardError
+from broker_core.client.transactions import CheckAnswerer, CheckSessions, PreparedMessage, TxCheck, TxResult
 from broker_core.protocol import M_BODY
 
 log = logging.getLogger("broker_core.client.producer")
@@ -170,6 +179,8 @@ class _Link:
         self._flush_scheduled = False
         self._connecting: asyncio.Task | None = None
         self._sweeper = self.loop.create_task(self._sweep())
+        self.checks = CheckSessions(producer, discovery) if producer.check_listener is not None else None
+        self.extra: dict = {}  # address -> connection opened to end a transaction on another broker
         self.closed = False
         self.failovers = 0
         self.last_error: BaseException | None = None
@@ -257,9 +268,7 @@ class _Link:
                 tried.add(address)
                 try:
                     conn = await BrokerConnection.open(address, timeout=producer.connect_timeout,
-                                                       app_id=producer.app_id, secret=producer.secret,
-                                                       client_id=producer.client_id,
-                                                       heartbeat_ms=producer.heartbeat_ms)
+                                                       **producer.conn_args())
                 except AuthError as exc:
                     self.last_error = exc
                     self._fail_all(exc)  # a wrong secret does not get better by retrying
@@ -319,7 +328,20 @@ class _Link:
             self._connecting.cancel()
         if self.conn is not None:
             self.conn.close()
+        for conn in self.extra.values():
+            conn.close()
+        if self.checks is not None:
+            await self.checks.close()
         self._fail_all(ConnectionLost("producer closed"))
+
+    async def connection_to(self, address, timeout: float) -> BrokerConnection:
+        """An open connection to one broker (where a prepared message lives)."""
+        for conn in (self.conn, self.checks.connection(address) if self.checks else None, self.extra.get(address)):
+            if conn is not None and conn.is_open and conn.address == address:
+                return conn
+        conn = await BrokerConnection.open(address, timeout=timeout, **self.producer.conn_args())
+        self.extra[address] = conn
+        return conn
 
     def idle(self) -> bool:
         return not (self.queued or self.retry or self.in_flight)
@@ -344,8 +366,11 @@ class AsyncProducer:
         window: int = 16,
         cache_dir=None,
         api_token: str | None = None,
+        check_listener: Callable[[TxCheck], object] | None = None,
     ):
         self.app_id = app_id
+        self.check_listener = check_listener
+        self._answerer = CheckAnswerer(check_listener) if check_listener is not None else None
         self.secret = secret
         self.locator = Locator(zk=zk, control_plane=control_plane, environment=environment, brokers=brokers,
                                cache_dir=cache_dir, api_token=api_token, start_timeout=connect_timeout)
@@ -392,8 +417,17 @@ class AsyncProducer:
             await self._link(topic)
         return await self.send_nowait(topic, body, **fields)
 
+    def conn_args(self) -> dict:
+        """How this producer's connections introduce themselves (with the check listener, if any)."""
+        args = {"app_id": self.app_id, "secret": self.secret, "client_id": self.client_id,
+                "heartbeat_ms": self.heartbeat_ms}
+        if self._answerer is not None:
+            args.update(features={p.FEATURE_CHECK_LISTENER: True}, on_check=self._answerer)
+        return args
+
     async def connect(self, topic: str, timeout: float | None = None) -> None:
-        """Find the topic's cluster and connect to one of its brokers now (sends do it lazily)."""
+        """Find the topic's cluster and connect to one of its brokers now (sends do it lazily). With a
+        check listener, also wait (within the timeout) until every live broker has a check connection."""
         link = self._topic_links.get(topic) or await self._link(topic)
         link._ensure_connecting()
         deadline = time.monotonic() + (timeout if timeout is not None else self.connect_timeout)
@@ -403,6 +437,89 @@ class AsyncProducer:
             if time.monotonic() > deadline:
                 raise SendTimeout(f"no broker of the cluster answered (last error: {link.last_error})")
             await asyncio.sleep(0.01)
+        while link.checks is not None and not link.checks.connected() and time.monotonic() < deadline:
+            if isinstance(link.checks.last_error, AuthError):
+                raise link.checks.last_error
+            await asyncio.sleep(0.01)
+
+    # -- transaction messages -------------------------------------------------------------------
+
+    async def prepare(self, topic: str, body: bytes, *, message_type: str = "default", key: str | None = None,
+                      business_id: str | None = None, headers: dict[str, str] | None = None,
+                      message_id: str | None = None) -> PreparedMessage:
+        """Store a prepared message (never delivered until committed); returns once it is durable.
+
+        The topic must be transactional. On a lost connection it is sent again with the same id (the
+        same broker keeps one copy; another broker would hold a second one, which a back-check settles).
+        """
+        if type(body) is not bytes:
+            raise TypeError("a message body must be bytes")
+        message_id = message_id or self.new_id()
+        array = [message_id, message_type, key, business_id, headers or {}, body, 0, 0, p.FLAG_PREPARED,
+                 int(time.time() * 1000)]
+        deadline = time.monotonic() + self.send_timeout
+        link = self._topic_links.get(topic) or await self._link(topic)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise SendTimeout(f"prepared message {message_id} not acknowledged within {self.send_timeout}s")
+            await self.connect(topic, timeout=remaining)
+            conn = link.conn
+            try:
+                await asyncio.wait_for(conn.request(p.Publish(conn.next_ref(), topic, [array])), remaining)
+            except ConnectionLost:
+                await asyncio.sleep(0.05)
+                continue
+            except TimeoutError:
+                continue
+            return PreparedMessage(message_id, topic, conn.address)
+
+    async def end_transaction(self, prepared: PreparedMessage, commit: bool) -> str:
+        """Commit or roll back a prepared message on the broker that stored it; returns its state
+        ("committed" / "rolled_back": a back-check may have settled it first)."""
+        link = self._topic_links.get(prepared.topic) or await self._link(prepared.topic)
+        deadline = time.monotonic() + self.send_timeout
+        delay = 0.05
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise SendTimeout(f"could not end transaction message {prepared.message_id} within "
+                                  f"{self.send_timeout}s; a back-check will settle it")
+            try:
+                conn = await link.connection_to(prepared.broker, min(remaining, self.connect_timeout))
+                answer = await asyncio.wait_for(
+                    conn.request(p.EndTx(conn.next_ref(), prepared.topic, prepared.message_id, commit)), remaining)
+                return answer.state
+            except BrokerError:
+                raise
+            except (OSError, SwitchyardError, TimeoutError) as exc:
+                log.debug("ending %s on %s: %s", prepared.message_id, prepared.broker, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    async def send_transactional(self, topic: str, body: bytes, local_transaction: Callable, *,
+                                 message_type: str = "default", key: str | None = None,
+                                 business_id: str | None = None, headers: dict[str, str] | None = None) -> TxResult:
+        """Prepare, run `local_transaction(message_id)` (sync or async), then commit when it returns or
+        roll back when it raises (the exception propagates after the rollback)."""
+        prepared = await self.prepare(topic, body, message_type=message_type, key=key, business_id=business_id,
+                                      headers=headers)
+        try:
+            outcome = local_transaction(prepared.message_id)
+            if inspect.isawaitable(outcome):
+                await outcome
+        except BaseException:
+            await self._end_quietly(prepared, commit=False)
+            raise
+        return TxResult(prepared.message_id, await self._end_quietly(prepared, commit=True))
+
+    async def _end_quietly(self, prepared: PreparedMessage, commit: bool) -> str:
+        """End a transaction; when the broker cannot be reached in time the back-check decides."""
+        try:
+            return await self.end_transaction(prepared, commit)
+        except SendTimeout as exc:
+            log.warning("%s", exc)
+            return p.TX_PREPARED
 
     def send_nowait(self, topic: str, body: bytes, *, message_type: str = "default", key: str | None = None,
                     business_id: str | None = None, headers: dict[str, str] | None = None, ttl_ms: int = 0,
@@ -441,6 +558,8 @@ class AsyncProducer:
             await asyncio.sleep(0.005)
 
     async def close(self) -> None:
+        if self._answerer is not None:
+            self._answerer.cancel()
         for link in self._links.values():
             await link.close()
         self._links.clear()
@@ -486,6 +605,27 @@ class Producer:
     def flush(self, timeout: float | None = None) -> None:
         self._thread.run(self._async.flush(timeout))
 
+    def connect(self, topic: str, timeout: float | None = None) -> None:
+        """Connect now (with a check listener: to every live broker of the topic's cluster)."""
+        self._thread.run(self._async.connect(topic, timeout))
+
+    def prepare(self, topic: str, body: bytes, **kwargs) -> PreparedMessage:
+        return self._thread.run(self._async.prepare(topic, body, **kwargs), self._timeout)
+
+    def end_transaction(self, prepared: PreparedMessage, commit: bool) -> str:
+        return self._thread.run(self._async.end_transaction(prepared, commit), self._timeout)
+
+    def send_transactional(self, topic: str, body: bytes, local_transaction: Callable, **kwargs) -> TxResult:
+        """Prepare, run `local_transaction(message_id)` in the calling thread, then commit (it returned)
+        or roll back (it raised; the exception propagates)."""
+        prepared = self.prepare(topic, body, **kwargs)
+        try:
+            local_transaction(prepared.message_id)
+        except BaseException:
+            self._thread.run(self._async._end_quietly(prepared, False), self._timeout)
+            raise
+        return TxResult(prepared.message_id, self._thread.run(self._async._end_quietly(prepared, True), self._timeout))
+
     def close(self) -> None:
         try:
             self._thread.run(self._async.close(), 10)
@@ -493,4 +633,4 @@ class Producer:
             self._thread.stop()
 
 
-__all__ = ["AsyncProducer", "Producer", "Message", "BrokerError"]
+__all__ = ["AsyncProducer", "Producer", "Message", "BrokerError", "TxCheck", "TxResult", "PreparedMessage"]
