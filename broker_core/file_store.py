@@ -378,54 +378,59 @@ class FileStore:
 
     def redrive(self, group: str, dead: list[DeadLetter], received_ms: int, on_done: DoneCallback,
                 superseded: list[DeadLetter] = ()):
-        if self._failed is not None:
-            self.notify(on_done, StoreError(f"store failed earlier: {self._failed}"))
+        place = self._place(on_done)
+        if place is None:
             return []
-        seq = self.next_seq
-        seg = self.active
-        if seg.size >= self.segment_bytes:
-            seg = self._roll(seq)
+        seq, seg = place
         messages = [StoredMessage(seq + i, d.fields, d.app_id, received_ms, (group,), seg) for i, d in enumerate(dead)]
         record = encode_record(KIND_REDRIVE, [seq, received_ms, group, [[d.seq, d.app_id, d.fields] for d in dead]])
         markers = [encode_record(KIND_REDRIVEN, [d.seq, seq + i, received_ms]) for i, d in enumerate(dead)]
         markers += [encode_record(KIND_REDRIVEN, [d.seq, 0, received_ms]) for d in superseded]
         for d in [*dead, *superseded]:
             self.dead_index.mark_redriven(group, d.seq, d.fields[M_ID])
-        seg.size += len(record)
-        seg.unfinished += len(dead)
-        self.next_seq = seq + len(dead)
 
         def durable(exc: BaseException | None) -> None:
             if exc is None:  # the copies are safe: now the markers (the next job writes them)
                 self._dlq_writes.setdefault(group, []).extend(markers)
             on_done(exc)
 
-        self._log_writes.append((seg, record))
-        self._waiters.append(durable)
-        self._kick()
+        self._queue(seg, record, len(dead), len(dead), durable)
         return messages
 
-    # -- transaction messages ---------------------------------------------------------------
-
-    def prepare(self, app_id, received_ms, arrays, conn_no, on_done):
+    def _place(self, on_done: DoneCallback) -> tuple[int, Segment] | None:
+        """The next seq and the segment a new record goes to (None: the store failed; `on_done` told)."""
         if self._failed is not None:
             self.notify(on_done, StoreError(f"store failed earlier: {self._failed}"))
-            return []
+            return None
         seq = self.next_seq
         seg = self.active
         if seg.size >= self.segment_bytes:
             seg = self._roll(seq)
-        messages = [StoredMessage(seq + i, fields, app_id, received_ms, (), seg) for i, fields in enumerate(arrays)]
-        record = encode_record(KIND_PREPARED, [seq, app_id, received_ms, arrays])
+        return seq, seg
+
+    def _queue(self, seg: Segment, record: bytes, count: int, unfinished: int, on_done: DoneCallback) -> None:
+        """Buffer a record of `count` new messages (`unfinished` entries owed) for the next flush job."""
         seg.size += len(record)
-        seg.unfinished += len(messages)  # a prepared message holds its segment until it is resolved
-        self.next_seq = seq + len(arrays)
-        for m in messages:
-            self.tx[m.id] = self.prepared[m.id] = TxEntry(m, TX_PREPARED, conn_no)
-            seg.tx.append(m.id)
+        seg.unfinished += unfinished
+        self.next_seq += count
         self._log_writes.append((seg, record))
         self._waiters.append(on_done)
         self._kick()
+
+    # -- transaction messages ---------------------------------------------------------------
+
+    def prepare(self, app_id, received_ms, arrays, conn_no, on_done):
+        place = self._place(on_done)
+        if place is None:
+            return []
+        seq, seg = place
+        messages = [StoredMessage(seq + i, fields, app_id, received_ms, (), seg) for i, fields in enumerate(arrays)]
+        for m in messages:
+            self.tx[m.id] = self.prepared[m.id] = TxEntry(m, TX_PREPARED, conn_no)
+            seg.tx.append(m.id)
+        # a prepared message holds its segment (one unfinished entry) until it is resolved
+        self._queue(seg, encode_record(KIND_PREPARED, [seq, app_id, received_ms, arrays]), len(arrays),
+                    len(arrays), on_done)
         return messages
 
     def end_tx(self, entry: TxEntry, commit: bool, groups, now_ms: int, reason: str, on_done) -> None:

@@ -12,6 +12,7 @@ from broker_core.file_store import FileStore
 from broker_core.memory_store import MemoryStore
 from broker_core.store import KIND_REDRIVEN, encode_record
 from tests.broker.test_file_store import Loop
+from tests.broker.test_protocol import roundtrip
 
 
 @pytest.fixture
@@ -19,14 +20,6 @@ def executor():
     ex = ThreadPoolExecutor(2)
     yield ex
     ex.shutdown(wait=True)
-
-
-def roundtrip(event: p.Event, receiver_role: str) -> p.Event:
-    conn = p.Connection(receiver_role)
-    conn.receive_data(p.encode_frame(event))
-    got = conn.next_event()
-    assert conn.next_event() is p.NEED_DATA
-    return got
 
 
 # -- protocol -------------------------------------------------------------------------------------
