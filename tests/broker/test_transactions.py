@@ -252,3 +252,35 @@ def test_prepared_listing_pages_in_order(cluster):
     assert seen == ids
     status, page = admin(broker, "GET", "/admin/tx/prepared?older_than_ms=3600000")
     assert page["prepared"] == [] and page["node_id"] == broker.node_id
+
+
+def test_async_producer_with_async_local_transaction_and_listener(cluster):
+    import asyncio
+
+    from broker_core.client import AsyncProducer
+
+    (broker,) = setup_tx(cluster)
+
+    async def listener(check):
+        return "commit" if check.business_id == "keep" else "rollback"
+
+    async def go():
+        async with AsyncProducer(**cluster.client_kwargs(check_listener=listener)) as producer:
+            await producer.connect(TOPIC, timeout=20)
+
+            async def local(message_id):
+                await asyncio.sleep(0.01)
+
+            done = await producer.send_transactional(TOPIC, b"a", local, message_type="order.created")
+            with pytest.raises(KeyError):
+                await producer.send_transactional(TOPIC, b"b", lambda _id: {}["missing"])
+            stale = [await producer.prepare(TOPIC, b"c", business_id=b) for b in ("keep", "drop")]
+            loop = asyncio.get_running_loop()
+            status, answer = await loop.run_in_executor(None, lambda: admin(
+                broker, "POST", "/admin/tx/check", {"message_ids": [s.message_id for s in stale]}))
+            return done, stale, status, answer
+
+    done, stale, status, answer = asyncio.run(go())
+    assert done.state == "committed" and states(broker, [done.message_id])[done.message_id] == "committed"
+    assert status == 200 and [r["answer"] for r in answer["results"]] == ["commit", "rollback"]
+    assert states(broker, [s.message_id for s in stale]) == {s.message_id: "prepared" for s in stale}
