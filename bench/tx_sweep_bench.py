@@ -131,6 +131,7 @@ def main() -> int:
     parser.add_argument("--http", action="store_true", help="answer through an HTTP check URL, not a listener")
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))  # clean up (broker, worker, database) when stopped
     zk_connect = os.environ.get("SWITCHYARD_ZK")
     if not zk_connect:
         raise SystemExit("SWITCHYARD_ZK is not set: source the env.sh that ./dev writes into its state folder")
@@ -218,6 +219,7 @@ def main() -> int:
 
             # a producer with a check listener keeps a connection to every live broker of its cluster
             listener = Producer(**client, check_listener=lambda check: "commit")
+            listener.send(TOPIC, b"hello", message_type="paid")  # connected (with its listener) from here on
             how = "a restarted producer's check listener"
         time.sleep(1.2)  # every message is past the 1 s delay
 
