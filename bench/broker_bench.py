@@ -168,24 +168,40 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class CpuMeter:
-    """CPU seconds used by the broker process and by this (client) process during a phase."""
+    """CPU seconds used by the broker process, by its children (the trace writer process) and by this
+    (client) process during a phase."""
 
     def __init__(self, broker_pid: int):
         self.broker_pid = broker_pid
 
-    def _now(self) -> tuple[float, float]:
-        fields = Path(f"/proc/{self.broker_pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = os.sysconf("SC_CLK_TCK")
-        broker = (int(fields[11]) + int(fields[12])) / ticks
-        client = sum(os.times()[:2])
-        return broker, client
+    @staticmethod
+    def _cpu(pid: int) -> float:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def _children(self) -> float:
+        total = 0.0
+        for task in Path(f"/proc/{self.broker_pid}/task").glob("*"):
+            try:
+                pids = (task / "children").read_text().split()
+            except OSError:
+                continue
+            total += sum(self._cpu(int(pid)) for pid in pids)
+        return total
+
+    def _now(self) -> tuple[float, float, float]:
+        return self._cpu(self.broker_pid), sum(os.times()[:2]), self._children()
 
     def start(self) -> None:
         self.t0 = self._now()
 
     def per_message(self, count: int) -> dict:
-        b1, c1 = self._now()
-        return {"broker_cpu_us": (b1 - self.t0[0]) / count * 1e6, "client_cpu_us": (c1 - self.t0[1]) / count * 1e6}
+        b1, c1, t1 = self._now()
+        return {"broker_cpu_us": (b1 - self.t0[0]) / count * 1e6, "client_cpu_us": (c1 - self.t0[1]) / count * 1e6,
+                "trace_cpu_us": (t1 - self.t0[2]) / count * 1e6}
 
 
 async def run(args, zk: str, cpu: CpuMeter) -> dict:
@@ -279,8 +295,9 @@ def main() -> int:
           f"one client process, {os.cpu_count()} cores")
     def line(label: str, key: str) -> None:
         c = results[f"cpu_{key}"]
+        trace = f", trace writer {c['trace_cpu_us']:.1f} us" if args.trace else ""
         print(f"  {label:<46} {results[key]:>9,.0f} msgs/s   (CPU per message: broker "
-              f"{c['broker_cpu_us']:.1f} us, client {c['client_cpu_us']:.1f} us)")
+              f"{c['broker_cpu_us']:.1f} us, client {c['client_cpu_us']:.1f} us{trace})")
 
     line(f"publish, send_nowait pipelined (window {WINDOW}):", "publish_pipelined")
     line(f"publish, send_many of 100 (window {WINDOW}):", "publish_send_many_100")

@@ -305,11 +305,12 @@ class Group:
                     n -= 1
                     if attempt > 1:
                         self.redelivered += 1
-                    if tracing:
-                        self._emit("delivered", m, sub, attempt)
                 if items:
                     self.delivered += len(items)
                     sub.conn.deliver(sub.sub_id, items)
+                    if tracing:  # one record for the frame (the items are not changed afterwards)
+                        self.trace.emit_group("delivered", self.topic, self.name, items,
+                                              consumer=sub.conn.consumer_id, client_host=sub.conn.peer)
                 if n > 0 or sub.credit <= len(in_flight):
                     subs.remove(sub)
                 if not ready:
@@ -320,13 +321,17 @@ class Group:
     def ack(self, sub: Subscription, seqs: list[int]) -> None:
         pop = sub.in_flight.pop
         done = []
+        traced = [] if self.tracing else None
         for seq in seqs:
             entry = pop(seq, None)
             if entry is None:
                 continue  # late: it timed out and went to someone else, or it was never ours
             done.append(entry[0])
-            if self.tracing:
-                self._emit("acked", entry[0], sub, entry[1])
+            if traced is not None:
+                traced.append((seq, entry[1], entry[0].fields))
+        if traced:
+            self.trace.emit_group("acked", self.topic, self.name, traced, consumer=sub.conn.consumer_id,
+                                  client_host=sub.conn.peer)
         self.acked += len(done)
         if self.mode == "broadcast" and sub.lane is not self.main:
             for m in done:

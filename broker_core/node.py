@@ -119,7 +119,8 @@ class Broker:
             return NullTraceSink()
         from broker_core.trace_process import ProcessTraceSink
 
-        return await ProcessTraceSink(directory, node_id=self.node_id, cluster=self.options.cluster).start()
+        return await ProcessTraceSink(directory, node_id=self.node_id, cluster=self.options.cluster,
+                                      file_format=self.options.trace_format).start()
 
     def _recover_topics(self) -> None:
         root = self.options.data_dir / "topics"

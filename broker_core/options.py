@@ -52,6 +52,7 @@ class Options:
     zk_start_timeout_s: float = 15.0
     trace: bool = True  # write trace events to trace_dir (the tracing index reads them); --no-trace: off
     trace_dir: Path | None = None  # default: <data_dir>/trace
+    trace_format: str = "parquet"  # trace files: "parquet" (default) or "jsonl" (the older format)
     admin_token: str = ""  # bearer token of the /admin/ HTTP API; empty: /admin/ refuses every call (403)
     log_level: str = "INFO"
     extra: dict = field(default_factory=dict)
@@ -63,6 +64,8 @@ class Options:
             raise ValueError("--zk is required (host:port[/chroot])")
         if self.storage not in ("file", "memory"):
             raise ValueError("storage must be 'file' or 'memory'")
+        if self.trace_format not in ("parquet", "jsonl"):
+            raise ValueError("trace_format must be 'parquet' or 'jsonl'")
         if self.fsync not in ("batch", "interval", "never"):
             raise ValueError("fsync must be 'batch', 'interval' or 'never'")
         if not 0 < self.port < 65536:

@@ -103,11 +103,9 @@ class Topic:
             self._stored(stored[0] if stored else [], size, exc, reply, client_host)
 
         stored.append(self.store.append(app_id, received_ms, arrays, groups, done))
-        if self.tracing:
-            for m in stored[0]:
-                self.trace.emit("published", message_id=m.id, topic=self.name, message_type=m.message_type,
-                                key=m.key, business_id=m.business_id, app_id=app_id, client_host=client_host,
-                                size=m.size, ts_us=received_ms * 1000)
+        if self.tracing:  # one record for the batch; `stored` ships the same list
+            self.trace.emit_messages("published", self.name, stored[0], app_id=app_id, client_host=client_host,
+                                     ts_us=received_ms * 1000)
 
     def _stored(self, messages: list[StoredMessage], size: int, exc: BaseException | None, reply: PublishReply,
                 client_host: str | None) -> None:
@@ -119,9 +117,8 @@ class Topic:
         self.published_bytes += size
         reply(None, messages[0].seq, len(messages))
         if self.tracing:
-            for m in messages:
-                self.trace.emit("stored", message_id=m.id, topic=self.name, message_type=m.message_type,
-                                key=m.key, business_id=m.business_id, app_id=m.app_id, client_host=client_host)
+            self.trace.emit_messages("stored", self.name, messages, app_id=messages[0].app_id,
+                                     client_host=client_host)
         # runs of messages owed to the same groups (routes() hands out one tuple per type)
         run: list[StoredMessage] = []
         run_groups = messages[0].groups

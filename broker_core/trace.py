@@ -1,12 +1,23 @@
 """Trace events: the broker's record of every step of every message (docs/trace-events.md).
 
-The broker calls `sink.emit(...)` at each step; the sink must not block the event loop.
-`NullTraceSink` records nothing; `broker_core.trace_writer.JsonlTraceWriter` writes rolling files.
+The broker calls `sink.emit(...)` at each step; the sink must not block the event loop. On the hot
+paths (a publish batch, a delivery frame, an ack frame) it calls the batch methods instead, which
+take the broker's own lists as they are, so the per-event cost is a list append at most:
+
+    emit_messages(event, topic, messages, app_id=, client_host=, ts_us=)  messages: [StoredMessage]
+    emit_group(event, topic, group, rows, consumer=, client_host=, ts_us=) rows: [(seq, attempt, fields)]
+
+`NullTraceSink` records nothing; `broker_core.trace_process.ProcessTraceSink` ships them to a child
+process that writes the rolling files (`broker_core.trace_writer`). A sink that only has `emit` gets
+the batch methods from `BatchEmitMixin` (one `emit` per event).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Protocol
+
+from broker_core.protocol import M_BODY, M_BUSINESS_ID, M_ID, M_KEY, M_TYPE
 
 EVENT_KINDS = (
     "published", "stored", "prepared", "committed", "rolled_back",
@@ -34,11 +45,50 @@ class TraceSink(Protocol):
         ts_us: int | None = None,
     ) -> None: ...
 
+    def emit_messages(self, event: str, topic: str, messages: list, *, app_id: str | None = None,
+                      client_host: str | None = None, ts_us: int | None = None) -> None:
+        """One event per StoredMessage (`size` is recorded on `published` and `prepared`). The sink may
+        keep `messages` until it ships them: the caller must not change the list afterwards."""
+
+    def emit_group(self, event: str, topic: str, group: str, rows: list, *, consumer: str | None = None,
+                   client_host: str | None = None, ts_us: int | None = None) -> None:
+        """One per-group event per (seq, attempt, fields) row (fields: the message array). Same
+        ownership rule as `emit_messages`."""
+
     def close(self) -> None: ...
+
+
+SIZED = frozenset({"published", "prepared"})
+
+
+class BatchEmitMixin:
+    """The batch methods of TraceSink through `self.emit`, one call per event."""
+
+    def emit_messages(self, event, topic, messages, *, app_id=None, client_host=None, ts_us=None) -> None:
+        ts_us = ts_us or time.time_ns() // 1000
+        sized = event in SIZED
+        for m in messages:
+            f = m.fields
+            self.emit(event, message_id=f[M_ID], topic=topic, message_type=f[M_TYPE], key=f[M_KEY],
+                      business_id=f[M_BUSINESS_ID], app_id=app_id, client_host=client_host,
+                      size=len(f[M_BODY]) if sized else None, ts_us=ts_us)
+
+    def emit_group(self, event, topic, group, rows, *, consumer=None, client_host=None, ts_us=None) -> None:
+        ts_us = ts_us or time.time_ns() // 1000
+        for _seq, attempt, f in rows:
+            self.emit(event, message_id=f[M_ID], topic=topic, message_type=f[M_TYPE], key=f[M_KEY],
+                      business_id=f[M_BUSINESS_ID], group=group, consumer=consumer, client_host=client_host,
+                      attempt=attempt, ts_us=ts_us)
 
 
 class NullTraceSink:
     def emit(self, event: str, **fields) -> None:
+        return None
+
+    def emit_messages(self, event: str, topic: str, messages: list, **fields) -> None:
+        return None
+
+    def emit_group(self, event: str, topic: str, group: str, rows: list, **fields) -> None:
         return None
 
     def close(self) -> None:

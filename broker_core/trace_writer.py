@@ -1,10 +1,17 @@
-"""JsonlTraceWriter: the broker's trace sink that writes rolling JSON-lines files (docs/trace-events.md).
+"""Trace writers: rolling trace files of one broker node (docs/trace-events.md).
 
-`emit` only appends a tuple to a deque (thread-safe in CPython, no lock, no I/O, no formatting),
-so the event loop pays one call per step. A background thread drains the deque every
-`flush_interval_s`, formats the lines and appends them to the open file
-`trace-<node>-<UTC time>-<seq>.jsonl.open`; when that file reaches `max_bytes` or `max_age_s`
-it is fsynced and renamed to `*.jsonl`, the only files the index job reads.
+`ParquetTraceWriter` (what brokers write) builds Arrow record batches column-wise from whole shipped
+batches (`add_shipped`, from `broker_core.trace_process`) or from `emit` calls, appends them to the
+open file `trace-<node>-<UTC time>-<seq>.arrows.open` (an Arrow IPC stream: a torn last batch is cut
+on recovery, like a torn JSON line), and when that file reaches `max_bytes` or `max_age_s` converts it
+to `trace-...-<seq>.parquet` (written as `.parquet.tmp`, fsynced, renamed; then the open file is
+removed). Readers take only `*.parquet` (and `*.jsonl`) files, so a file is never read half-written.
+
+`JsonlTraceWriter` writes the older JSON-lines files (one line per event, `*.jsonl.open` → `*.jsonl`);
+the index still reads them.
+
+In both, `emit` only appends a tuple to a deque (thread-safe in CPython, no lock, no I/O, no
+formatting); a background thread drains it every `flush_interval_s`.
 
 Nothing here imports Django or asyncio.
 """
@@ -12,6 +19,7 @@ Nothing here imports Django or asyncio.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import os
 import secrets
@@ -20,13 +28,15 @@ import time
 from json.encoder import encode_basestring_ascii as _quote
 from pathlib import Path
 
+from broker_core.trace import BatchEmitMixin
+
 log = logging.getLogger("broker_core.trace")
 
 OPEN_SUFFIX = ".jsonl.open"
 CLOSED_SUFFIX = ".jsonl"
 
 
-class JsonlTraceWriter:
+class JsonlTraceWriter(BatchEmitMixin):
     """Trace sink for one broker node.
 
     directory        the trace folder, normally `<broker data dir>/trace` (created if missing)
@@ -196,36 +206,10 @@ class JsonlTraceWriter:
 
     def recover(self) -> list[Path]:
         """Close files a previous process of this node left open (killed): cut a torn last line, rename."""
-        closed = []
-        for path in sorted(self.directory.glob(f"trace-{self.node_id}-*{OPEN_SUFFIX}")):
-            if path == self._file_path:
-                continue
-            with open(path, "r+b") as f:
-                data = f.read()
-                keep = data.rfind(b"\n") + 1
-                if keep != len(data):
-                    f.truncate(keep)
-                f.flush()
-                os.fsync(f.fileno())
-            target = path.with_name(path.name[: -len(OPEN_SUFFIX)] + CLOSED_SUFFIX)
-            if keep:
-                os.rename(path, target)
-                closed.append(target)
-            else:
-                path.unlink()
-        if closed:
-            _fsync_dir(self.directory)
-            log.info("closed trace files left open by a previous run",
-                     extra={"trace_dir": str(self.directory), "files": [p.name for p in closed]})
-        return closed
+        return recover_jsonl(self.directory, self.node_id, skip=self._file_path)
 
     def _last_seq(self) -> int:
-        seqs = [0]
-        for path in self.directory.glob(f"trace-{self.node_id}-*.jsonl*"):
-            tail = path.name.split(".", 1)[0].rsplit("-", 1)[-1]
-            if tail.isdigit():
-                seqs.append(int(tail))
-        return max(seqs)
+        return last_seq(self.directory, self.node_id)
 
     def close(self) -> None:
         """Stop the thread, write what is pending and roll the last file. Safe to call twice."""
@@ -235,6 +219,374 @@ class JsonlTraceWriter:
         self._stop.set()
         self._thread.join()
         self.flush(roll=True)
+
+
+# --- Parquet --------------------------------------------------------------------------------
+
+ARROWS_OPEN_SUFFIX = ".arrows.open"
+PARQUET_SUFFIX = ".parquet"
+PARQUET_TMP_SUFFIX = ".parquet.tmp"
+# the columns an event tuple / a shipped record carries, in the order of ParquetTraceWriter's tuples
+EVENT_TUPLE = ("event", "ts_us", "message_id", "topic", "message_type", "key", "business_id", "app_id",
+               "client_host", "group", "consumer", "attempt", "detail", "size")
+# a shipped record: one event kind for many messages (broker_core.trace_process builds them)
+RECORD = ("event", "topic", "ts_us", "app_id", "client_host", "group", "consumer", "detail",
+          "ids", "types", "keys", "business_ids", "attempts", "sizes")
+
+
+def arrow_schema():
+    """The columns of a Parquet trace file: docs/trace-events.md, format version 1."""
+    import pyarrow as pa
+
+    s = pa.string()
+    return pa.schema([("v", pa.int32()), ("event_id", s), ("ts_us", pa.int64()), ("event", s), ("message_id", s),
+                      ("topic", s), ("message_type", s), ("key", s), ("business_id", s), ("cluster", s),
+                      ("broker", s), ("app_id", s), ("client_host", s), ("group", s), ("consumer", s),
+                      ("attempt", pa.int32()), ("detail", s), ("size", pa.int64())])
+
+
+class ParquetTraceWriter(BatchEmitMixin):
+    """Trace sink for one broker node writing Parquet files (see the module's docstring).
+
+    directory        the trace folder, normally `<broker data dir>/trace` (created if missing)
+    node_id          the broker's node id (in file names and in every event's `broker` field)
+    cluster          the cluster name written in every event
+    max_bytes        roll once the open (Arrow) file holds this many bytes (default 256 MiB, about
+                     1.3 million events; the Parquet file is several times smaller)
+    max_age_s        roll the open file once it is this old, even if small (default 60 s)
+    flush_interval_s how often the background thread writes what is pending (default 0.2 s)
+    max_pending      events held in memory before new ones are dropped and counted in `dropped`
+    """
+
+    def __init__(self, directory: str | os.PathLike, *, node_id: str, cluster: str,
+                 max_bytes: int = 256 * 1024 * 1024, max_age_s: float = 60.0, flush_interval_s: float = 0.2,
+                 max_pending: int = 2_000_000, compression: str = "lz4") -> None:
+        # imported here, once: not in the thread's first flush (and missing ones fail here)
+        import numpy  # noqa: F401
+        import pyarrow.compute  # noqa: F401
+        import pyarrow.parquet  # noqa: F401
+
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.node_id = node_id
+        self.cluster = cluster
+        self.max_bytes = max_bytes
+        self.max_age_s = max_age_s
+        self.flush_interval_s = flush_interval_s
+        self.max_pending = max_pending
+        self.compression = compression
+        self.dropped = 0
+        self.written = 0
+        self.files_closed = 0
+        self.schema = arrow_schema()
+        self._pending: collections.deque = collections.deque()  # event tuples (EVENT_TUPLE) from emit
+        self._append = self._pending.append
+        self._shipped: collections.deque = collections.deque()  # (events, records, count) from add_shipped
+        self._shipped_count = 0
+        self._count_lock = threading.Lock()
+        self._id_prefix = secrets.token_hex(8)  # event ids: a random prefix per writer plus a counter
+        self._id_seq = 0
+        self._sink = self._stream = None
+        self._file_path: Path | None = None
+        self._file_opened = 0.0
+        self._file_seq = 0
+        self._io_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._closed = False
+        self.recover()
+        self._file_seq = last_seq(self.directory, node_id)
+        self._thread = threading.Thread(target=self._run, name=f"trace-writer-{node_id}", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def for_data_dir(cls, data_dir: str | os.PathLike, *, node_id: str, cluster: str,
+                     **options) -> ParquetTraceWriter:
+        return cls(Path(data_dir) / "trace", node_id=node_id, cluster=cluster, **options)
+
+    # --- what the broker (or its trace process) hands over ----------------------------------
+
+    def emit(self, event: str, *, message_id: str, topic: str, message_type: str, key: str | None = None,
+             business_id: str | None = None, app_id: str | None = None, client_host: str | None = None,
+             group: str | None = None, consumer: str | None = None, attempt: int | None = None,
+             detail: str | None = None, size: int | None = None, ts_us: int | None = None) -> None:
+        if len(self._pending) + self._shipped_count >= self.max_pending:
+            self.dropped += 1
+            return
+        self._append((event, ts_us or time.time_ns() // 1000, message_id, topic, message_type, key,
+                      business_id, app_id, client_host, group, consumer, attempt, detail, size))
+
+    def add_shipped(self, events: list[tuple], records: list[tuple]) -> None:
+        """Take a shipped batch as it is: `events` are EVENT_TUPLE tuples, `records` RECORD tuples."""
+        count = len(events) + sum(len(r[8]) for r in records)
+        with self._count_lock:
+            if len(self._pending) + self._shipped_count + count > self.max_pending:
+                self.dropped += count
+                return
+            self._shipped_count += count
+        self._shipped.append((events, records, count))
+
+    # --- background thread ----------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.flush_interval_s):
+            try:
+                self.flush()
+            except Exception:  # a full disk must not kill the thread; the next round retries
+                log.exception("trace flush failed", extra={"trace_dir": str(self.directory)})
+
+    def flush(self, roll: bool = False) -> None:
+        """Write what is pending (emitted events, then shipped records); roll the open file if it is due
+        (or if `roll`)."""
+        with self._io_lock:
+            pending, shipped = self._pending, self._shipped
+            events = [pending.popleft() for _ in range(len(pending))]
+            chunks = [shipped.popleft() for _ in range(len(shipped))]
+            for chunk_events, _records, _count in chunks:
+                events.extend(chunk_events)
+            records = [r for chunk in chunks for r in chunk[1]]
+            try:
+                for batch in (self._event_batch(events) if events else None,
+                              self._record_batch(records) if records else None):
+                    if batch is not None and batch.num_rows:
+                        self._write(batch)
+            finally:
+                if chunks:
+                    with self._count_lock:
+                        self._shipped_count -= sum(c[2] for c in chunks)
+            if self._stream is not None and (
+                roll or self._sink.tell() >= self.max_bytes or time.monotonic() - self._file_opened >= self.max_age_s
+            ):
+                self._roll()
+
+    def _event_batch(self, events: list[tuple]):
+        """A record batch from EVENT_TUPLE tuples (emit)."""
+        cols = dict(zip(EVENT_TUPLE, zip(*events, strict=True), strict=True))
+        return self._assemble(len(events), {name: _array(values, self.schema.field(name).type)
+                                            for name, values in cols.items()})
+
+    def _record_batch(self, records: list[tuple]):
+        """A record batch from shipped RECORD tuples, column-wise: what is one value per record (kind,
+        topic, time, app, host, group, consumer, detail) is converted once per record and spread over
+        its rows with `take`; per-message values are converted from the shipped lists as they are."""
+        import numpy as np
+        import pyarrow as pa
+
+        per_record = list(zip(*records, strict=True))
+        counts = np.fromiter(map(len, per_record[8]), dtype=np.int64, count=len(records))
+        n = int(counts.sum())
+        take = pa.array(np.repeat(np.arange(len(records), dtype=np.int32), counts))
+        schema = self.schema
+        arrays = {name: _array(list(per_record[i]), schema.field(name).type).take(take)
+                  for i, name in enumerate(RECORD[:8])}
+        for i, name in ((8, "message_id"), (9, "message_type"), (10, "key"), (11, "business_id"),
+                        (12, "attempt"), (13, "size")):
+            values = []
+            for column, count in zip(per_record[i], counts.tolist(), strict=True):
+                values.extend(column if column is not None else [None] * count)
+            arrays[name] = _array(values, schema.field(name).type)
+        return self._assemble(n, arrays)
+
+    def _assemble(self, n: int, arrays: dict):
+        import pyarrow as pa
+
+        arrays["v"] = pa.repeat(pa.scalar(1, pa.int32()), n)
+        arrays["event_id"] = self._event_ids(n)
+        arrays["cluster"] = pa.repeat(pa.scalar(self.cluster, pa.string()), n)
+        arrays["broker"] = pa.repeat(pa.scalar(self.node_id, pa.string()), n)
+        return pa.RecordBatch.from_arrays([arrays[f.name] for f in self.schema], schema=self.schema)
+
+    def _event_ids(self, n: int):
+        """n event ids, 32 hex characters each: this writer's random prefix and a counter (numpy: four
+        table lookups of 4 hex digits per id)."""
+        import numpy as np
+        import pyarrow as pa
+
+        seqs = np.arange(self._id_seq + 1, self._id_seq + n + 1, dtype=np.uint64)
+        self._id_seq += n
+        data = np.empty((n, 8), dtype=np.uint32)  # 32 characters a row, as 8 groups of 4
+        data[:, :4] = np.frombuffer(self._id_prefix.encode(), dtype=np.uint32)
+        hex4 = _hex4()
+        for i, shift in enumerate((48, 32, 16, 0)):
+            data[:, 4 + i] = hex4[(seqs >> np.uint64(shift)).astype(np.uint16)]
+        offsets = np.arange(0, 32 * (n + 1), 32, dtype=np.int32)
+        return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
+
+    def _write(self, batch) -> None:
+        if self._stream is None:
+            self._open()
+        self._stream.write_batch(batch)
+        self._sink.flush()
+        self.written += batch.num_rows
+
+    def _open(self) -> None:
+        import pyarrow as pa
+
+        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+        while True:  # a restarted node continues its sequence; never reuse a name
+            self._file_seq += 1
+            base = f"trace-{self.node_id}-{stamp}-{self._file_seq:06d}"
+            if not any((self.directory / (base + s)).exists()
+                       for s in (ARROWS_OPEN_SUFFIX, PARQUET_SUFFIX, PARQUET_TMP_SUFFIX, OPEN_SUFFIX, CLOSED_SUFFIX)):
+                break
+        self._file_path = self.directory / (base + ARROWS_OPEN_SUFFIX)
+        self._sink = pa.OSFile(str(self._file_path), "wb")
+        self._stream = pa.ipc.new_stream(self._sink, self.schema)
+        self._file_opened = time.monotonic()
+
+    def _roll(self) -> None:
+        """Close the open file and convert it: from now on the index job may read its Parquet file."""
+        stream, sink, path = self._stream, self._sink, self._file_path
+        self._stream = self._sink = self._file_path = None
+        stream.close()
+        sink.close()
+        _arrows_to_parquet(path, self.compression)
+        self.files_closed += 1
+
+    def recover(self) -> list[Path]:
+        """Finish files a previous process of this node left (killed): open Arrow files (a torn last
+        batch cut) become Parquet files, half-written Parquet files are removed; old JSON-lines files
+        left open are closed as JsonlTraceWriter would."""
+        closed = recover_jsonl(self.directory, self.node_id)
+        for tmp in self.directory.glob(f"trace-{self.node_id}-*{PARQUET_TMP_SUFFIX}"):
+            tmp.unlink()
+        for path in sorted(self.directory.glob(f"trace-{self.node_id}-*{ARROWS_OPEN_SUFFIX}")):
+            if path == self._file_path:
+                continue
+            target = _arrows_to_parquet(path, self.compression)
+            if target is not None:
+                closed.append(target)
+        if closed:
+            log.info("closed trace files left open by a previous run",
+                     extra={"trace_dir": str(self.directory), "files": [p.name for p in closed]})
+        return closed
+
+    def close(self) -> None:
+        """Stop the thread, write what is pending and roll the last file. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        self._thread.join()
+        self.flush(roll=True)
+
+
+@functools.cache
+def _hex4():
+    """The 4 lowercase hex digits of 0..65535, each as the uint32 of its 4 bytes."""
+    import numpy as np
+
+    return np.frombuffer(b"".join(b"%04x" % i for i in range(65536)), dtype=np.uint32)
+
+
+def _array(values: list, kind):
+    """An Arrow array of `kind`; values of another type (a UUID, a numeric string) are converted as the
+    JSON-lines writer did (str() / int())."""
+    import pyarrow as pa
+
+    try:
+        return pa.array(values, kind)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        convert = str if pa.types.is_string(kind) else int
+        return pa.array([None if v is None else convert(v) for v in values], kind)
+
+
+def _arrows_to_parquet(path: Path, compression: str = "lz4") -> Path | None:
+    """Write the complete record batches of an Arrow stream file as `<base>.parquet` (via a fsynced
+    `.parquet.tmp` and a rename), then remove the stream file. Idempotent: a crash at any point leaves
+    either the stream file (done again next time) or the finished Parquet file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    base = path.name[: -len(ARROWS_OPEN_SUFFIX)]
+    target = path.with_name(base + PARQUET_SUFFIX)
+    if target.exists():  # converted before a crash; only the removal was missing
+        path.unlink()
+        _fsync_dir(path.parent)
+        return None
+    batches = []
+    schema = None
+    try:
+        with pa.memory_map(str(path)) as source:
+            reader = pa.ipc.open_stream(source)
+            schema = reader.schema
+            while True:
+                try:
+                    batches.append(reader.read_next_batch())
+                except StopIteration:
+                    break
+    except (pa.ArrowInvalid, OSError, EOFError) as exc:  # a torn last batch (or a torn header)
+        if schema is None or not batches:
+            log.info("trace file without a complete batch removed", extra={"path": str(path), "error": str(exc)})
+    rows = sum(b.num_rows for b in batches)
+    if rows:
+        tmp = path.with_name(base + PARQUET_TMP_SUFFIX)
+        table = pa.Table.from_batches(batches, schema=schema)
+        # no dictionaries (hashing every value costs more than LZ4 on the plain values), statistics on
+        # ts_us only: about 40% of the CPU of pyarrow's defaults, for a file about as small
+        pq.write_table(table, str(tmp), compression=compression, row_group_size=1024 * 1024,
+                       use_dictionary=False, write_statistics=["ts_us"])
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, target)
+        _fsync_dir(path.parent)
+    path.unlink()
+    _fsync_dir(path.parent)
+    return target if rows else None
+
+
+def read_trace_events(directory: str | os.PathLike) -> list[dict]:
+    """Every event of the closed trace files under `directory` (Parquet and JSON lines), in file order,
+    as dicts of the fields present (None-valued fields left out): for tests and tools."""
+    import json
+
+    events = []
+    for path in sorted(Path(directory).rglob("trace-*")):
+        if path.name.endswith(PARQUET_SUFFIX):
+            import pyarrow.parquet as pq
+
+            events += [{k: v for k, v in row.items() if v is not None} for row in pq.read_table(path).to_pylist()]
+        elif path.name.endswith(CLOSED_SUFFIX):
+            events += [json.loads(line) for line in path.read_text().splitlines() if line]
+    return events
+
+
+def recover_jsonl(directory: Path, node_id: str, skip: Path | None = None) -> list[Path]:
+    """Close JSON-lines files a previous process of this node left open: cut a torn last line, rename."""
+    closed = []
+    for path in sorted(directory.glob(f"trace-{node_id}-*{OPEN_SUFFIX}")):
+        if path == skip:
+            continue
+        with open(path, "r+b") as f:
+            data = f.read()
+            keep = data.rfind(b"\n") + 1
+            if keep != len(data):
+                f.truncate(keep)
+            f.flush()
+            os.fsync(f.fileno())
+        target = path.with_name(path.name[: -len(OPEN_SUFFIX)] + CLOSED_SUFFIX)
+        if keep:
+            os.rename(path, target)
+            closed.append(target)
+        else:
+            path.unlink()
+    if closed:
+        _fsync_dir(directory)
+        log.info("closed trace files left open by a previous run",
+                 extra={"trace_dir": str(directory), "files": [p.name for p in closed]})
+    return closed
+
+
+def last_seq(directory: Path, node_id: str) -> int:
+    """The highest file sequence number of this node's trace files, of any format (0 if none)."""
+    seqs = [0]
+    for path in directory.glob(f"trace-{node_id}-*"):
+        tail = path.name.split(".", 1)[0].rsplit("-", 1)[-1]
+        if tail.isdigit():
+            seqs.append(int(tail))
+    return max(seqs)
 
 
 def _fsync_dir(directory: Path) -> None:

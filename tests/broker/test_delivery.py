@@ -10,6 +10,7 @@ import pytest
 
 from broker_core import protocol as p
 from broker_core.client import BrokerError, Consumer, Message, Producer
+from broker_core.trace_writer import read_trace_events
 from tests.broker.conftest import APP, SECRET, wait_for
 from tests.broker.helpers import RawConsumer, Received
 
@@ -181,8 +182,7 @@ def test_every_step_leaves_a_trace_event(cluster):
         expired = producer.send("orders", b"too late", ttl_ms=100)
         wait_for(lambda: broker.group_stats("orders", "billing").get("expired") == 1, 10, "the expiry")
     broker.stop()  # a graceful stop closes the open trace file
-    events = [json.loads(line) for f in sorted((broker.data_dir / "trace").glob("*.jsonl"))
-              for line in f.read_text().splitlines()]
+    events = read_trace_events(broker.data_dir / "trace")
     by_message: dict[str, list[tuple]] = {}
     for e in events:
         assert e["cluster"] == cluster.name and e["broker"] == broker.node_id and e["topic"] == "orders"

@@ -1,0 +1,169 @@
+"""The broker's Parquet trace writer and its trace process: batches built column-wise, Arrow stream while
+open, Parquet once closed (fsync + rename), torn batches cut on recovery, drops counted."""
+
+import asyncio
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from broker_core.store import StoredMessage
+from broker_core.trace_process import ProcessTraceSink, columns
+from broker_core.trace_writer import ParquetTraceWriter, arrow_schema, read_trace_events
+
+
+def _rows(paths):
+    rows = []
+    for p in sorted(paths):
+        rows += [{k: v for k, v in r.items() if v is not None} for r in pq.read_table(p).to_pylist()]
+    for r in rows:
+        assert len(r.pop("event_id")) == 32
+    return rows
+
+
+def _message(seq, message_id, body=b"12345", message_type="normal", key=None, business_id=None):
+    return StoredMessage(seq, [message_id, message_type, key, business_id, {}, body, 0, 0, 0, 0], "shop", 0, ("g",))
+
+
+def test_emitted_events_are_written_as_parquet_in_closed_files(tmp_path):
+    writer = ParquetTraceWriter.for_data_dir(tmp_path, node_id="node-1", cluster="prod-a", flush_interval_s=60)
+    writer.emit("published", message_id="m-1", topic="orders", message_type="normal", key='k"1',
+                business_id="order-7", app_id="shop", client_host="127.0.0.1:5000", size=12, ts_us=1000)
+    writer.emit("delivered", message_id="m-1", topic="orders", message_type="normal", group="billing",
+                consumer="c-9", attempt=1, ts_us=2000)
+    assert list((tmp_path / "trace").iterdir()) == []  # nothing written on the caller's thread
+    writer.close()
+
+    files = list((tmp_path / "trace").iterdir())
+    assert len(files) == 1
+    assert files[0].name.startswith("trace-node-1-") and files[0].name.endswith("-000001.parquet")
+    assert pq.read_schema(files[0]).remove_metadata() == arrow_schema()
+    assert _rows(files) == [
+        {"v": 1, "ts_us": 1000, "event": "published", "message_id": "m-1", "topic": "orders",
+         "message_type": "normal", "key": 'k"1', "business_id": "order-7", "app_id": "shop",
+         "client_host": "127.0.0.1:5000", "size": 12, "cluster": "prod-a", "broker": "node-1"},
+        {"v": 1, "ts_us": 2000, "event": "delivered", "message_id": "m-1", "topic": "orders",
+         "message_type": "normal", "group": "billing", "consumer": "c-9", "attempt": 1,
+         "cluster": "prod-a", "broker": "node-1"},
+    ]
+
+
+def test_shipped_records_expand_to_one_row_per_message_in_their_order(tmp_path):
+    m1, m2 = _message(1, "m-1", key="k1", business_id="b1"), _message(2, "m-2", body=b"1234567")
+    messages = [m1, m2]
+    records = [
+        ("published", "orders", 100, "shop", "10.0.0.1:1", None, None, messages, False),
+        ("stored", "orders", 150, "shop", "10.0.0.1:1", None, None, messages, False),  # the same list
+        ("nacked", 300, "m-1", "orders", "normal", "k1", "b1", None, "10.0.0.2:2", "billing", "c-1", 1, "busy", None),
+        ("delivered", "orders", 200, None, "10.0.0.2:2", "billing", "c-1", [(1, 1, m1.fields), (2, 3, m2.fields)], True),
+    ]
+    shipped = columns(records)
+    assert shipped[0][8] is shipped[1][8]  # a list of messages is read once
+    writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60)
+    writer.add_shipped([], shipped)
+    writer.close()
+    common = {"v": 1, "topic": "orders", "message_type": "normal", "cluster": "c", "broker": "n1"}
+    assert _rows(tmp_path.glob("*.parquet")) == [
+        {**common, "event": "published", "ts_us": 100, "message_id": "m-1", "key": "k1", "business_id": "b1",
+         "app_id": "shop", "client_host": "10.0.0.1:1", "size": 5},
+        {**common, "event": "published", "ts_us": 100, "message_id": "m-2", "app_id": "shop",
+         "client_host": "10.0.0.1:1", "size": 7},
+        {**common, "event": "stored", "ts_us": 150, "message_id": "m-1", "key": "k1", "business_id": "b1",
+         "app_id": "shop", "client_host": "10.0.0.1:1"},
+        {**common, "event": "stored", "ts_us": 150, "message_id": "m-2", "app_id": "shop", "client_host": "10.0.0.1:1"},
+        {**common, "event": "nacked", "ts_us": 300, "message_id": "m-1", "key": "k1", "business_id": "b1",
+         "client_host": "10.0.0.2:2", "group": "billing", "consumer": "c-1", "attempt": 1, "detail": "busy"},
+        {**common, "event": "delivered", "ts_us": 200, "message_id": "m-1", "key": "k1", "business_id": "b1",
+         "client_host": "10.0.0.2:2", "group": "billing", "consumer": "c-1", "attempt": 1},
+        {**common, "event": "delivered", "ts_us": 200, "message_id": "m-2", "client_host": "10.0.0.2:2",
+         "group": "billing", "consumer": "c-1", "attempt": 3},
+    ]
+
+
+def test_event_ids_are_unique_across_writers_and_batches(tmp_path):
+    for _ in range(2):
+        writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60)
+        for i in range(70_000):
+            writer.emit("stored", message_id=f"m-{i}", topic="t", message_type="normal")
+            if i == 65_000:
+                writer.flush()
+        writer.close()
+    ids = pq.read_table(str(tmp_path)).column("event_id")
+    assert len(ids) == 140_000 and len(set(ids.to_pylist())) == 140_000
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids.to_pylist()[:10])
+
+
+def test_files_roll_by_size_and_only_closed_files_end_in_parquet(tmp_path):
+    writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", max_bytes=2000, flush_interval_s=60)
+    for i in range(12):
+        writer.emit("stored", message_id=f"m-{i}", topic="t", message_type="normal", ts_us=i + 1)
+        writer.flush()
+    assert len(list(tmp_path.glob("*.arrows.open"))) <= 1 and len(list(tmp_path.glob("*.parquet"))) >= 2
+    writer.close()
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".parquet"] * len(list(tmp_path.iterdir()))
+    assert [e["ts_us"] for e in read_trace_events(tmp_path)] == list(range(1, 13))
+
+
+def test_a_file_left_open_by_a_killed_writer_becomes_parquet_without_its_torn_batch(tmp_path):
+    schema = arrow_schema()
+    left = tmp_path / "trace-n1-20250101T000000-000001.arrows.open"
+    with pa.OSFile(str(left), "wb") as sink, pa.ipc.new_stream(sink, schema) as stream:
+        for i in (1, 2):
+            row = {f.name: [None] for f in schema}
+            row.update(v=[1], event_id=[f"{i:032x}"], ts_us=[i], event=["stored"], message_id=[f"m-{i}"],
+                       topic=["t"], message_type=["normal"], cluster=["c"], broker=["n1"])
+            stream.write_batch(pa.RecordBatch.from_pydict(row, schema=schema))
+    whole = left.read_bytes()
+    left.write_bytes(whole[:-40])  # the second batch torn (and no end-of-stream marker)
+    (tmp_path / "trace-n1-20250101T000000-000000.parquet.tmp").write_bytes(b"half")  # a conversion cut short
+    writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60)
+    writer.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace-n1-20250101T000000-000001.parquet"]
+    assert [e["message_id"] for e in read_trace_events(tmp_path)] == ["m-1"]
+    # the next file continues the sequence
+    writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60)
+    writer.emit("stored", message_id="m-3", topic="t", message_type="normal")
+    writer.close()
+    assert any(p.name.endswith("-000002.parquet") for p in tmp_path.iterdir())
+
+
+def test_an_old_json_lines_file_left_open_is_closed_too(tmp_path):
+    left = tmp_path / "trace-n1-20250101T000000-000001.jsonl.open"
+    left.write_text('{"v":1,"event_id":"a","message_id":"m-1"}\n{"v":1,"event_id":"b","mess')
+    ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60).close()
+    assert (tmp_path / "trace-n1-20250101T000000-000001.jsonl").read_text() == \
+        '{"v":1,"event_id":"a","message_id":"m-1"}\n'
+
+
+def test_when_the_memory_bound_is_reached_batches_are_dropped_and_counted(tmp_path):
+    writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60, max_pending=3)
+    ids = ["m-1", "m-2"]
+    record = ("stored", "t", 1, None, None, None, None, None, ids, ["normal"] * 2, [None] * 2, [None] * 2, None, None)
+    writer.add_shipped([], [record])
+    writer.add_shipped([], [record])  # would make 4
+    writer.emit("stored", message_id="m-3", topic="t", message_type="normal")
+    writer.emit("stored", message_id="m-4", topic="t", message_type="normal")
+    assert writer.dropped == 3
+    writer.close()
+    assert [e["message_id"] for e in read_trace_events(tmp_path)] == ["m-3", "m-1", "m-2"]
+
+
+def test_the_process_sink_writes_batches_and_single_events_in_order(tmp_path):
+    async def main():
+        sink = await ProcessTraceSink(tmp_path, node_id="n1", cluster="c").start()
+        messages = [_message(1, "m-1"), _message(2, "m-2")]
+        sink.emit_messages("published", "t", messages, app_id="shop", client_host="h", ts_us=10)
+        sink.emit_messages("stored", "t", messages, app_id="shop", client_host="h", ts_us=11)
+        sink.emit("nacked", message_id="m-1", topic="t", message_type="normal", group="g", attempt=1,
+                  detail="busy", ts_us=12)
+        sink.emit_group("delivered", "t", "g", [(2, 1, messages[1].fields)], consumer="c-1", client_host="h2",
+                        ts_us=13)
+        sink.close()
+        await sink.wait_closed()
+        return sink.dropped
+
+    assert asyncio.run(main()) == 0
+    assert [(e["event"], e["message_id"], e["ts_us"]) for e in read_trace_events(tmp_path)] == [
+        ("published", "m-1", 10), ("published", "m-2", 10), ("stored", "m-1", 11), ("stored", "m-2", 11),
+        ("nacked", "m-1", 12), ("delivered", "m-2", 13)]
+    assert os.listdir(tmp_path)[0].endswith(".parquet")
