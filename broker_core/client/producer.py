@@ -254,6 +254,8 @@ class _Link:
     def _ensure_connecting(self) -> None:
         if self.closed or (self._connecting is not None and not self._connecting.done()):
             return
+        if self.conn is not None and self.conn.is_open:
+            return  # connected: a second connection would replace this one and leak it
         self._connecting = self.loop.create_task(self._connect())
 
     async def _connect(self) -> None:

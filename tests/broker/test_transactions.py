@@ -284,3 +284,17 @@ def test_async_producer_with_async_local_transaction_and_listener(cluster):
     assert done.state == "committed" and states(broker, [done.message_id])[done.message_id] == "committed"
     assert status == 200 and [r["answer"] for r in answer["results"]] == ["commit", "rollback"]
     assert states(broker, [s.message_id for s in stale]) == {s.message_id: "prepared" for s in stale}
+
+
+def test_a_producer_keeps_its_connections_across_many_transactions(cluster):
+    """Each prepare asks the producer to be connected; a connected producer must not open (and leak) another
+    connection every time. The broker counts the connections it holds."""
+    (broker,) = setup_tx(cluster)
+    with Producer(**cluster.client_kwargs(check_listener=lambda check: "commit")) as producer:
+        producer.send_transactional(TOPIC, b"first", lambda message_id: None, message_type="order.created")
+        before = broker.stats()["connections"]
+        for _ in range(20):
+            producer.send_transactional(TOPIC, b"next", lambda message_id: None, message_type="order.created")
+            producer.prepare(TOPIC, b"left open", message_type="order.created")
+        assert broker.stats()["connections"] == before
+    wait_for(lambda: broker.stats()["connections"] == 0, 10, "the producer's connections to close")
