@@ -22,6 +22,7 @@ DEMO_LOGINS = [
     ("admin", "admin"),
 ]
 DEMO_PASSWORD = "switchyard"
+DEMO_SECRETS = "demo-app-secrets.json"  # the demo apps' secrets (shown once at creation), for demo_traffic.py
 
 
 def state_for(profile: str) -> tuple[Path, Ports]:
@@ -42,7 +43,8 @@ def up() -> None:
     services.write_env(state, env)
     manage(env, "migrate", "--noinput", "-v", "0")
     manage(env, "collectstatic", "--noinput", "-v", "0")
-    manage(env, "seed_demo", "--zk", env["SWITCHYARD_ZK"], "--broker-port-base", str(ports.broker(0)))
+    manage(env, "seed_demo", "--zk", env["SWITCHYARD_ZK"], "--broker-port-base", str(ports.broker(0)),
+           "--secrets-file", str(state / DEMO_SECRETS))
     py = sys.executable
     services.spawn("web", [py, "-m", "gunicorn", "control_plane.wsgi", "-b", f"127.0.0.1:{ports.web}",
                            "-w", "3", "--access-logfile", "-"], state, env, ROOT)
@@ -78,7 +80,8 @@ def start_demo_brokers(state: Path, ports: Ports, env: dict[str, str]) -> None:
             state, env, ROOT,
         )
     if demo.exists():
-        services.spawn("demo-traffic", [sys.executable, str(demo)], state, env, ROOT)
+        services.spawn("demo-traffic", [sys.executable, str(demo), "--secrets-file", str(state / DEMO_SECRETS)],
+                       state, env, ROOT)
 
 
 def test(pytest_args: list[str]) -> int:

@@ -1,4 +1,7 @@
-"""Load the demo data: one user per role, two teams, two clusters (dev and prod). Safe to run again."""
+"""Load the demo data: one user per role, two teams, two clusters (dev and prod) and, with --secrets-file,
+the demo apps, topics, grants and bindings (approved through the workflow). Safe to run again."""
+
+from pathlib import Path
 
 from django.contrib.auth.models import Group, User
 from django.core.management.base import BaseCommand
@@ -10,6 +13,7 @@ from apps.accounts.roles import ADMIN, APPROVER, AUDITOR, DEVELOPER, SRE, sync_r
 from apps.audit.context import action_context
 from apps.clusters import actions as cluster_actions
 from apps.clusters.models import Cluster
+from apps.governance import demo
 
 PASSWORD = "switchyard"
 USERS = [
@@ -33,9 +37,11 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--zk", default="127.0.0.1:27102", help="ZooKeeper connect string for the demo clusters")
         parser.add_argument("--broker-port-base", type=int, default=27120)
+        parser.add_argument("--secrets-file", type=Path,
+                            help="also create the demo apps, topics, grants and bindings; keep the apps' secrets here")
 
     @transaction.atomic
-    def handle(self, *args, zk, **options):
+    def handle(self, *args, zk, secrets_file=None, **options):
         sync_role_groups()
         with action_context("cli"):
             admin = User.objects.filter(username="admin").first()
@@ -58,4 +64,11 @@ class Command(BaseCommand):
                         actor=admin, name=name, environment=env, region=region, zk_connect=zk,
                         zk_chroot=f"/switchyard/{name}", storage_level="file", description=description,
                     )
+            if secrets_file is not None:
+                users = {u.username: u for u in User.objects.filter(
+                    username__in=["dev-alice", "dev-erin", "appr-bob", "sre-carol"])}
+                cast = demo.Cast(producer_dev=users["dev-alice"], consumer_dev=users["dev-erin"],
+                                 approver=users["appr-bob"], sre=users["sre-carol"])
+                demo.seed(Cluster.objects.filter(name__in=[c[0] for c in CLUSTERS]).order_by("name"), cast,
+                          secrets_file)
         self.stdout.write(self.style.SUCCESS("demo data ready"))
