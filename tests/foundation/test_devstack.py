@@ -1,13 +1,17 @@
 """The README's `up` and `down`: a whole stack under its own state folder and ports.
 
 Runs `python -m devstack` (what `./dev up` runs after installing packages) twice, checks the
-printed URL serves the login page, then `down` and checks no process of that stack is left.
+printed URL serves the login page and that the demo traffic flows through what the demo data approved
+(seeded through the workflow, provisioned into ZooKeeper by the Celery worker, served by the demo
+brokers), then `down` and checks no process of that stack is left.
 """
 
+import json
 import os
 import re
 import subprocess
 import sys
+import time
 import urllib.request
 from pathlib import Path
 
@@ -40,6 +44,24 @@ def devstack(state_root: Path, command: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
+def demo_groups_acking(metrics_port: int, timeout: float = 90) -> set[tuple[str, str]]:
+    """The (topic, group) pairs with acked messages on one demo broker, once all three have some."""
+    deadline = time.monotonic() + timeout
+    acking: set[tuple[str, str]] = set()
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/stats", timeout=5) as response:
+                stats = json.loads(response.read())
+        except OSError:
+            stats = {}
+        acking = {(topic, group) for topic, t in stats.get("topics", {}).items()
+                  for group, g in t.get("groups", {}).items() if g.get("acked")}
+        if len(acking) >= 3:
+            break
+        time.sleep(1)
+    return acking
+
+
 @pytest.fixture
 def state_root(tmp_path):
     root = tmp_path / "stack"
@@ -63,6 +85,12 @@ def test_up_twice_serves_login_and_down_leaves_nothing(state_root):
         body = response.read().decode()
     assert response.status == 200 and "Log in to Switchyard" in body
     assert processes_of(state_root)
+
+    # the demo topics were approved and provisioned: the demo traffic is flowing through both brokers
+    for metrics_port in (PORT_BASE + 40, PORT_BASE + 41):
+        assert demo_groups_acking(metrics_port) == {
+            ("payments.demo-orders", "audit-feed"), ("payments.demo-orders", "shipping"),
+            ("payments.demo-payments", "ledger")}
 
     down = devstack(state_root, "down")
     assert down.returncode == 0, down.stderr[-3000:]
