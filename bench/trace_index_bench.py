@@ -1,9 +1,12 @@
 """Trace index bench: build throughput on local[*], and lookup latency through the REST API.
 
     source <state>/env.sh     # a stack from ./dev (PostgreSQL), e.g. /tmp/sy-trace/test/env.sh
-    .venv/bin/python bench/trace_index_bench.py [--events 5000000] [--reader arrow|spark] [--web-port 27710]
+    .venv/bin/python bench/trace_index_bench.py [--events 5000000] [--format parquet|jsonl]
+                                                [--reader arrow|spark] [--web-port 27710]
 
-1. writes N synthetic trace events with the broker's own JsonlTraceWriter (kept for the next run),
+1. writes N synthetic trace events with the broker's own trace writer (kept for the next run): Parquet
+   files as brokers write them, or with --format jsonl the JSON-lines files of older brokers
+   (--reader picks the JSON parser then),
 2. builds the index from nothing on local[*] (session start excluded) and loads PostgreSQL
    (database `switchyard_bench`, migrated here): prints events/s for the Parquet build and for the
    whole job including the load,
@@ -78,16 +81,17 @@ def build(args, jdbc_url: str, events_dir: Path) -> tuple[int, int]:
 
 
 def baseline(spark, events_dir: Path, out: Path) -> None:
-    """performance-notes.md's reference in the same run: typed JSON → groupBy message id → summary +
+    """performance-notes.md's reference in the same run: typed JSON (or Parquet) → groupBy message id → summary +
     sorted timeline → Parquet partitioned by date and topic (no dedupe, no incremental bookkeeping)."""
     from pyspark.sql import functions as F
 
     from spark_jobs.trace_schema import EVENT_SCHEMA
 
     shutil.rmtree(out, ignore_errors=True)
-    files = sorted(str(p) for p in events_dir.rglob("*.jsonl"))
+    files = sorted(str(p) for p in events_dir.rglob("trace-*.*") if p.suffix in (".jsonl", ".parquet"))
     start = time.perf_counter()
-    events = spark.read.schema(EVENT_SCHEMA).json(files)
+    reader = spark.read.schema(EVENT_SCHEMA)
+    events = reader.parquet(*files) if files[0].endswith(".parquet") else reader.json(files)
     n = events.count()
     counted = time.perf_counter() - start
     start = time.perf_counter()
@@ -97,7 +101,7 @@ def baseline(spark, events_dir: Path, out: Path) -> None:
      .withColumn("date", F.date_format(F.timestamp_micros("first_ts_us"), "yyyy-MM-dd"))
      .write.partitionBy("date", "topic").parquet(str(out)))
     took = time.perf_counter() - start
-    print(f"baseline in the same run (typed JSON groupBy → Parquet): {n:,} events in {took:.1f} s "
+    print(f"baseline in the same run (typed {'Parquet' if files[0].endswith('.parquet') else 'JSON'} groupBy → Parquet): {n:,} events in {took:.1f} s "
           f"= {n / took:,.0f} events/s (counting them first took {counted:.1f} s)")
 
 
@@ -152,7 +156,8 @@ def lookups(args, env, messages: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=5_000_000)
-    parser.add_argument("--reader", default="arrow", choices=["arrow", "spark"])
+    parser.add_argument("--format", default="parquet", choices=["parquet", "jsonl"], help="trace files to index")
+    parser.add_argument("--reader", default="arrow", choices=["arrow", "spark"], help="JSON parser (jsonl files)")
     parser.add_argument("--shuffle-partitions", type=int, default=8)
     parser.add_argument("--work", default="/tmp/sy-bench")
     parser.add_argument("--web-port", type=int, default=27710)
@@ -164,10 +169,11 @@ def main() -> int:
     args = parser.parse_args()
     env = env_for_bench()
     os.environ.update({k: v for k, v in env.items() if k.startswith(("SWITCHYARD_", "DJANGO_"))})
-    events_dir = Path(args.work) / f"events-{args.events}"
+    events_dir = Path(args.work) / f"events-{args.events}" if args.format == "jsonl" else \
+        Path(args.work) / f"events-{args.events}-parquet"
     if not events_dir.exists():
         t = time.perf_counter()
-        n, m = generate(events_dir, args.events)
+        n, m = generate(events_dir, args.events, fmt=args.format)
         (events_dir / "messages.txt").write_text(str(m))
         print(f"generated {n:,} events of {m:,} messages in {time.perf_counter() - t:.0f} s")
     messages = int((events_dir / "messages.txt").read_text())

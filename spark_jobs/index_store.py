@@ -57,11 +57,13 @@ class IndexStore:
 
     @staticmethod
     def trace_files(inputs: list[str]) -> list[str]:
-        """Closed trace files (*.jsonl) under each input folder; `.jsonl.open` files are still being written."""
+        """Closed trace files under each input folder: `trace-*.parquet` (what brokers write) and `*.jsonl`
+        (older brokers). Files still being written end in `.arrows.open`, `.parquet.tmp` or `.jsonl.open`."""
         found = set()
         for folder in inputs:
             for dirpath, _dirs, files in os.walk(Path(folder).resolve()):
-                found.update(os.path.join(dirpath, f) for f in files if f.endswith(".jsonl"))
+                found.update(os.path.join(dirpath, f) for f in files
+                             if f.endswith(".jsonl") or (f.startswith("trace-") and f.endswith(".parquet")))
         return sorted(found)
 
     def has_index(self) -> bool:

@@ -31,7 +31,7 @@ def test_batches_update_messages_in_place_and_rerunning_changes_nothing(spark, t
     inputs, output = [str(tmp_path / "brokers")], str(tmp_path / "index")
     run = lambda **kw: trace_index.run(spark, inputs, output, jdbc_url=jdbc_url(), progress=quiet, **kw)  # noqa: E731
 
-    first = trace_batch()
+    first = trace_batch(fmt="jsonl")  # written by an older broker; the next file is Parquet
     first.emit("published", "m-ack", 0, app_id="shop", business_id="order-1", key="cust-1")
     first.emit("stored", "m-ack", 1)
     first.emit("delivered", "m-ack", 10, group="billing", consumer="c1", attempt=1)
@@ -94,12 +94,13 @@ def test_batches_update_messages_in_place_and_rerunning_changes_nothing(spark, t
     assert spark.read.parquet(f"{output}/events").count() == 19
 
 
-def test_a_copy_of_a_trace_file_adds_no_event(spark, trace_batch, tmp_path):
-    batch = trace_batch()
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_a_copy_of_a_trace_file_adds_no_event(spark, trace_batch, tmp_path, fmt):
+    batch = trace_batch(fmt=fmt)
     batch.emit("published", "m-1", 0, business_id="b-1")
     batch.emit("stored", "m-1", 1)
     batch.close()
-    [original] = (tmp_path / "brokers").rglob("*.jsonl")
+    [original] = (tmp_path / "brokers").rglob(f"*.{fmt}")
     copy = tmp_path / "brokers" / "copied" / original.name
     copy.parent.mkdir()
     copy.write_bytes(original.read_bytes())
