@@ -21,6 +21,9 @@ def test_traced_paths_through_a_real_broker(cluster, spark, make_user, api_for, 
     cluster.pv.grant("fanout", APP)
     cluster.pv.binding("fanout", "billing", APP)
     cluster.pv.binding("fanout", "audit", APP)
+    cluster.pv.topic("payments", transactional=True)
+    cluster.pv.grant("payments", APP)
+    cluster.pv.binding("payments", "billing", APP)
     broker = cluster.broker("--trace")
 
     def refuse(m):  # nack: the retried one on its first two attempts, the poisoned one always
@@ -38,6 +41,14 @@ def test_traced_paths_through_a_real_broker(cluster, spark, make_user, api_for, 
             retried = producer.send("orders", b"flaky", business_id="e2e-retry", key="cust-2")
             poisoned = producer.send("orders", b"poison", business_id="e2e-poison", key="cust-3")
             fanned = producer.send("fanout", b"to both", business_id="e2e-fanout")
+            rolled_back = []
+
+            def declined(message_id):
+                rolled_back.append(message_id)
+                raise ValueError("the local transaction failed")
+
+            with pytest.raises(ValueError):
+                producer.send_transactional("payments", b"card declined", declined, business_id="e2e-rollback")
         wait_for(lambda: broker.group_stats("orders", "billing").get("acked") == 2
                  and broker.group_stats("orders", "billing").get("dead_lettered") == 1
                  and broker.group_stats("fanout", "billing").get("acked") == 1
@@ -49,7 +60,7 @@ def test_traced_paths_through_a_real_broker(cluster, spark, make_user, api_for, 
 
     result = trace_index.run(spark, [str(broker.data_dir)], str(tmp_path / "index"), jdbc_url=jdbc_url(),
                              progress=lambda *a, **k: None)
-    assert result["messages"] == 4
+    assert result["messages"] == 5
     again = trace_index.run(spark, [str(broker.data_dir)], str(tmp_path / "index"), jdbc_url=jdbc_url(),
                             progress=lambda *a, **k: None)
     assert again["new_files"] == 0
@@ -74,6 +85,14 @@ def test_traced_paths_through_a_real_broker(cluster, spark, make_user, api_for, 
         assert [(e["event"], e["group"], e["attempt"]) for e in record["timeline"]] == steps, message_id
         assert record["topic"] == "orders" and record["app_id"] == APP and record["broker"] == broker.node_id
 
+    # the rolled-back transaction: prepared, then rolled back by its producer, never delivered
+    [declined_id] = rolled_back
+    record = api.get(f"/api/v1/traces/messages/{declined_id}/").json()
+    assert (record["topic"], record["final_state"], record["business_id"]) == ("payments", "rolled_back",
+                                                                               "e2e-rollback")
+    assert [(e["event"], e["group"]) for e in record["timeline"]] == [("prepared", None), ("rolled_back", None)]
+    assert record["groups"] == []
+
     fan = api.get(f"/api/v1/traces/messages/{fanned}/").json()
     assert (fan["final_state"], fan["final_states"]) == ("acked", ["acked"])
     assert sorted((g["group"], g["state"], g["attempts"]) for g in fan["groups"]) == [
@@ -90,5 +109,5 @@ def test_traced_paths_through_a_real_broker(cluster, spark, make_user, api_for, 
     page = client.get(f"/tracing/messages/{retried}/")
     assert [e.event for e in page.context["events"]] == [s[0] for s in expected[retried][1]]
     assert b'data-lane="billing"' in page.content and b'data-outcome="acked"' in page.content
-    assert TracedMessage.objects.count() == 4
+    assert TracedMessage.objects.count() == 5
     connection.close()
