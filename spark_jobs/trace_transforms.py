@@ -39,18 +39,15 @@ def clean_events(raw: DataFrame) -> DataFrame:
     )
 
 
-def dedupe_events(events: DataFrame, indexed: DataFrame | None = None, partitions: int = 8,
-                  spread: int = 4) -> DataFrame:
+def dedupe_events(events: DataFrame, indexed: DataFrame | None = None, partitions: int = 8) -> DataFrame:
     """Each event once: copies within `events` collapse, and events already in `indexed` are dropped.
 
-    The one shuffle is by (date, topic, a bucket of the message id): the deduplication needs no second
-    one (a copy of an event has its date and topic), and each task then writes few Parquet
-    partitions, with a message's events of one day in one file. The bucket spreads a big topic
-    over `spread` tasks.
+    The one shuffle is by message id, so everything after it that groups by message (the summaries)
+    needs no other. Copies of an event are whole copies (same group), so the key (message_id, group,
+    event_id) is (message_id, event_id) ordered so that the sort it needs is the one the summaries'
+    sort-based aggregations need too.
     """
-    bucket = F.pmod(F.xxhash64("message_id"), F.lit(spread)).alias("_bucket")
-    unique = (events.select("*", bucket).repartition(partitions, "date", "topic", "_bucket")
-              .dropDuplicates(["date", "topic", "_bucket", "message_id", "event_id"]).drop("_bucket"))
+    unique = events.repartition(partitions, "message_id").dropDuplicates(["message_id", "group", "event_id"])
     if indexed is None:
         return unique
     return unique.join(indexed.select("message_id", "event_id"), ["message_id", "event_id"], "left_anti")
@@ -85,11 +82,17 @@ _MESSAGE_STATE = """CASE
     ELSE 'published' END"""
 
 
-def summarize(events: DataFrame) -> DataFrame:
-    """One summary row per message of `events` (all of its events), states as docs/trace-events.md defines."""
+def summarize(events: DataFrame, partitions: int | None = None) -> DataFrame:
+    """One summary row per message of `events` (all of its events), states as docs/trace-events.md defines.
+
+    One shuffle (by message id, unless `partitions` is 0: `events` are partitioned by it already) and
+    one sort by (message id, group): both aggregations below run on it.
+    """
     event, key = F.col("event"), _order_key()
     produced = event.isin("published", "prepared")
-    per_group = events.groupBy("message_id", "group").agg(
+    if partitions != 0:
+        events = events.repartition(*([partitions] if partitions else []), "message_id")
+    per_group = events.sortWithinPartitions("message_id", "group").groupBy("message_id", "group").agg(
         *[F.max(c).alias(c) for c in MESSAGE_FIELDS],
         F.min("ts_us").alias("first_ts_us"),
         F.max("ts_us").alias("last_ts_us"),
