@@ -1,8 +1,8 @@
 """Governance bench: provision 10,000 bindings into a real ZooKeeper, time reconciling them, and measure
 approve → visible-in-ZooKeeper latency through a real Celery worker.
 
-    ./dev test --co -q >/dev/null   # once: starts PostgreSQL, Redis and ZooKeeper and writes env.sh
-    . <state>/env.sh && .venv/bin/python bench/governance_bench.py [--bindings 10000] [--samples 200]
+    SWITCHYARD_KEEP_SERVICES=1 ./dev test --co -q >/dev/null   # starts PostgreSQL, Redis, ZooKeeper; keeps them; writes env.sh
+    . .devstack/test/env.sh && .venv/bin/python bench/governance_bench.py [--bindings 10000] [--samples 200]
 
 It uses a database of its own (switchyard_bench, dropped and re-created) and a fresh ZooKeeper chroot;
 both are removed at the end unless --keep. Targets: reconcile of 10,000 bindings ≤ 5 s; p99 ≤ 1 s.

@@ -1,8 +1,8 @@
 """Transaction back-check bench: 10,000 stale prepared messages on a real broker, resolved by the sweep
 through a real Celery worker, answered by a producer's check listener (or --http: an HTTP check URL).
 
-    ./dev test --co -q >/dev/null   # once: starts PostgreSQL, Redis and ZooKeeper and writes env.sh
-    . <state>/env.sh && .venv/bin/python bench/tx_sweep_bench.py [--messages 10000] [--http]
+    SWITCHYARD_KEEP_SERVICES=1 ./dev test --co -q >/dev/null   # starts PostgreSQL, Redis, ZooKeeper; keeps them; writes env.sh
+    . .devstack/test/env.sh && .venv/bin/python bench/tx_sweep_bench.py [--messages 10000] [--http]
 
 It uses a database of its own (switchyard_txbench, dropped and re-created), a fresh ZooKeeper chroot, one
 broker process and one `celery worker --pool=solo`; it stops them and removes its data at the end unless
