@@ -293,6 +293,7 @@ class ParquetTraceWriter(BatchEmitMixin):
         self._io_lock = threading.Lock()
         self._stop = threading.Event()
         self._closed = False
+        self._lock = _lock_node(self.directory, node_id)
         self.recover()
         self._file_seq = last_seq(self.directory, node_id)
         self._thread = threading.Thread(target=self._run, name=f"trace-writer-{node_id}", daemon=True)
@@ -467,7 +468,29 @@ class ParquetTraceWriter(BatchEmitMixin):
         self._closed = True
         self._stop.set()
         self._thread.join()
-        self.flush(roll=True)
+        try:
+            self.flush(roll=True)
+        finally:
+            self._lock.close()  # (released anyway when the process ends, also killed)
+
+
+def _lock_node(directory: Path, node_id: str, wait_s: float = 30.0):
+    """Hold `<dir>/.trace-<node>.lock` while writing: a writer started while the previous one (a killed
+    broker's trace process) still finishes its file waits for it instead of recovering that file too."""
+    import fcntl
+
+    lock = open(directory / f".trace-{node_id}.lock", "w")
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                log.warning("another trace writer of this node still runs; going on without waiting",
+                            extra={"trace_dir": str(directory)})
+                return lock
+            time.sleep(0.05)
 
 
 @functools.cache

@@ -1,9 +1,11 @@
-"""Load the UI's lookup tables into PostgreSQL: JDBC into staging tables, then one idempotent SQL merge.
+"""Load the UI's lookup tables into PostgreSQL: COPY into staging tables, then one idempotent SQL merge.
 
 The tables belong to the control plane (apps/tracing models and migrations, staging tables included);
-this module only fills them. Spark writes the staging tables over JDBC from the executors (Debian's
-pgjdbc, /usr/share/java/postgresql.jar); the driver then merges them in one transaction under an
-advisory lock, so a reader sees a message's old summary and timeline or its new ones, never a mix.
+this module only fills them. The executors COPY their partitions into the staging tables through
+psycopg2 (each Arrow batch written as CSV by pyarrow's C++ writer: no per-row Python), or with
+`method="jdbc"` Spark's JDBC writer (Debian's pgjdbc, /usr/share/java/postgresql.jar). The driver
+then merges them in one transaction under an advisory lock, in key order (index pages are touched in
+order), so a reader sees a message's old summary and timeline or its new ones, never a mix.
 Summaries are upserted by message_id and events inserted unless (message_id, event_id) is there, so
 loading the same run twice (a run that failed after loading) leaves the same rows.
 """
@@ -14,6 +16,7 @@ import logging
 from urllib.parse import parse_qs, urlparse
 
 from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
 
 from spark_jobs.trace_transforms import summary_rows, timeline_rows
 
@@ -48,13 +51,13 @@ _COMPARED = [c for c in _MESSAGE_COPY if c not in ("message_id", "indexed_at")]
 
 MERGE_SQL = [
     f"""INSERT INTO {MESSAGE_TABLE} ({", ".join(_MESSAGE_COPY)})
-        SELECT {", ".join(_MESSAGE_COPY.values())} FROM {MESSAGE_STAGING}
+        SELECT DISTINCT ON (message_id) {", ".join(_MESSAGE_COPY.values())} FROM {MESSAGE_STAGING} ORDER BY message_id
         ON CONFLICT (message_id) DO UPDATE SET
         {", ".join(f"{c} = EXCLUDED.{c}" for c in _MESSAGE_COPY if c != "message_id")}
         WHERE ({", ".join(f"{MESSAGE_TABLE}.{c}" for c in _COMPARED)})
               IS DISTINCT FROM ({", ".join(f"EXCLUDED.{c}" for c in _COMPARED)})""",
     f"""INSERT INTO {EVENT_TABLE} ({", ".join(_EVENT_COPY)})
-        SELECT {", ".join(_EVENT_COPY.values())} FROM {EVENT_STAGING}
+        SELECT {", ".join(_EVENT_COPY.values())} FROM {EVENT_STAGING} ORDER BY message_id, event_id
         ON CONFLICT (message_id, event_id) DO NOTHING""",
     f"TRUNCATE {MESSAGE_STAGING}, {EVENT_STAGING}",
 ]
@@ -82,8 +85,43 @@ def _jdbc_write(df: DataFrame, jdbc_url: str, table: str, connections: int) -> N
      .mode("append").save())
 
 
+def _copy(df: DataFrame, jdbc_url: str, table: str) -> int:
+    """COPY every partition of `df` into `table` from the executors (one connection per task, one
+    transaction per task: a failed task's rows are not left behind, its retry copies them again)."""
+    dsn = libpq_dsn(jdbc_url)
+    columns = ", ".join(f'"{c}"' for c in df.columns)
+    sql = f"COPY {table} ({columns}) FROM STDIN WITH (FORMAT csv)"
+
+    def copy(batches):
+        import io
+
+        import psycopg2
+        import pyarrow as pa
+        import pyarrow.csv as pacsv
+
+        rows = 0
+        conn = psycopg2.connect(dsn)
+        try:
+            with conn.cursor() as cur:
+                for batch in batches:
+                    if not batch.num_rows:
+                        continue
+                    buffer = io.BytesIO()
+                    # nulls are written as nothing, empty strings as "": what COPY's CSV format reads back
+                    pacsv.write_csv(batch, buffer, write_options=pacsv.WriteOptions(include_header=False))
+                    buffer.seek(0)
+                    cur.copy_expert(sql, buffer)
+                    rows += batch.num_rows
+            conn.commit()
+        finally:
+            conn.close()
+        yield pa.RecordBatch.from_pydict({"rows": [rows]})
+
+    return df.mapInArrow(copy, "rows long").agg(F.sum("rows")).first()[0] or 0
+
+
 def load_lookup_tables(messages: DataFrame, events: DataFrame, jdbc_url: str, *, connections: int = 2,
-                       progress=None) -> dict:
+                       progress=None, method: str = "copy") -> dict:
     """Upsert the summaries of `messages` (those a run updated) and add `events` (its new events)."""
     import psycopg2
 
@@ -95,12 +133,14 @@ def load_lookup_tables(messages: DataFrame, events: DataFrame, jdbc_url: str, *,
             if not cur.fetchone()[0]:
                 raise RuntimeError("another trace index load is running")
             cur.execute(f"TRUNCATE {MESSAGE_STAGING}, {EVENT_STAGING}")  # leftovers of an interrupted load
-        _jdbc_write(summary_rows(messages), jdbc_url, MESSAGE_STAGING, connections)
-        if progress:
-            progress("loaded summary rows into staging")
-        _jdbc_write(timeline_rows(events), jdbc_url, EVENT_STAGING, connections)
-        if progress:
-            progress("loaded timeline rows into staging")
+        for rows, table, what in ((summary_rows(messages), MESSAGE_STAGING, "summary"),
+                                  (timeline_rows(events), EVENT_STAGING, "timeline")):
+            if method == "jdbc":
+                _jdbc_write(rows, jdbc_url, table, connections)
+            else:
+                _copy(rows, jdbc_url, table)
+            if progress:
+                progress(f"loaded {what} rows into staging")
         conn.autocommit = False
         with conn.cursor() as cur:
             cur.execute(f"SELECT count(*) FROM {MESSAGE_STAGING}")

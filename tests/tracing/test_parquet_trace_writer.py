@@ -2,7 +2,8 @@
 open, Parquet once closed (fsync + rename), torn batches cut on recovery, drops counted."""
 
 import asyncio
-import os
+import threading
+import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,6 +22,32 @@ def _rows(paths):
     return rows
 
 
+def _files(folder):
+    """The trace files (the writer's lock file, a dot file, left out)."""
+    return sorted(p for p in folder.iterdir() if not p.name.startswith("."))
+
+
+def test_a_second_writer_of_the_node_waits_for_the_first_to_finish(tmp_path):
+    first = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60)
+    first.emit("stored", message_id="m-1", topic="t", message_type="normal", ts_us=1)
+    first.flush()  # its open file must not be taken over by the second writer's recovery
+
+    def later():
+        time.sleep(0.5)
+        first.close()
+
+    closer = threading.Thread(target=later)
+    closer.start()
+    started = time.monotonic()
+    second = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60)
+    assert time.monotonic() - started >= 0.4
+    closer.join()
+    second.emit("stored", message_id="m-2", topic="t", message_type="normal", ts_us=2)
+    second.close()
+    assert [e["message_id"] for e in read_trace_events(tmp_path)] == ["m-1", "m-2"]
+    assert [p.name[-14:] for p in _files(tmp_path)] == ["000001.parquet", "000002.parquet"]
+
+
 def _message(seq, message_id, body=b"12345", message_type="normal", key=None, business_id=None):
     return StoredMessage(seq, [message_id, message_type, key, business_id, {}, body, 0, 0, 0, 0], "shop", 0, ("g",))
 
@@ -31,10 +58,10 @@ def test_emitted_events_are_written_as_parquet_in_closed_files(tmp_path):
                 business_id="order-7", app_id="shop", client_host="127.0.0.1:5000", size=12, ts_us=1000)
     writer.emit("delivered", message_id="m-1", topic="orders", message_type="normal", group="billing",
                 consumer="c-9", attempt=1, ts_us=2000)
-    assert list((tmp_path / "trace").iterdir()) == []  # nothing written on the caller's thread
+    assert _files(tmp_path / "trace") == []  # nothing written on the caller's thread
     writer.close()
 
-    files = list((tmp_path / "trace").iterdir())
+    files = _files(tmp_path / "trace")
     assert len(files) == 1
     assert files[0].name.startswith("trace-node-1-") and files[0].name.endswith("-000001.parquet")
     assert pq.read_schema(files[0]).remove_metadata() == arrow_schema()
@@ -100,7 +127,8 @@ def test_files_roll_by_size_and_only_closed_files_end_in_parquet(tmp_path):
         writer.flush()
     assert len(list(tmp_path.glob("*.arrows.open"))) <= 1 and len(list(tmp_path.glob("*.parquet"))) >= 2
     writer.close()
-    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".parquet"] * len(list(tmp_path.iterdir()))
+    files = _files(tmp_path)
+    assert [p.suffix for p in files] == [".parquet"] * len(files)
     assert [e["ts_us"] for e in read_trace_events(tmp_path)] == list(range(1, 13))
 
 
@@ -118,7 +146,7 @@ def test_a_file_left_open_by_a_killed_writer_becomes_parquet_without_its_torn_ba
     (tmp_path / "trace-n1-20250101T000000-000000.parquet.tmp").write_bytes(b"half")  # a conversion cut short
     writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60)
     writer.close()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["trace-n1-20250101T000000-000001.parquet"]
+    assert [p.name for p in _files(tmp_path)] == ["trace-n1-20250101T000000-000001.parquet"]
     assert [e["message_id"] for e in read_trace_events(tmp_path)] == ["m-1"]
     # the next file continues the sequence
     writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60)
@@ -166,4 +194,4 @@ def test_the_process_sink_writes_batches_and_single_events_in_order(tmp_path):
     assert [(e["event"], e["message_id"], e["ts_us"]) for e in read_trace_events(tmp_path)] == [
         ("published", "m-1", 10), ("published", "m-2", 10), ("stored", "m-1", 11), ("stored", "m-2", 11),
         ("nacked", "m-1", 12), ("delivered", "m-2", 13)]
-    assert os.listdir(tmp_path)[0].endswith(".parquet")
+    assert [p.suffix for p in _files(tmp_path)] == [".parquet"]
