@@ -16,7 +16,6 @@ import time
 import uuid
 from collections.abc import Callable
 
-from pyspark import StorageLevel
 from pyspark.sql import functions as F
 
 from spark_jobs.index_store import IndexStore
@@ -67,25 +66,23 @@ def run(spark, inputs: list[str], output: str, *, jdbc_url: str | None = None, f
                                   .where(F.col("topic").isin(topics) & (F.col("date") >= since))
                                   .join(hits.select("message_id"), "message_id", "left_semi"))
 
-        # transform + write: the new events first, then the summaries of every message they touch. The new
-        # events are kept (memory, else local disk) as the one shuffle by message id and its sort left them:
-        # on a first build the summaries are computed from them with no other shuffle or sort.
+        # transform + write: the new events first, then the summaries of every message they touch
         partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
         new_events = dedupe_events(events, indexed_events, partitions=partitions).select(*EVENT_COLUMNS)
-        new_events = new_events.persist(StorageLevel.MEMORY_AND_DISK)
         new_events.write.partitionBy("date", "topic").parquet(str(staging / "events"))
+        # re-read rather than persisted (measured: keeping 5M events cost more than reading them back);
+        # with the schema given: a batch of nothing but known events writes no file
+        staged_events = spark.read.schema(new_events.schema).parquet(str(staging / "events")).select(*EVENT_COLUMNS)
         progress("wrote the new events", 45)
-        if indexed_events is None:
-            summaries = summarize(new_events, partitions=0)
-        else:
-            summaries = summarize(new_events.unionByName(indexed_events), partitions=partitions)
+        timelines = staged_events if indexed_events is None else staged_events.unionByName(indexed_events)
+        summaries = summarize(timelines, partitions=partitions)
         if replaced:
             untouched = (spark.read.option("basePath", str(store.messages)).parquet(*replaced)
                          .join(batch_ids.select("message_id"), "message_id", "left_anti"))
             summaries = summaries.unionByName(untouched.select(*summaries.columns))
         summaries.write.partitionBy("date", "topic").parquet(str(staging / "messages"))
         staged_messages = spark.read.schema(summaries.schema).parquet(str(staging / "messages"))
-        counts = {"new_events": new_events.count(),
+        counts = {"new_events": staged_events.count(),
                   "messages": staged_messages.join(events.select("message_id").distinct(), "message_id",
                                                    "left_semi").count() if replaced else staged_messages.count()}
         progress("wrote the message summaries", 60, **counts)
@@ -94,7 +91,7 @@ def run(spark, inputs: list[str], output: str, *, jdbc_url: str | None = None, f
         if jdbc_url:
             updated = staged_messages if not replaced else staged_messages.join(
                 batch_ids.select("message_id"), "message_id", "left_semi")
-            loaded = load_lookup_tables(updated, new_events, jdbc_url,
+            loaded = load_lookup_tables(updated, staged_events, jdbc_url,
                                         progress=lambda stage: progress(stage, 75))
             progress("merged the lookup tables in PostgreSQL", 90, **loaded)
         store.commit(run_id, replaced, files)
