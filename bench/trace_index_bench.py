@@ -72,7 +72,7 @@ def build(args, jdbc_url: str, events_dir: Path) -> tuple[int, int]:
     n = result["new_events"]
     print(f"index build, Parquet (read + dedupe + summaries + write): {n:,} events in {parquet:.1f} s "
           f"= {n / parquet:,.0f} events/s")
-    print(f"PostgreSQL load (JDBC staging + merge): {total - parquet:.1f} s; whole job {total:.1f} s "
+    print(f"PostgreSQL load (COPY into staging + merge): {total - parquet:.1f} s; whole job {total:.1f} s "
           f"= {n / total:,.0f} events/s")
     if args.baseline:
         baseline(spark, events_dir, Path(args.work) / "baseline")
