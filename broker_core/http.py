@@ -93,6 +93,24 @@ def _json_safe_entry(entry: dict) -> dict:
     return entry
 
 
+async def _lingering_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                           limit: int = 64 * 1024 * 1024, seconds: float = 2.0) -> None:
+    """After refusing a body unread: half-close and discard what the client still sends (bounded), so it
+    reads the answer instead of a connection reset (closing with unread input sends RST)."""
+    if writer.can_write_eof():
+        writer.write_eof()
+    deadline = asyncio.get_running_loop().time() + seconds
+    discarded = 0
+    while discarded < limit:
+        remaining = deadline - asyncio.get_running_loop().time()
+        if remaining <= 0:
+            return
+        chunk = await asyncio.wait_for(reader.read(65536), timeout=remaining)
+        if not chunk:
+            return
+        discarded += len(chunk)
+
+
 class HttpEndpoints:
     def __init__(self, broker: Broker):
         self.broker = broker
@@ -121,6 +139,8 @@ class HttpEndpoints:
                      f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
         try:
             await asyncio.wait_for(writer.drain(), timeout=5)
+            if status == 413:
+                await _lingering_close(reader, writer)
         except (TimeoutError, ConnectionError):
             pass
         writer.close()

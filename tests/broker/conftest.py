@@ -1,8 +1,9 @@
 """Fixtures of the broker tests: a real ZooKeeper, a chroot per test, real broker processes.
 
-ZooKeeper: $SWITCHYARD_ZK when set (`./dev test` exports it), else one started here on port 27590.
-Brokers run as `python -m broker_core` subprocesses on ports 27500-27589 and are killed at teardown.
-State lives under /tmp/sy-broker/.
+ZooKeeper: $SWITCHYARD_ZK when set (`./dev test` exports it), else one started here on port base+390.
+Brokers run as `python -m broker_core` subprocesses on ports base+300..base+389 and are killed at teardown
+(base = $SWITCHYARD_PORT_BASE, 27200 by default, so two stacks never collide).
+State lives under the test state folder's broker/ (or /tmp/sy-broker/ outside `./dev test`).
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ from broker_core.provision import Provisioner
 from devstack.services import start_zookeeper, stop_zookeeper
 
 ROOT = Path(__file__).resolve().parents[2]
-STATE = Path("/tmp/sy-broker")
-ZK_PORT = 27590
-SECOND_ZK_PORT = 27591
-_ports = itertools.cycle(range(27500, 27590, 2))
+PORT_BASE = int(os.environ.get("SWITCHYARD_PORT_BASE", "27200"))
+STATE = Path(os.environ["SWITCHYARD_STATE"]) / "broker" if os.environ.get("SWITCHYARD_STATE") else Path("/tmp/sy-broker")
+ZK_PORT = PORT_BASE + 390
+SECOND_ZK_PORT = PORT_BASE + 391
+_ports = itertools.cycle(range(PORT_BASE + 300, PORT_BASE + 390, 2))
 
 APP = "app-orders"
 SECRET = "s3cret-orders"
@@ -52,7 +54,7 @@ def free_port_pair() -> int:
                     ok = False
         if ok:
             return port
-    raise RuntimeError("no free port pair in 27500-27589")
+    raise RuntimeError(f"no free port pair in {PORT_BASE + 300}-{PORT_BASE + 389}")
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.02):

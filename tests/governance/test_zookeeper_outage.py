@@ -7,11 +7,11 @@ from apps.governance.workflow import State
 from apps.provisioning.models import SyncState
 from apps.topics.models import TopicApplication
 from tests.governance.conftest import wait_for
-from tests.support.stack import state_dir
+from tests.support.stack import ports, state_dir
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-FLAKY_PORT = 27650
+FLAKY_PORT = ports().base + 450
 
 
 @pytest.fixture
