@@ -68,7 +68,7 @@ FSYNC_POLICIES = ("batch", "interval", "never")
 
 class Segment:
     __slots__ = ("base", "log_path", "ack_path", "size", "unfinished", "sealed", "deleted", "log_fd", "ack_fd",
-                 "ack_dirty", "tx")
+                 "ack_dirty", "tx", "synced")
 
     def __init__(self, directory: Path, base: int):
         self.base = base
@@ -82,6 +82,7 @@ class Segment:
         self.ack_fd: int | None = None
         self.ack_dirty = False
         self.tx: list[str] = []  # ids of the transaction messages stored here
+        self.synced = 0  # log bytes an fdatasync of this store has covered (flush job's view; observability)
 
     def __repr__(self) -> str:
         return f"<Segment {self.base} size={self.size} unfinished={self.unfinished} sealed={self.sealed}>"
@@ -152,7 +153,8 @@ class FileStore:
         self._last_ack_sync = time.monotonic()
         self._unsynced = False
         self.flushes = 0
-        self.fsyncs = 0
+        self.fsyncs = 0  # fdatasyncs of log segments
+        self.other_fsyncs = 0  # fsyncs of ack files, dead-letter files and the folder
 
     # -- recovery ---------------------------------------------------------------------------
 
@@ -531,6 +533,7 @@ class FileStore:
             _write_all(fd, b"".join(records))
             if self.fsync != "never":
                 os.fsync(fd)  # before the finish record that retires the message is written
+                self.other_fsyncs += 1
 
     def _write_log(self, log_writes: list[tuple[Segment, bytes]], sync_data: bool) -> None:
         touched: list[Segment] = []
@@ -552,10 +555,13 @@ class FileStore:
             self._unsynced = True
         if sync_data and (touched or self._unsynced):
             for seg in touched or [s for s in self.segments if s.log_fd is not None and not s.deleted]:
+                end = os.lseek(seg.log_fd, 0, os.SEEK_END)
                 os.fdatasync(seg.log_fd)
+                seg.synced = end
                 self.fsyncs += 1
             if created:
                 _fsync_dir(self.dir)  # a new segment file must survive a crash too
+                self.other_fsyncs += 1
             self._unsynced = False
 
     def _write_acks(self, finished: dict[tuple[Segment, str], list[int]], sync_acks: bool) -> None:
@@ -570,6 +576,7 @@ class FileStore:
             for seg in self.segments:
                 if seg.ack_dirty and seg.ack_fd is not None and not seg.deleted:
                     os.fdatasync(seg.ack_fd)
+                    self.other_fsyncs += 1
                     seg.ack_dirty = False
 
     def _delete(self, seg: Segment) -> None:

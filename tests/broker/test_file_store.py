@@ -75,6 +75,79 @@ def test_publishes_during_a_flush_share_the_next_fsync(tmp_path, executor):
     store.close()
 
 
+def append_watched(store, loop, count: int) -> list[dict]:
+    """Append `count` one-message records; each entry says where its record ends (segment, byte offset)
+    and, once its done-callback ran, what the store had synced of that segment and its fsync count then."""
+    records = []
+    for i in range(count):
+        entry = {}
+        fsyncs_before = store.fsyncs
+
+        def done(exc, entry=entry):
+            entry.update(error=exc, synced=entry["segment"].synced, fsyncs=store.fsyncs, at=time.monotonic())
+
+        (m,) = store.append("app", 1, *batch(1, i), done)
+        entry.update(message=m, segment=m.segment, end=m.segment.size, fsyncs_before=fsyncs_before)
+        records.append(entry)
+    loop.run(lambda: all("at" in e for e in records))
+    assert [e["error"] for e in records] == [None] * count
+    return records
+
+
+def run_ticking(store, loop, condition, timeout: float) -> None:
+    """Run the loop while ticking the store every ~10 ms, as the broker's timer does."""
+    def ticked():
+        store.tick(time.monotonic())
+        return condition()
+
+    loop.run(ticked, timeout)
+
+
+def test_fsync_batch_answers_each_publish_only_after_the_fdatasync_that_covers_its_record(tmp_path, executor):
+    loop = Loop()
+    store = open_store(tmp_path, loop, executor, fsync="batch", segment_bytes=4000)
+    records = append_watched(store, loop, 300)
+    assert len({id(e["segment"]) for e in records}) >= 3, "records spread over several segments"
+    for e in records:
+        assert e["synced"] >= e["end"], f"answered before its record (ending at {e['end']}) was fdatasynced: {e}"
+        assert e["fsyncs"] > e["fsyncs_before"], "answered without an fdatasync after it was appended"
+    assert 1 <= store.fsyncs < len(records), "group commit: publishes share fdatasyncs"
+    store.close()
+
+
+def test_fsync_interval_answers_before_the_sync_and_syncs_within_the_interval(tmp_path, executor):
+    loop = Loop()
+    interval = 0.3
+    store = open_store(tmp_path, loop, executor, fsync="interval", fsync_interval_s=interval)
+    (first,) = append_watched(store, loop, 1)
+    assert store.fsyncs == 0 and first["synced"] < first["end"], "answered once written, before any fsync"
+    run_ticking(store, loop, lambda: first["segment"].synced >= first["end"], timeout=interval + 0.5)
+    assert store.fsyncs >= 1
+    # the next one is answered at once again; the sync follows within the interval
+    (second,) = append_watched(store, loop, 1)
+    synced_once = store.fsyncs
+    assert second["synced"] < second["end"] and second["fsyncs"] == synced_once
+    run_ticking(store, loop, lambda: second["segment"].synced >= second["end"], timeout=interval + 0.5)
+    store.close()
+
+
+def test_fsync_never_never_syncs(tmp_path, executor):
+    loop = Loop()
+    store = open_store(tmp_path, loop, executor, fsync="never", segment_bytes=2000, fsync_interval_s=0.01,
+                       ack_sync_interval_s=0.01)
+    records = append_watched(store, loop, 60)
+    for e in records[:30]:  # acks and a dead letter: the other files a store would sync
+        store.finish(e["message"], "g1")
+    store.dead_letter(records[40]["message"], "g1", "delivery limit of 1 reached", 1, 5)
+    run_ticking(store, loop, lambda: not store.busy and not store._finished and not store._dlq_writes, timeout=2)
+    store.close()
+    assert (store.fsyncs, store.other_fsyncs) == (0, 0)
+    assert all(e["synced"] == 0 for e in records)
+    # written all the same (the OS keeps it): a reopened store finds every record and the acks
+    owed = FileStore(tmp_path, executor=executor, notify=loop.notify).recover()
+    assert [groups for _, groups in owed] == [("g2",)] * 30 + [("g1", "g2")] * 10 + [("g2",)] + [("g1", "g2")] * 19
+
+
 def test_recovery_returns_what_each_group_still_owes(tmp_path, executor):
     loop = Loop()
     store = open_store(tmp_path, loop, executor)
