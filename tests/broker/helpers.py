@@ -52,6 +52,10 @@ class RawConsumer:
         self.conn: BrokerConnection | None = None
         self.sub_id = None
         self.unsubscribed: list[str] = []
+        # the consumer's own count of deliveries not answered yet (kept on the loop thread, where
+        # deliveries arrive and answers are sent) and the most it ever held
+        self.answered = 0
+        self.max_unanswered = 0
 
     def _run(self, coro, timeout=10):
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
@@ -71,6 +75,7 @@ class RawConsumer:
         now = time.monotonic()
         for seq, attempt, fields in ev.items:
             self.deliveries.append((seq, attempt, fields, now))
+        self.max_unanswered = max(self.max_unanswered, self.unanswered())
 
     def _unsub(self, conn, ev):
         self.unsubscribed.append(ev.reason)
@@ -78,8 +83,24 @@ class RawConsumer:
     def ids(self) -> list[str]:
         return [f[p.M_ID] for _, _, f, _ in self.deliveries]
 
+    def unanswered(self) -> int:
+        return len(self.deliveries) - self.answered
+
     def ack(self, seqs):
-        self.loop.call_soon_threadsafe(lambda: self.conn.send(p.Ack(self.sub_id, list(seqs))))
+        seqs = list(seqs)
+        self.loop.call_soon_threadsafe(self._answer, p.Ack(self.sub_id, seqs), len(seqs))
+
+    def nack(self, items):
+        """items: [seq, delay_ms (-1: the binding's backoff), reason]"""
+        items = list(items)
+        self.loop.call_soon_threadsafe(self._answer, p.Nack(self.sub_id, items), len(items))
+
+    def ready(self, credit: int):
+        self.loop.call_soon_threadsafe(lambda: self.conn.send(p.Ready(self.sub_id, credit)))
+
+    def _answer(self, event, count: int) -> None:
+        self.answered += count
+        self.conn.send(event)
 
     def request(self, event_factory):
         async def go():
