@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 
 RECONCILE_TASK_NAME = "Reconcile every cluster with ZooKeeper"
 RECONCILE_TASK = "provisioning.reconcile_all"
+RECONCILE_EVERY_SECONDS = (10, 86400)
 
 
 def units_of(application) -> list[tuple[str, int]]:
@@ -219,7 +220,8 @@ def set_reconcile_schedule(*, actor, every_seconds: int, enabled: bool, repair: 
     from django_celery_beat.models import IntervalSchedule
 
     require_perm(actor, "provisioning.repair_drift")
-    if not isinstance(every_seconds, int) or not 10 <= every_seconds <= 86400:
+    low, high = RECONCILE_EVERY_SECONDS
+    if not isinstance(every_seconds, int) or not low <= every_seconds <= high:
         raise ValidationError({"every_seconds": "Give a whole number of seconds between 10 and 86400."})
     task = ensure_reconcile_schedule()
     before = {"every_seconds": task.interval.every if task.interval else None, "enabled": task.enabled,
@@ -230,4 +232,58 @@ def set_reconcile_schedule(*, actor, every_seconds: int, enabled: bool, repair: 
     record(actor=actor, action="reconcile.schedule", object_type="django_celery_beat.periodictask",
            object_id=task.pk, object_repr=task.name,
            before=before, after={"every_seconds": every_seconds, "enabled": enabled, "kwargs": {"repair": repair}})
+    return task
+
+
+# --- any periodic task (the admin's schedule page) ---------------------------------------------
+
+_PERIOD_SECONDS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
+
+
+def check_schedule(task, every, period: str) -> int:
+    """The interval in seconds, or a ValidationError naming the field (forms call this before saving)."""
+    from apps.tracing import actions as tracing_actions
+    from apps.tracing import schedule as trace_schedule
+
+    if period not in _PERIOD_SECONDS:
+        raise ValidationError({"period": f"Choose one of {', '.join(_PERIOD_SECONDS)}."})
+    if not isinstance(every, int) or isinstance(every, bool) or every < 1:
+        raise ValidationError({"every": "Give a whole number of at least 1."})
+    seconds = every * _PERIOD_SECONDS[period]
+    low, high = RECONCILE_EVERY_SECONDS
+    if task.name == RECONCILE_TASK_NAME and not low <= seconds <= high:
+        raise ValidationError({"every": "The reconcile runs every 10 seconds to once a day."})
+    if task.name == trace_schedule.TASK_NAME and (
+            seconds % 60 or not tracing_actions.MIN_EVERY_MINUTES <= seconds // 60 <= tracing_actions.MAX_EVERY_MINUTES):
+        raise ValidationError({"every": f"The trace index runs every {tracing_actions.MIN_EVERY_MINUTES} to "
+                                        f"{tracing_actions.MAX_EVERY_MINUTES} whole minutes."})
+    return seconds
+
+
+@transaction.atomic
+def update_schedule(*, actor, task, every: int, period: str, enabled: bool):
+    """Change one periodic task's interval and on/off. The reconcile and the trace index go through their own
+    action (permission, audit record); any other task is permission-checked and recorded here."""
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    from apps.tracing import actions as tracing_actions
+    from apps.tracing import schedule as trace_schedule
+
+    seconds = check_schedule(task, every, period)
+    if task.name == RECONCILE_TASK_NAME:
+        repair = bool(json.loads(task.kwargs or "{}").get("repair", False))
+        return set_reconcile_schedule(actor=actor, every_seconds=seconds, enabled=enabled, repair=repair)
+    if task.name == trace_schedule.TASK_NAME:
+        tracing_actions.update_index_schedule(actor=actor, every_minutes=seconds // 60, enabled=enabled)
+        return PeriodicTask.objects.get(pk=task.pk)
+    require_perm(actor, "django_celery_beat.change_periodictask")
+    task = PeriodicTask.objects.select_for_update(of=("self",)).select_related("interval").get(pk=task.pk)
+    before = {"interval": str(task.interval) if task.interval else None, "enabled": task.enabled}
+    interval, _ = IntervalSchedule.objects.get_or_create(every=every, period=period)
+    task.interval, task.crontab, task.solar, task.clocked = interval, None, None, None
+    task.enabled = enabled
+    task.save()  # PeriodicTask.save bumps PeriodicTasks.last_update: beat reloads its schedule
+    record(actor=actor, action="schedule.update", object_type="django_celery_beat.periodictask",
+           object_id=task.pk, object_repr=task.name, before=before,
+           after={"interval": str(interval), "enabled": enabled})
     return task
