@@ -58,7 +58,7 @@ def test_credit_bounds_what_is_in_flight_ready_raises_it_and_the_binding_caps_it
         while acked < 15:
             raw.ack([raw.deliveries[acked][0]])
             acked += 1
-            wait_for(lambda: len(raw.deliveries) == acked + 5, 5, "the freed credit to be used")
+            wait_for(lambda n=acked + 5: len(raw.deliveries) == n, 5, "the freed credit to be used")
         assert raw.max_unanswered == 5
         assert sampler.most() == 5
         credit_five = len(sampler.samples)
@@ -77,7 +77,7 @@ def test_credit_bounds_what_is_in_flight_ready_raises_it_and_the_binding_caps_it
             delivered = len(raw.deliveries)
             raw.ack([seq for seq, _, _, _ in raw.deliveries[acked:delivered]])
             acked = delivered
-            wait_for(lambda: len(raw.deliveries) > acked or acked == 50, 5, "more deliveries")
+            wait_for(lambda n=acked: len(raw.deliveries) > n or n == 50, 5, "more deliveries")
         wait_for(lambda: broker.group_stats("orders", "billing")["acked"] == 50, 5, "every ack")
         assert sorted(raw.ids()) == sorted(ids), "each message delivered once"
         assert raw.max_unanswered == 12
