@@ -3,13 +3,20 @@ the ones never re-driven before in batches, record each one re-driven, keep the 
 
 Idempotent: a (cluster, topic, group, message id) is recorded once (unique) and never sent again; the
 broker also skips ids it already re-drove.
+
+Recoverable: the task beats (`heartbeat_at`) at every batch. A run still `running` whose beat is older than
+LEASE_S was left by a worker that died; the next task for it (the broker re-delivers the unacked task, or
+the periodic `resume_stalled_redrives` queues one) takes it over and carries on from its counters and its
+records.
 """
 
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from django.conf import settings
+from django.db.models import Q
 from django.utils import timezone
 
 from apps.clusters.zookeeper import ZooKeeperUnreachable
@@ -20,17 +27,49 @@ from apps.transactions.models import Redrive, RedrivenMessage
 
 log = logging.getLogger("apps.transactions.redrive")
 
+# A batch takes seconds (admin calls are bounded by SWITCHYARD_BROKER_ADMIN_TIMEOUT); a minute without a
+# beat means the worker is gone.
+LEASE_S = 60
+
 
 def _ms(dt) -> int | None:
     return int(dt.timestamp() * 1000) if dt else None
 
 
+def stalled() -> list[int]:
+    """Runs to queue again: running without a beat for LEASE_S, or queued that long (the task was lost)."""
+    cutoff = timezone.now() - timedelta(seconds=LEASE_S)
+    return list(Redrive.objects.filter(
+        Q(state=RedriveState.RUNNING) & (Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True))
+        | Q(state=RedriveState.QUEUED, created_at__lt=cutoff)).order_by("pk").values_list("pk", flat=True))
+
+
+def _take(redrive_id: int) -> tuple[Redrive | None, bool]:
+    """Take the run for this task: a queued one, or a running one whose lease expired (resumed=True).
+    None when another task holds it or it has ended. One UPDATE each, so two tasks never both win."""
+    now = timezone.now()
+    runs = Redrive.objects.filter(pk=redrive_id)
+    if runs.filter(state=RedriveState.QUEUED).update(state=RedriveState.RUNNING, started_at=now, heartbeat_at=now):
+        return runs.select_related("cluster").get(), False
+    cutoff = now - timedelta(seconds=LEASE_S)
+    if runs.filter(Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True),
+                   state=RedriveState.RUNNING).update(heartbeat_at=now):
+        return runs.select_related("cluster").get(), True
+    return None, False
+
+
 def run(redrive_id: int) -> Redrive:
-    run = Redrive.objects.select_related("cluster").get(pk=redrive_id)
-    if run.state != RedriveState.QUEUED:
-        return run
-    _update(run, state=RedriveState.RUNNING, started_at=timezone.now(),
-            total=len(run.message_ids) if run.message_ids else 0)
+    run, resumed = _take(redrive_id)
+    if run is None:
+        return Redrive.objects.get(pk=redrive_id)
+    if not resumed:
+        _update(run, total=len(run.message_ids) if run.message_ids else 0)
+    elif not run.message_ids:
+        # by range, paging starts again (the broker no longer lists what it re-drove): count from the records
+        done = RedrivenMessage.objects.filter(redrive=run).count()
+        _update(run, done=done, total=done + run.skipped)
+    if resumed:
+        log.warning("re-drive resumed after its worker stopped", extra={"redrive_id": run.pk, "done": run.done})
     try:
         brokers = live_brokers(run.cluster)
         if not brokers:
@@ -55,24 +94,27 @@ def run(redrive_id: int) -> Redrive:
     return run
 
 
-def _already(run: Redrive, ids: list[str]) -> set[str]:
-    return set(RedrivenMessage.objects.filter(cluster=run.cluster, topic=run.topic, group=run.group,
-                                              message_id__in=ids).values_list("message_id", flat=True))
+def _recorded(run: Redrive, ids: list[str]) -> dict[str, int]:
+    """Of these ids, the ones recorded re-driven (any run): message id → the run that re-drove it."""
+    return dict(RedrivenMessage.objects.filter(cluster=run.cluster, topic=run.topic, group=run.group,
+                                               message_id__in=ids).values_list("message_id", "redrive_id"))
 
 
-def _send(run: Redrive, admin: BrokerAdmin, ids: list[str]) -> tuple[list[str], list[dict]]:
-    """Send the ids never re-driven before; record the ones the broker re-drove. (re-driven, skipped)."""
-    done_before = _already(run, ids)
-    fresh = [i for i in ids if i not in done_before]
-    skipped = [{"message_id": i, "reason": "already_redriven"} for i in ids if i in done_before]
+def _send(run: Redrive, admin: BrokerAdmin, ids: list[str]) -> tuple[list[str], list[str], list[dict]]:
+    """Send the ids never re-driven before; record the ones the broker re-drove. (re-driven now, re-driven by
+    this run before it was resumed, skipped)."""
+    recorded = _recorded(run, ids)
+    mine = [i for i in ids if recorded.get(i) == run.pk]
+    skipped = [{"message_id": i, "reason": "already_redriven"} for i in ids if i in recorded and i not in mine]
+    fresh = [i for i in ids if i not in recorded]
     if not fresh:
-        return [], skipped
+        return [], mine, skipped
     answer = admin.redrive(topic=run.topic, group=run.group, message_ids=fresh)
     redriven = [str(i) for i in answer.get("redriven", [])]
     RedrivenMessage.objects.bulk_create(
         [RedrivenMessage(cluster=run.cluster, topic=run.topic, group=run.group, message_id=i, redrive=run)
          for i in redriven], ignore_conflicts=True)
-    return redriven, skipped + list(answer.get("skipped", []))
+    return redriven, mine, skipped + list(answer.get("skipped", []))
 
 
 def _by_range(run: Redrive, admin: BrokerAdmin) -> None:
@@ -83,9 +125,10 @@ def _by_range(run: Redrive, admin: BrokerAdmin) -> None:
                                   limit=batch, after=after)
         ids = [d["message_id"] for d in page.get("dead_letters", [])]
         if ids:
-            redriven, skipped = _send(run, admin, ids)
-            _update(run, total=run.total + len(ids), done=run.done + len(redriven),
-                    skipped=run.skipped + len(ids) - len(redriven), batches=run.batches + 1)
+            redriven, mine, _ = _send(run, admin, ids)
+            new = len(ids) - len(mine)  # ids this run re-drove before it was resumed are counted already
+            _update(run, total=run.total + new, done=run.done + len(redriven),
+                    skipped=run.skipped + new - len(redriven), batches=run.batches + 1)
         after = page.get("next_after")
         if not after or not ids:
             return
@@ -93,22 +136,23 @@ def _by_range(run: Redrive, admin: BrokerAdmin) -> None:
 
 def _by_ids(run: Redrive, admins: list[BrokerAdmin]) -> None:
     """By ids, batch by batch: each broker is asked for the ids no broker has re-driven yet (a message lives
-    on one broker); what none re-drove is skipped."""
+    on one broker); what none re-drove is skipped. A resumed run starts after the ids it has counted."""
     batch = max(1, min(settings.SWITCHYARD_REDRIVE_BATCH, 1000))
-    for i in range(0, len(run.message_ids), batch):
+    for i in range(run.done + run.skipped, len(run.message_ids), batch):
         ids = run.message_ids[i:i + batch]
         left, sent = list(ids), 0
         for admin in admins:
             if not left:
                 break
-            redriven, _ = _send(run, admin, left)
-            sent += len(redriven)
-            gone = set(redriven) | _already(run, left)
+            redriven, mine, _ = _send(run, admin, left)
+            sent += len(redriven) + len(mine)
+            gone = set(redriven) | set(mine) | set(_recorded(run, left))
             left = [m for m in left if m not in gone]
         _update(run, done=run.done + sent, skipped=run.skipped + len(ids) - sent, batches=run.batches + 1)
 
 
 def _update(run: Redrive, **fields) -> None:
+    fields["heartbeat_at"] = timezone.now()
     for key, value in fields.items():
         setattr(run, key, value)
     Redrive.objects.filter(pk=run.pk).update(**fields)

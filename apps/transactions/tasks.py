@@ -42,9 +42,22 @@ def check_batch(self, cluster_id: int, node_id: str, host: str, metrics_port: in
                                datetime.fromisoformat(claim))
 
 
-@app.task(bind=True, name="transactions.run_redrive", acks_late=False)
+# Acked when it ends: a worker lost mid-run leaves the task to be delivered again, and the run resumes (a
+# second delivery of a run that is going or done changes nothing).
+@app.task(bind=True, name="transactions.run_redrive", acks_late=True, reject_on_worker_lost=True)
 def run_redrive(self, redrive_id: int) -> str:
     from apps.transactions.redrive import run
 
     with action_context("task", self.request.id):
         return run(redrive_id).state
+
+
+@app.task(name="transactions.resume_stalled_redrives")
+def resume_stalled_redrives() -> list[int]:
+    """Periodic (django-celery-beat): queue again the runs whose worker stopped beating."""
+    from apps.transactions.redrive import stalled
+
+    pks = stalled()
+    for pk in pks:
+        run_redrive.delay(pk)
+    return pks

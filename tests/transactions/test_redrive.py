@@ -1,13 +1,16 @@
 """Dead-letter re-drive through a real broker and the real Celery worker: 5,000 dead letters, progress seen
-rising over REST, each delivered once more, a second run re-drives nothing; the CLI prints progress."""
+rising over REST, each delivered once more, a second run re-drives nothing; the CLI prints progress; a run
+left running by a dead worker is resumed and finishes without re-driving anything twice."""
 
 import threading
 import time
 from collections import Counter
+from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
 from django.db import connection
+from django.utils import timezone
 
 from apps.audit.models import AuditRecord
 from apps.transactions.models import Redrive, RedrivenMessage
@@ -95,4 +98,78 @@ def test_redrive_5000_dead_letters_once_with_progress(cluster, people, celery_wo
     assert AuditRecord.objects.filter(action="dlq.redrive_request").count() == 3
     done = AuditRecord.objects.filter(action="dlq.redrive_done").order_by("id").first()
     assert (done.source, done.after["done"]) == ("task", COUNT)
+    connection.close()
+
+
+def test_run_left_running_by_a_dead_worker_is_resumed_and_redrives_each_letter_once(
+        cluster, people, celery_worker, settings):  # noqa: F811
+    """What a worker killed mid-run leaves: the run `running`, its heartbeat minutes old, one batch re-driven
+    and counted, part of the next re-driven and recorded but not counted. The periodic resume picks it up."""
+    from apps.transactions.broker_admin import BrokerAdmin, live_brokers
+    from apps.transactions.tasks import resume_stalled_redrives, run_redrive
+
+    count = 1200
+    settings.SWITCHYARD_BROKER_ADMIN_TOKEN = admin_token()
+    cluster.standard("orders")
+    cluster.pv.binding("orders", "billing", APP, delivery_limit=1)
+    cp = control_plane_cluster(people.admin, cluster)
+    broker = cluster.broker("--admin-token", admin_token())
+    refusing = threading.Event()
+    refusing.set()
+    lock = threading.Lock()
+    redelivered: Counter = Counter()
+
+    def handle(m):
+        if refusing.is_set():
+            raise RuntimeError("poison, for now")
+        with lock:
+            redelivered[m.id] += 1
+
+    consumer = Consumer("orders", "billing", handle, **cluster.client_kwargs())
+    consumer.start()
+    try:
+        with Producer(**cluster.client_kwargs()) as producer:
+            ids = producer.send_many("orders", [Message(b"x%d" % i, message_type="paid") for i in range(count)])
+        wait_for(lambda: broker.group_stats("orders", "billing").get("dead_lettered") == count, 60, "dead letters")
+        refusing.clear()
+
+        long_ago = timezone.now() - timedelta(minutes=10)
+        run = Redrive.objects.create(cluster=cp, topic="orders", group="billing", state="running",
+                                     started_at=long_ago, heartbeat_at=long_ago, requested_by=people.sre)
+        fresh = Redrive.objects.create(cluster=cp, topic="orders", group="other", state="running",
+                                       started_at=timezone.now(), heartbeat_at=timezone.now())
+        # the dead worker's work: 500 re-driven and counted, then 100 re-driven and recorded before it died
+        [endpoint] = live_brokers(cp)
+        with BrokerAdmin(endpoint) as admin:
+            listed = [d["message_id"] for d in admin.dead_letters(topic="orders", group="billing", limit=600)
+                      ["dead_letters"]]
+            assert len(listed) == 600
+            for part in (listed[:500], listed[500:]):
+                assert sorted(admin.redrive(topic="orders", group="billing", message_ids=part)["redriven"]) == \
+                    sorted(part)
+        RedrivenMessage.objects.bulk_create([RedrivenMessage(cluster=cp, topic="orders", group="billing",
+                                                             message_id=i, redrive=run) for i in listed])
+        Redrive.objects.filter(pk=run.pk).update(total=500, done=500, batches=1)
+
+        # a task for a run whose worker is alive leaves it alone
+        assert run_redrive.delay(fresh.pk).get(timeout=30) == "running"
+        assert resume_stalled_redrives.delay().get(timeout=30) == [run.pk]
+        wait_for(lambda: Redrive.objects.get(pk=run.pk).state == "succeeded", 60, "the resumed run to finish")
+        run.refresh_from_db()
+        assert (run.total, run.done, run.skipped, run.batches) == (count, count, 0, 1 + 2)
+        assert resume_stalled_redrives.delay().get(timeout=30) == []
+        fresh.refresh_from_db()
+        assert (fresh.state, fresh.batches) == ("running", 0)
+
+        wait_for(lambda: sum(redelivered.values()) >= count, 60, "every dead letter delivered")
+        time.sleep(2)
+        with lock:
+            assert set(redelivered) == set(ids)
+            assert set(redelivered.values()) == {1}, "a dead letter was re-driven twice"
+        with BrokerAdmin(endpoint) as admin:
+            assert admin.dead_letters(topic="orders", group="billing")["dead_letters"] == []
+    finally:
+        consumer.stop()
+    assert RedrivenMessage.objects.filter(redrive=run).count() == count
+    assert AuditRecord.objects.get(action="dlq.redrive_done").after["done"] == count
     connection.close()
