@@ -1,4 +1,8 @@
-"""The trace index schedule: one django-celery-beat PeriodicTask that Celery beat's DatabaseScheduler reads live."""
+"""The trace index schedule: one django-celery-beat PeriodicTask that Celery beat's DatabaseScheduler reads live.
+
+The task is created by the migration 0002_index_schedule; reading the schedule never writes. Only an SRE's
+change (actions.update_index_schedule) creates it again if someone deleted it.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +13,12 @@ from django_celery_beat.models import IntervalSchedule, PeriodicTask
 TASK_NAME = "trace-index-build"
 TASK = "apps.tracing.tasks.scheduled_trace_index_build"
 DEFAULT_EVERY_MINUTES = 10
+DESCRIPTION = "Build the message tracing index from new trace files"
 
 
 @dataclass
 class IndexSchedule:
-    every_minutes: int
+    every_minutes: int | None  # None: there is no such task, so beat builds nothing
     enabled: bool
     last_run_at: object = None
 
@@ -21,26 +26,21 @@ class IndexSchedule:
         return {"every_minutes": self.every_minutes, "enabled": self.enabled}
 
 
-def periodic_task() -> PeriodicTask:
-    """The schedule's task, created with the default interval the first time it is asked for."""
-    task = PeriodicTask.objects.filter(name=TASK_NAME).select_related("interval").first()
-    if task is None:
-        interval, _ = IntervalSchedule.objects.get_or_create(every=DEFAULT_EVERY_MINUTES,
-                                                             period=IntervalSchedule.MINUTES)
-        task = PeriodicTask.objects.create(name=TASK_NAME, task=TASK, interval=interval, enabled=True,
-                                           description="Build the message tracing index from new trace files")
-    return task
+def periodic_task() -> PeriodicTask | None:
+    return PeriodicTask.objects.filter(name=TASK_NAME).select_related("interval").first()
 
 
 def read_schedule() -> IndexSchedule:
     task = periodic_task()
+    if task is None:
+        return IndexSchedule(every_minutes=None, enabled=False)
     every = task.interval.every if task.interval and task.interval.period == IntervalSchedule.MINUTES else 0
     return IndexSchedule(every_minutes=every, enabled=task.enabled, last_run_at=task.last_run_at)
 
 
 def write_schedule(every_minutes: int, enabled: bool) -> IndexSchedule:
-    task = periodic_task()
     interval, _ = IntervalSchedule.objects.get_or_create(every=every_minutes, period=IntervalSchedule.MINUTES)
+    task = periodic_task() or PeriodicTask(name=TASK_NAME, task=TASK, description=DESCRIPTION)
     task.interval = interval
     task.crontab = None
     task.enabled = enabled

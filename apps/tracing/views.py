@@ -67,7 +67,9 @@ class IndexRunsView(LoginRequiredMixin, PermissionRequiredMixin, TemplateView):
         current = schedule.read_schedule()
         return super().get_context_data(
             runs=IndexRun.objects.select_related("requested_by")[:30], schedule=current,
-            form=form or IndexScheduleForm(initial=current.as_dict()), **kwargs)
+            form=form or IndexScheduleForm(initial={
+                "every_minutes": current.every_minutes or schedule.DEFAULT_EVERY_MINUTES, "enabled": current.enabled}),
+            **kwargs)
 
 
 class RebuildNowView(LoginRequiredMixin, PermissionRequiredMixin, View):

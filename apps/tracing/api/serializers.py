@@ -63,3 +63,9 @@ class IndexRunSerializer(serializers.ModelSerializer):
 class IndexScheduleSerializer(serializers.Serializer):
     every_minutes = serializers.IntegerField(min_value=MIN_EVERY_MINUTES, max_value=MAX_EVERY_MINUTES)
     enabled = serializers.BooleanField()
+
+
+class IndexScheduleStateSerializer(IndexScheduleSerializer):
+    """The schedule as read: every_minutes is null when the beat task does not exist (nothing is scheduled)."""
+
+    every_minutes = serializers.IntegerField(allow_null=True)

@@ -11,6 +11,7 @@ from apps.tracing.api.permissions import CachedRolePermission
 from apps.tracing.api.serializers import (
     IndexRunSerializer,
     IndexScheduleSerializer,
+    IndexScheduleStateSerializer,
     TracedMessageDetailSerializer,
     TracedMessageSerializer,
 )
@@ -80,12 +81,13 @@ class IndexScheduleView(APIView):
     permission_classes = [SchedulePermission]
     serializer_class = IndexScheduleSerializer
 
+    @extend_schema(responses=IndexScheduleStateSerializer)
     def get(self, request):
-        return Response(IndexScheduleSerializer(schedule.read_schedule().as_dict()).data)
+        return Response(IndexScheduleStateSerializer(schedule.read_schedule().as_dict()).data)
 
-    @extend_schema(request=IndexScheduleSerializer, responses=IndexScheduleSerializer)
+    @extend_schema(request=IndexScheduleSerializer, responses=IndexScheduleStateSerializer)
     def put(self, request):
         serializer = IndexScheduleSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         result = actions.update_index_schedule(actor=request.user, **serializer.validated_data)
-        return Response(IndexScheduleSerializer(result.as_dict()).data)
+        return Response(IndexScheduleStateSerializer(result.as_dict()).data)
