@@ -2,10 +2,10 @@
 
 - ZooKeeper: `zk="host:port[,host:port]/switchyard/prod-a"` (the connect string with the chroot).
   The SDK watches `/brokers` there and keeps the list current.
-- Route endpoint: `control_plane="http://cp:8000"`, `environment="prod"`; the SDK asks
-  `GET /api/v1/routes/<topic>?environment=prod`, which answers the cluster serving the topic as JSON
-  with `zk_connect` and `zk_chroot` (a ready `zk_hosts` is accepted too), then watches that
-  ZooKeeper as above.
+- Route endpoint: `control_plane="http://cp:8000"`, `environment="prod"`, `api_token="..."` (the
+  endpoint takes token auth); the SDK asks `GET /api/v1/routes/<topic>/?environment=prod`, which
+  answers the cluster serving the topic as JSON with `zk_connect` and `zk_chroot` (a ready
+  `zk_hosts` is accepted too), then watches that ZooKeeper as above.
 - Fixed list: `brokers=["host:port", ...]` (no ZooKeeper; for tools and tests of the SDK itself).
 
 Every list read from ZooKeeper is cached on disk (`cache_dir`, default
@@ -46,7 +46,7 @@ def default_cache_dir() -> Path:
 def resolve_route(control_plane: str, topic: str, environment: str, timeout: float = 5.0,
                   token: str | None = None) -> str:
     """Ask the control plane which cluster serves `topic`; returns its ZooKeeper hosts with chroot."""
-    url = (f"{control_plane.rstrip('/')}/api/v1/routes/{urllib.parse.quote(topic, safe='')}"
+    url = (f"{control_plane.rstrip('/')}/api/v1/routes/{urllib.parse.quote(topic, safe='')}/"
            f"?environment={urllib.parse.quote(environment)}")
     request = urllib.request.Request(url, headers={"Accept": "application/json"})
     if token:
