@@ -196,8 +196,9 @@ def _topic(app, applicant) -> Report:
         checks.append(Check("cluster", False, f"Cluster {cluster.name} serves {cluster.get_environment_display()}, "
                                               f"not {app.get_environment_display()}.", "cluster"))
     elif cluster.status != ClusterStatus.ACTIVE:
-        checks.append(Check("cluster", False, f"Cluster {cluster.name} is {cluster.get_status_display().lower()}; "
-                                              "choose an active cluster.", "cluster"))
+        status = "in maintenance" if cluster.status == ClusterStatus.MAINTENANCE else cluster.get_status_display().lower()
+        checks.append(Check("cluster", False, f"Cluster {cluster.name} is {status}; choose an active cluster.",
+                            "cluster"))
     else:
         checks.append(Check("cluster", True, f"Cluster {cluster.name} serves {cluster.get_environment_display()} "
                                              "and is active.", "cluster"))
