@@ -356,7 +356,9 @@ class Group:
             self.nacked += 1
             if self.tracing:
                 self._emit("nacked", m, sub, attempt, reason or None)
-            self._retry(sub.lane, m, attempt, now, delay_ms if delay_ms >= 0 else None)
+            # a consumer's own delay replaces the backoff but cannot park a message past the binding's longest wait
+            delay = min(delay_ms, self.backoff.max_ms) if delay_ms >= 0 else None
+            self._retry(sub.lane, m, attempt, now, delay)
         self.dispatch()
 
     def _retry(self, lane: Lane, m: StoredMessage, attempt: int, now: float, delay_ms: int | None) -> None:

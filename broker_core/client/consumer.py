@@ -66,7 +66,8 @@ class ReceivedMessage:
 
 
 class Nack(Exception):
-    """Raise from a handler to refuse a message with a chosen delay (ms) instead of the backoff."""
+    """Raise from a handler to refuse a message with a chosen delay (ms) instead of the backoff; the broker
+    caps it at the binding's longest backoff (`backoff.max_ms`)."""
 
     def __init__(self, reason: str = "", delay_ms: int = -1):
         super().__init__(reason)

@@ -79,6 +79,26 @@ def test_a_nack_redelivers_after_the_backoff(cluster):
         consumer.stop()
 
 
+def test_a_nack_delay_is_capped_at_the_bindings_longest_backoff(cluster):
+    cluster.standard("orders")
+    cluster.pv.binding("orders", "billing", APP, backoff_initial_ms=100, backoff_max_ms=500)
+    broker = cluster.broker()
+    raw = RawConsumer(broker.address, APP, SECRET, "orders", "billing", ack_timeout_ms=60_000)
+    try:
+        raw.start()
+        with Producer(**cluster.client_kwargs()) as producer:
+            message_id = producer.send("orders", b"later, much later")
+        wait_for(lambda: len(raw.deliveries) == 1, 5, "the first delivery")
+        raw.nack([[raw.deliveries[0][0], 3_600_000, "come back in an hour"]])
+        nacked = time.monotonic()
+        wait_for(lambda: len(raw.deliveries) == 2, 5, "the redelivery at the binding's longest backoff")
+        (_, first_attempt, _, _), (_, second_attempt, _, again) = raw.deliveries
+        assert raw.ids() == [message_id, message_id] and (first_attempt, second_attempt) == (1, 2)
+        assert again - nacked >= 0.45, "the consumer's delay still applies, up to the binding's 500 ms"
+    finally:
+        raw.close()
+
+
 def test_a_consumer_that_never_acks_sends_the_message_to_the_dead_letter_queue(cluster):
     cluster.standard("orders")
     cluster.pv.binding("orders", "billing", APP, delivery_limit=3, backoff_initial_ms=50)
