@@ -5,6 +5,9 @@ is killed with SIGKILL and started again. The producer fails over (here: waits f
 to come back) and sends again what was not acknowledged. Afterwards every acknowledged message must
 be delivered; duplicates (stored twice after a resend, or delivered again after the restart) are
 counted and reported, not hidden.
+
+SIGKILL ends the process but keeps the OS page cache, so this proves written-before-ack, not
+fsync-before-ack; the fsync tests of tests/broker/test_file_store.py prove the latter.
 """
 
 from __future__ import annotations
