@@ -3,9 +3,21 @@
 import os
 
 from celery import Celery
+from celery.signals import setup_logging
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "control_plane.settings")
 
 app = Celery("switchyard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@setup_logging.connect
+def _use_project_logging(**kwargs):
+    """Workers log through settings.LOGGING (structured JSON lines, alerts with their fields), not Celery's
+    own format, which drops a record's extra fields."""
+    from logging.config import dictConfig
+
+    from django.conf import settings
+
+    dictConfig(settings.LOGGING)

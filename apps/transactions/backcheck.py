@@ -308,9 +308,6 @@ def _alert(cluster, row: PreparedMessage, checks: int) -> None:
               extra={"alert": "tx_unresolved", "cluster": cluster.name, "broker": row.broker,
                      "message_id": row.message_id, "topic": row.topic, "app_id": row.app_id,
                      "business_id": row.business_id, "checks_done": checks})
-    from apps.transactions.metrics import UNRESOLVED
-
-    UNRESOLVED.labels(cluster=cluster.name, topic=row.topic, app_id=row.app_id).inc()
 
 
 def _http_checks(cluster, rows: list[PreparedMessage]) -> dict[int, tuple[str, str, str, str, int]]:

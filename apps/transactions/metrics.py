@@ -1,17 +1,12 @@
-"""Prometheus figures of the back-checks.
+"""Prometheus figures of the back-checks, served at the control plane's /metrics (web process).
 
-UNRESOLVED counts, in the process that rolled them back (a Celery worker), the messages exhausted since it
-started. The control plane's /metrics (web process) serves figures read from the database instead, so they
-hold whichever worker did the work: TxCollector.
+They are read from the database at scrape time, so they hold whichever worker did the work (a counter kept
+in a worker's memory would be served by nobody and lost with the worker).
 """
 
 from __future__ import annotations
 
-from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-UNRESOLVED = Counter("switchyard_tx_exhausted", "Prepared messages rolled back after their last back-check "
-                     "(this process)", ["cluster", "topic", "app_id"])
 
 
 class TxCollector:

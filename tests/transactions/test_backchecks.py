@@ -1,8 +1,13 @@
 """Transaction messages through a real broker, the real SDK, and back-checks driven by the real Celery
-worker: commit, rollback, a killed producer answered by its restarted check listener, an app answered
-through its HTTP check URL, and nobody answering (rolled back after the last check, unresolved)."""
+worker: commit, rollback, a killed producer answered by its restarted check listener (at once, or unknown
+first and commit on a later check), an app answered through its HTTP check URL, an app whose check URL is
+down, and nobody answering (rolled back after the last check, unresolved, alerted in the worker's log and at
+the control plane's /metrics)."""
 
+import json
+import socket
 import time
+import urllib.request
 
 import pytest
 from django.db import connection
@@ -111,7 +116,7 @@ def test_app_without_connection_is_asked_through_its_http_check_url(tx, api_for)
     assert server.asked[0]["topic"] == "orders" and server.asked[0]["business_id"] == "dying-0"
 
 
-def test_nobody_answers_rolled_back_after_the_max_and_unresolved(tx, api_for):
+def test_nobody_answers_rolled_back_after_the_max_and_unresolved(tx, api_for, live_server, trace_dirs):
     [message_id] = prepare_and_die(tx.cluster, "orders", 1, APP, SECRET)
     drive_sweeps(lambda: PreparedMessage.objects.filter(message_id=message_id, state="unresolved").exists(),
                  60, what="unresolved after three checks")
@@ -137,3 +142,73 @@ def test_nobody_answers_rolled_back_after_the_max_and_unresolved(tx, api_for):
     assert not delivered(tx, message_id)
     # another team's developer does not see it
     assert api_for(tx.people.consumer).get("/api/v1/tx/messages/summary/").json() == []
+
+    # the worker's log: one structured ERROR record naming the message
+    log_path = trace_dirs["state"] / "celery-worker.log"
+
+    def alerts():
+        return [json.loads(line) for line in log_path.read_text(errors="replace").splitlines()
+                if message_id in line and "tx_unresolved" in line]
+
+    [record] = wait_for(alerts, 10, "the alert in the worker's log")
+    assert (record["level"], record["alert"], record["cluster"], record["topic"], record["app_id"]) == (
+        "error", "tx_unresolved", tx.cp.name, "orders", APP)
+    assert (record["business_id"], record["checks_done"]) == ("dying-0", 3)
+
+    # the control plane's /metrics, scraped over HTTP
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"{live_server.url}/metrics", timeout=10) as response:
+        assert response.status == 200
+        text = response.read().decode()
+    samples = {(s.name, s.labels.get("cluster"), s.labels.get("topic")): s.value
+               for family in text_string_to_metric_families(text) for s in family.samples}
+    assert samples[("switchyard_tx_unresolved_total", tx.cp.name, "orders")] == 1
+    assert ("switchyard_tx_prepared_backlog", tx.cp.name, "orders") not in samples
+
+
+def test_listener_answering_unknown_then_commit_is_checked_again_and_delivered(tx):
+    [message_id] = prepare_and_die(tx.cluster, "orders", 1, APP, SECRET)
+    asked = []
+
+    def listener(check):
+        asked.append(check.message_id)
+        return "unknown" if len(asked) == 1 else "commit"
+
+    with Producer(**tx.cluster.client_kwargs(check_listener=listener)) as producer:
+        producer.send("orders", b"hello", message_type="paid")  # connected with its listener
+        drive_sweeps(lambda: PreparedMessage.objects.filter(message_id=message_id, state="committed").exists(), 60,
+                     what="committed on the second check")
+    wait_for(lambda: delivered(tx, message_id), 20, "the committed message delivered")
+    row = PreparedMessage.objects.get(message_id=message_id)
+    assert (row.resolution, row.resolution_source, row.checks_done) == ("commit", "check", 2)
+    checks = list(row.checks.all())
+    assert [(c.via, c.answer, c.error) for c in checks] == [("connection", "unknown", ""), ("connection", "commit", "")]
+    assert (checks[1].at - checks[0].at).total_seconds() >= 0.9  # the wait after an unknown (interval 1 s)
+    assert asked == [message_id, message_id]
+    assert tx.got.ids("billing").count(message_id) == 1
+
+
+def _closed_port() -> int:
+    """A port nothing listens on: bound, then released."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_check_url_down_is_recorded_retried_and_rolled_back_as_unresolved(tx, api_for):
+    url = f"http://127.0.0.1:{_closed_port()}/tx-check"
+    assert api_for(tx.people.dev).post(f"/api/v1/apps/{APP}/check-url/", {"check_url": url},
+                                       format="json").status_code == 200
+    [message_id] = prepare_and_die(tx.cluster, "orders", 1, APP, SECRET)
+    drive_sweeps(lambda: PreparedMessage.objects.filter(message_id=message_id, state="unresolved").exists(), 60,
+                 what="unresolved after three checks of a dead URL")
+    row = PreparedMessage.objects.get(message_id=message_id)
+    assert (row.resolution, row.resolution_source, row.checks_done) == ("rollback", "exhausted", 3)
+    checks = list(row.checks.all())
+    assert [(c.via, c.answer, c.connection) for c in checks] == [("http", "unknown", url)] * 3
+    for check in checks:
+        assert check.error.startswith(f"{url} did not answer") and "refused" in check.error, check.error
+    assert row.last_error == checks[-1].error
+    time.sleep(1)
+    assert not delivered(tx, message_id)
