@@ -7,6 +7,8 @@ merge (spark_jobs.pg_load); nothing in the control plane writes them. `IndexRun`
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
+from django.db.models import Value
+from django.db.models.functions import Coalesce
 
 from apps.tracing.choices import RunState, RunTrigger, TraceState
 
@@ -47,8 +49,13 @@ class TracedMessage(models.Model):
         return self.message_id
 
 
+# A message's timeline: by time; within one microsecond by attempt (a step of no attempt, like published or
+# redriven, as 0), so attempt n's outcome comes before attempt n+1's delivery; then by the kind's rank.
+TIMELINE_ORDER = ("ts_us", Coalesce("attempt", Value(0)).asc(), "rank", "event_id")
+
+
 class TraceEvent(models.Model):
-    """One step of a message; a message's timeline is its events ordered by (ts_us, rank, event_id)."""
+    """One step of a message; a message's timeline is its events in TIMELINE_ORDER."""
 
     pk = models.CompositePrimaryKey("message_id", "event_id")
     message_id = models.CharField(max_length=64)
@@ -68,7 +75,7 @@ class TraceEvent(models.Model):
 
     class Meta:
         db_table = "tracing_event"
-        ordering = ["message_id", "ts_us", "rank", "event_id"]
+        ordering = ["message_id", *TIMELINE_ORDER]
 
     def __str__(self) -> str:
         return f"{self.message_id} {self.event}"

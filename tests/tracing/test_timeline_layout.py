@@ -41,3 +41,30 @@ def test_dead_letter_and_redrive_are_marks_and_a_single_instant_has_one_tick():
     assert pic.ticks == [Tick(150.0, "0")]
     assert [(m.x, m.event) for m in pic.lanes[1].marks] == [(150.0, "dead_lettered"), (150.0, "redriven")]
     assert pic.lanes[1].attempts == []
+
+
+def test_broadcast_consumers_attempts_run_side_by_side():
+    events = [
+        e(0, "published"), e(0, "stored"),
+        e(1000, "delivered", "fan", 1, "c1"), e(1000, "delivered", "fan", 1, "c2"),
+        e(1500, "nacked", "fan", 1, "c2"), e(2000, "delivered", "fan", 2, "c2"),  # c1 still holds its attempt 1
+        e(3000, "acked", "fan", 1, "c1"), e(4000, "acked", "fan", 2, "c2"),
+    ]
+    fan = layout(events, {"fan": "acked"}, "stored").lanes[1]
+    assert fan.attempts == [
+        Attempt(1, 310.0, 630.0, "acked", "delivered attempt 1 by c1 at +1 ms → acked attempt 1 by c1 at +3 ms"),
+        Attempt(1, 310.0, 390.0, "nacked", "delivered attempt 1 by c2 at +1 ms → nacked attempt 1 by c2 at +1.5 ms"),
+        Attempt(2, 470.0, 790.0, "acked", "delivered attempt 2 by c2 at +2 ms → acked attempt 2 by c2 at +4 ms"),
+    ]
+    assert fan.marks == [Mark(630.0, "acked", "acked attempt 1 by c1 at +3 ms"),
+                         Mark(790.0, "acked", "acked attempt 2 by c2 at +4 ms")]
+
+
+def test_a_clustering_redelivery_to_another_consumer_ends_the_silent_attempt_as_unknown():
+    events = [e(0, "published"), e(1000, "delivered", "billing", 1, "c1"),  # c1 went away without an answer
+              e(3000, "delivered", "billing", 2, "c2"), e(4000, "acked", "billing", 2, "c2")]
+    billing = layout(events, {"billing": "acked"}, "published").lanes[1]
+    assert billing.attempts == [
+        Attempt(1, 310.0, 310.0, "unknown", "delivered attempt 1 by c1 at +1 ms"),
+        Attempt(2, 630.0, 790.0, "acked", "delivered attempt 2 by c2 at +3 ms → acked attempt 2 by c2 at +4 ms"),
+    ]

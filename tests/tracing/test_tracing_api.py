@@ -2,12 +2,14 @@
 
 import csv
 import io
+from datetime import UTC, datetime
 
 import pytest
 
 from apps.audit.models import AuditRecord
-from apps.tracing.models import IndexRun
-from tests.tracing.factories import message
+from apps.tracing.models import IndexRun, TraceEvent
+from tests.tracing.factories import BASE_US, message
+from tests.tracing.pages import RenderedLane, rendered_message
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -59,6 +61,40 @@ def test_message_record_has_its_groups_and_timeline_in_order(auditor_api, indexe
         ("published", None, None), ("stored", None, None), ("delivered", "billing", 1), ("acked", "billing", 1)]
     assert body["groups"][0]["group"] == "billing"
     assert auditor_api.get("/api/v1/traces/messages/nope/").status_code == 404
+
+
+def test_steps_of_the_same_microsecond_are_in_attempt_order(auditor_api, client, make_user):
+    """Attempt n's outcome before attempt n+1's delivery, a re-drive before the fresh delivery it causes;
+    the event ids run against that order, so they cannot be what sorts it."""
+    message("m-tie", steps=[], groups=[{"group": "billing", "state": "acked", "attempts": 4, "deliveries": 4,
+                                         "nacks": 2, "timeouts": 1, "first_delivered_us": None, "ended_us": None,
+                                         "latency_us": None, "last_consumer": "c1", "detail": None}])
+    rows = [  # (event id, µs after BASE, event, rank of its kind, attempt)
+        ("e99", 0, "published", 0, None), ("e98", 0, "stored", 2, None),
+        ("e97", 0, "delivered", 5, 1), ("e96", 0, "nacked", 6, 1), ("e95", 0, "delivered", 5, 2),
+        ("e94", 0, "timed_out", 7, 2), ("e93", 0, "delivered", 5, 3), ("e92", 0, "nacked", 6, 3),
+        ("e91", 0, "dead_lettered", 9, 3),
+        ("e90", 1000, "redriven", 11, None), ("e89", 1000, "delivered", 5, 1), ("e88", 1000, "acked", 8, 1),
+    ]
+    for event_id, us, event, rank, attempt in reversed(rows):
+        TraceEvent.objects.create(message_id="m-tie", event_id=event_id, ts_us=BASE_US + us, rank=rank,
+                                  at=datetime.fromtimestamp((BASE_US + us) / 1e6, UTC), event=event,
+                                  group_name="billing" if rank >= 5 else None, attempt=attempt,
+                                  consumer="c1" if event in ("delivered", "nacked", "timed_out", "acked") else None)
+    expected = [("published", None, None), ("stored", None, None),
+                ("delivered", "billing", 1), ("nacked", "billing", 1),
+                ("delivered", "billing", 2), ("timed_out", "billing", 2),
+                ("delivered", "billing", 3), ("nacked", "billing", 3), ("dead_lettered", "billing", 3),
+                ("redriven", "billing", None), ("delivered", "billing", 1), ("acked", "billing", 1)]
+    body = auditor_api.get("/api/v1/traces/messages/m-tie/").json()
+    assert [(e["event"], e["group"], e["attempt"]) for e in body["timeline"]] == expected
+
+    client.force_login(make_user("aud-web", "auditor"))
+    shown = rendered_message(client.get("/tracing/messages/m-tie/").content.decode())
+    assert shown.steps == expected
+    assert shown.lanes[1] == RenderedLane("billing", "acked",
+                                          [("1", "nacked"), ("2", "timed_out"), ("3", "nacked"), ("1", "acked")],
+                                          ["dead_lettered", "redriven", "acked"])
 
 
 def test_csv_export_has_the_search_results(auditor_api, indexed):
