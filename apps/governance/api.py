@@ -11,6 +11,7 @@ from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import exceptions, mixins, serializers, status, views
 from rest_framework.decorators import action
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 
 from apps.governance import policy
 from apps.governance.workflow import State, decidable_slots, slot_summary
@@ -54,18 +55,32 @@ class ApplicationSerializer(serializers.ModelSerializer):
     def get_sync(self, obj) -> list[dict]:
         """The recorded read-back of what the application put into ZooKeeper (GET …/sync/ reads it live)."""
         from apps.provisioning.api.serializers import SyncStateSerializer
-        from apps.provisioning.models import SyncState
+        from apps.provisioning.status import recorded_sync
 
-        target = obj.provisioned_object() if obj.state in (State.APPROVED, State.PROVISIONING, State.ACTIVE,
-                                                           State.FAILED) else None
-        if target is None:
-            return []
-        from apps.provisioning.actions import units_of
+        # A list loads every row's records at once (ApplicationListSerializer); a single object reads its own.
+        records = getattr(self, "recorded_sync", None)
+        if records is None:
+            records = recorded_sync([obj])
+        return SyncStateSerializer(records.get((obj.kind, obj.pk), []), many=True).data
 
-        units = units_of(obj)
-        records = SyncState.objects.filter(cluster=obj.target_cluster(), kind__in={k for k, _ in units},
-                                           object_id__in={i for _, i in units}).select_related("cluster")
-        return SyncStateSerializer([r for r in records if (r.kind, r.object_id) in units], many=True).data
+    @classmethod
+    def many_init(cls, *args, **kwargs):
+        """DRF's many_init, with the list serializer that loads the page's sync records at once."""
+        list_kwargs = {k: kwargs.pop(k) for k in serializers.LIST_SERIALIZER_KWARGS_REMOVE if kwargs.get(k) is not None}
+        list_kwargs["child"] = cls(*args, **kwargs)
+        list_kwargs.update({k: v for k, v in kwargs.items() if k in serializers.LIST_SERIALIZER_KWARGS})
+        return ApplicationListSerializer(*args, **list_kwargs)
+
+
+class ApplicationListSerializer(serializers.ListSerializer):
+    """Reads the sync records of the whole page in one query instead of one per application."""
+
+    def to_representation(self, data):
+        from apps.provisioning.status import recorded_sync
+
+        items = list(data.all() if hasattr(data, "all") else data)
+        self.child.recorded_sync = recorded_sync(items)
+        return super().to_representation(items)
 
 
 class ApplicationFilterSet(django_filters.FilterSet):
@@ -82,8 +97,9 @@ class ApplicationFilterSet(django_filters.FilterSet):
         user = getattr(self.request, "user", None)
         if not value or user is None:
             return queryset
-        ids = [a.pk for a in queryset.filter(state=State.PENDING) if decidable_slots(user, a)]
-        return queryset.filter(pk__in=ids)
+        from apps.governance.queue import awaiting_filter
+
+        return awaiting_filter(queryset, user)
 
 
 class DecisionBodySerializer(serializers.Serializer):
@@ -217,8 +233,13 @@ class QueueItemSerializer(serializers.Serializer):
 class ApprovalQueueView(views.APIView):
     """Applications of every kind waiting for the caller's approval, oldest first."""
 
+    pagination_class = api_settings.DEFAULT_PAGINATION_CLASS
+
     @extend_schema(responses=QueueItemSerializer(many=True))
     def get(self, request):
-        from apps.governance.queue import awaiting
+        from apps.governance.queue import awaiting_keys, load
 
-        return Response(QueueItemSerializer(awaiting(request.user), many=True, context={"request": request}).data)
+        paginator = self.pagination_class()
+        page = load(paginator.paginate_queryset(awaiting_keys(request.user), request, view=self))
+        return paginator.get_paginated_response(
+            QueueItemSerializer(page, many=True, context={"request": request}).data)

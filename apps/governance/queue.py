@@ -1,8 +1,12 @@
-"""Which applications wait for whom."""
+"""Which applications wait for whom, decided in SQL (a few queries whatever the length of the queue)."""
 
 from __future__ import annotations
 
-from apps.governance.workflow import State, decidable_slots
+from django.db.models import CharField, Exists, OuterRef, Q, QuerySet, Value
+from django.db.models.functions import Coalesce
+
+from apps.accounts.roles import ADMIN, has_role
+from apps.governance.workflow import SRE_APPROVAL_PERM, Slot, State, Verdict
 
 
 def application_models():
@@ -18,14 +22,58 @@ def _related(model):
     return ["topic__team", "topic__cluster", "app", "applicant"]
 
 
-def awaiting(user) -> list:
-    """Pending applications `user` could approve now, oldest first (never their own)."""
-    out = []
+def awaiting_filter(queryset: QuerySet, user) -> QuerySet:
+    """Narrow one kind's queryset to the pending applications `user` could decide now — the same rule as
+    workflow.decidable_slots: not their own, not decided by them yet, and an open slot they may fill."""
+    model = queryset.model
+    if user is None or not user.is_authenticated:
+        return queryset.none()
+    decisions = model.decisions.rel.related_model.objects.filter(application=OuterRef("pk"))
+
+    def open_slot(slot: str) -> Q:
+        filled = Exists(decisions.filter(slot=slot, verdict=Verdict.APPROVE))
+        return Q(required_slots__contains=[slot]) & ~Q(filled)
+
+    fillable = Q(pk__in=[])
+    if user.has_perm(model.approve_perm):
+        owner = open_slot(Slot.OWNER)
+        if not has_role(user, ADMIN):
+            team = "team_id" if model.kind == "topic" else "topic__team_id"
+            owner &= Q(**{f"{team}__in": user.teams.values("pk")})
+        fillable |= owner
+    if user.has_perm(SRE_APPROVAL_PERM):
+        fillable |= open_slot(Slot.SRE)
+    return (queryset.filter(state=State.PENDING).exclude(applicant=user)
+            .exclude(Exists(decisions.filter(actor=user))).filter(fillable))
+
+
+def awaiting_keys(user) -> QuerySet:
+    """(kind, pk, submitted) of every application `user` could decide now, oldest first: one UNION, which
+    a paginator counts and slices in the database."""
+    parts = [awaiting_filter(model.objects.all(), user)
+             .annotate(queue_kind=Value(model.kind, output_field=CharField()),
+                       queued_at=Coalesce("submitted_at", "created_at"))
+             .values_list("queue_kind", "pk", "queued_at")
+             for model in application_models()]
+    return parts[0].union(*parts[1:], all=True).order_by("queued_at", "queue_kind", "pk")
+
+
+def load(keys) -> list:
+    """The applications behind a page of awaiting_keys, in that order (one query per kind on the page)."""
+    keys = list(keys)
+    found = {}
     for model in application_models():
-        pending = (model.objects.filter(state=State.PENDING).exclude(applicant=user)
-                   .select_related(*_related(model)).prefetch_related("decisions"))
-        out += [a for a in pending if decidable_slots(user, a)]
-    return sorted(out, key=lambda a: a.submitted_at or a.created_at)
+        ids = [pk for kind, pk, _ in keys if kind == model.kind]
+        if ids:
+            for a in (model.objects.filter(pk__in=ids).select_related(*_related(model))
+                      .prefetch_related("decisions__actor")):
+                found[(model.kind, a.pk)] = a
+    return [found[(kind, pk)] for kind, pk, _ in keys if (kind, pk) in found]
+
+
+def awaiting(user) -> list:
+    """Every pending application `user` could approve now, oldest first (never their own)."""
+    return load(awaiting_keys(user))
 
 
 def of_applicant(user) -> list:

@@ -6,16 +6,15 @@ from __future__ import annotations
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin, PermissionRequiredMixin
 from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
 from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 
 from apps.governance import policy
-from apps.governance.queue import awaiting, of_applicant
-from apps.governance.workflow import MATERIALIZED, State, decidable_slots, slot_summary, why_not_approver
-from apps.provisioning.actions import units_of
-from apps.provisioning.models import SyncState
-from apps.provisioning.status import live_statuses
+from apps.governance.queue import awaiting_keys, load, of_applicant
+from apps.governance.workflow import State, decidable_slots, slot_summary, why_not_approver
+from apps.provisioning.status import live_statuses, recorded_sync
 from control_plane.errors import ActionError
 from control_plane.web import apply_validation_error
 
@@ -98,13 +97,8 @@ class ApplicationDetailView(LoginRequiredMixin, PermissionRequiredMixin, View):
     def get(self, request, pk):
         application = get_object_or_404(self.model, pk=pk)
         user = request.user
-        sync = []
-        if application.state in MATERIALIZED and application.provisioned_object() is not None:
-            units = units_of(application)
-            records = [r for r in SyncState.objects.filter(cluster=application.target_cluster())
-                       .select_related("cluster") if (r.kind, r.object_id) in units]
-            records.sort(key=lambda r: [u[0] for u in units].index(r.kind))
-            sync = live_statuses(records)
+        records = recorded_sync([application]).get((application.kind, application.pk), [])
+        sync = live_statuses(records) if records else []
         is_applicant = application.applicant_id == user.pk
         my_slots = decidable_slots(user, application)
         return render(request, self.template_name, {
@@ -164,5 +158,9 @@ class MyApplicationsView(LoginRequiredMixin, View):
 
 
 class ApprovalQueueView(LoginRequiredMixin, View):
+    paginate_by = 50
+
     def get(self, request):
-        return render(request, "governance/approval_queue.html", {"applications": awaiting(request.user)})
+        page = Paginator(awaiting_keys(request.user), self.paginate_by).get_page(request.GET.get("page"))
+        return render(request, "governance/approval_queue.html", {
+            "applications": load(page.object_list), "page_obj": page, "is_paginated": page.has_other_pages()})

@@ -142,11 +142,16 @@ def can_fill(user, application, slot: str) -> bool:
     return False
 
 
+def _decided_by(user, application) -> bool:
+    # .all() reads prefetched decisions (the queue and the lists prefetch them) instead of a query per row
+    return any(d.actor_id == user.pk for d in application.decisions.all())
+
+
 def decidable_slots(user, application) -> list[str]:
     """The open slots `user` could fill now; empty for the applicant and for someone who already decided."""
     if application.state != State.PENDING or user is None or user.pk == application.applicant_id:
         return []
-    if application.decisions.filter(actor=user).exists():
+    if _decided_by(user, application):
         return []
     return [s for s in open_slots(application) if can_fill(user, application, s)]
 
@@ -174,7 +179,7 @@ def why_not_approver(user, application) -> str:
         return f"The application is {application.get_state_display().lower()}, not pending."
     if user.pk == application.applicant_id:
         return "Nobody approves their own application."
-    if application.decisions.filter(actor=user).exists():
+    if _decided_by(user, application):
         return "You have already decided on this application; another person fills the other slot."
     slots = open_slots(application)
     if not slots:

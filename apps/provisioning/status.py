@@ -143,3 +143,27 @@ def live_statuses(records: list[SyncState]) -> list[LiveStatus]:
 def live_status_of(kind: str, obj) -> list[LiveStatus]:
     records = list(SyncState.objects.filter(kind=kind, object_id=obj.pk).select_related("cluster"))
     return live_statuses(records)
+
+
+def recorded_sync(applications) -> dict[tuple[str, int], list[SyncState]]:
+    """The recorded sync state of what each application put into ZooKeeper, keyed by (kind, application
+    pk), in the order the objects are written: one query for any number of applications."""
+    from functools import reduce
+    from operator import or_
+
+    from django.db.models import Q
+
+    from apps.governance.workflow import MATERIALIZED
+    from apps.provisioning.actions import units_of
+
+    wanted: dict[tuple[str, int], tuple[int, list[tuple[str, int]]]] = {}
+    for a in applications:
+        if a.state in MATERIALIZED and getattr(a, f"{a.kind}_id") is not None:
+            cluster_id = a.cluster_id if a.kind == "topic" else a.topic.cluster_id
+            wanted[(a.kind, a.pk)] = (cluster_id, units_of(a))
+    if not wanted:
+        return {}
+    terms = [Q(cluster_id=c, kind=k, object_id=i) for c, units in wanted.values() for k, i in units]
+    found = {(r.cluster_id, r.kind, r.object_id): r
+             for r in SyncState.objects.filter(reduce(or_, terms)).select_related("cluster")}
+    return {key: [found[(c, k, i)] for k, i in units if (c, k, i) in found] for key, (c, units) in wanted.items()}

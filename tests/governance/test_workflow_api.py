@@ -173,9 +173,10 @@ def test_draft_edit_then_submit(people, api_for, dev_cluster):
 def test_approval_queue_lists_what_waits_for_me(people, api_for, dev_cluster):
     application_id = post(api_for, people.dev).json()["id"]
     queue = api_for(people.lead).get("/api/v1/approvals/").json()
-    assert [(i["kind"], i["id"], i["your_approval_slots"]) for i in queue] == [("topic", application_id, ["owner"])]
-    assert api_for(people.lead_log).get("/api/v1/approvals/").json() == []
-    assert api_for(people.dev).get("/api/v1/approvals/").json() == []
+    assert [(i["kind"], i["id"], i["your_approval_slots"]) for i in queue["results"]] == [
+        ("topic", application_id, ["owner"])]
+    assert api_for(people.lead_log).get("/api/v1/approvals/").json()["results"] == []
+    assert api_for(people.dev).get("/api/v1/approvals/").json()["results"] == []
     mine = api_for(people.lead).get("/api/v1/topic-applications/?awaiting_me=true").json()
     assert [a["id"] for a in mine["results"]] == [application_id]
 
