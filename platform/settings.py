@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+PROJECT_DIR = Path(__file__).resolve().parent  # platform/ in the repository, control_plane/ when installed
 PORT_BASE = int(os.environ.get("SWITCHYARD_PORT_BASE", "27100"))
 STATE_DIR = Path(os.environ.get("SWITCHYARD_STATE", BASE_DIR / ".devstack" / "dev"))
 
@@ -54,7 +55,7 @@ ROOT_URLCONF = "control_plane.urls"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "platform" / "templates"],
+        "DIRS": [PROJECT_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -93,7 +94,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
-STATICFILES_DIRS = [BASE_DIR / "platform" / "static"]
+STATICFILES_DIRS = [PROJECT_DIR / "static"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LOGIN_URL = "login"
