@@ -22,8 +22,10 @@ record that retires it is written, so a crash cannot lose it.
 A segment is deleted once it is sealed (a newer one is active) and every message in it is finished
 for every group it was owed to, and none of its messages is still prepared (a prepared message
 counts as one unfinished entry until its commit or rollback). Rolled-back messages stay in the log
-(for audit) until their segment goes. Recovery reads each segment and its ack file, truncates a
-torn or corrupt tail, and returns what is still owed; prepared messages stay prepared.
+(for audit) until the topic's retention has passed since they were stored (`retention_s`, asked of
+the broker each time; unknown: kept): a segment holding a younger one waits, `tick` lets it go.
+Recovery reads each segment and its ack file, truncates a torn or corrupt tail, and returns what is
+still owed; prepared messages stay prepared.
 
 A re-drive writes the fresh copies as one KIND_REDRIVE log record (so a crash cannot lose it) and,
 once that is durable, a KIND_REDRIVEN marker per dead letter to the group's .dlq file (so the dead
@@ -68,7 +70,7 @@ FSYNC_POLICIES = ("batch", "interval", "never")
 
 class Segment:
     __slots__ = ("base", "log_path", "ack_path", "size", "unfinished", "sealed", "deleted", "log_fd", "ack_fd",
-                 "ack_dirty", "tx", "synced")
+                 "ack_dirty", "tx", "synced", "rolled_back_ms")
 
     def __init__(self, directory: Path, base: int):
         self.base = base
@@ -83,6 +85,7 @@ class Segment:
         self.ack_dirty = False
         self.tx: list[str] = []  # ids of the transaction messages stored here
         self.synced = 0  # log bytes an fdatasync of this store has covered (flush job's view; observability)
+        self.rolled_back_ms = 0  # received time of its newest rolled-back message: kept until retention
 
     def __repr__(self) -> str:
         return f"<Segment {self.base} size={self.size} unfinished={self.unfinished} sealed={self.sealed}>"
@@ -121,6 +124,7 @@ class FileStore:
         segment_bytes: int = 64 * 1024 * 1024,
         fsync_interval_s: float = 0.2,
         ack_sync_interval_s: float = 1.0,
+        retention_s: Callable[[], float | None] = lambda: 0,
     ):
         if fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync policy must be one of {FSYNC_POLICIES}, not {fsync!r}")
@@ -141,6 +145,9 @@ class FileStore:
         self._finished: dict[tuple[Segment, str], list[int]] = {}
         self._dlq_writes: dict[str, list[bytes]] = {}
         self._deletes: list[Segment] = []
+        self.retention_s = retention_s
+        self._held: list[Segment] = []  # deletable but for rolled-back messages within retention
+        self._next_hold_check = 0.0
         self._busy = False
         self._failed: BaseException | None = None
         self._dlq_in_job: dict[str, list[bytes]] = {}  # dead-letter records the running job writes
@@ -187,7 +194,7 @@ class FileStore:
         for seg in self.segments[:-1]:
             seg.sealed = True
             if seg.unfinished == 0:
-                self._deletes.append(seg)
+                self._release(seg)
         if self.segments:
             self.active = self.segments[-1]
         else:
@@ -240,6 +247,8 @@ class FileStore:
             entry.state, entry.resolved_ms, entry.reason = TX_COMMITTED, payload[3], payload[4]
         else:
             entry.state, entry.resolved_ms, entry.reason = TX_ROLLED_BACK, payload[2], payload[3]
+            seg = entry.message.segment
+            seg.rolled_back_ms = max(seg.rolled_back_ms, entry.message.received_ms)
 
     def _read_acks(self, seg: Segment) -> dict[int, set[str]]:
         finished: dict[int, set[str]] = {}
@@ -312,7 +321,7 @@ class FileStore:
         old = self.active
         old.sealed = True
         if old.unfinished == 0:
-            self._deletes.append(old)
+            self._release(old)
         return self._new_segment(base)
 
     def finish(self, message: StoredMessage, group: str) -> None:
@@ -338,7 +347,18 @@ class FileStore:
     def _retire(self, seg: Segment, n: int) -> None:
         seg.unfinished -= n
         if seg.unfinished == 0 and seg.sealed:
+            self._release(seg)
+
+    def _release(self, seg: Segment) -> None:
+        """A sealed segment nothing is owed from goes, unless it holds rolled-back messages within retention."""
+        if seg.rolled_back_ms and not self._past_retention(seg):
+            self._held.append(seg)
+        else:
             self._deletes.append(seg)
+
+    def _past_retention(self, seg: Segment) -> bool:
+        retention_s = self.retention_s()
+        return retention_s is not None and seg.rolled_back_ms + retention_s * 1000 <= time.time() * 1000
 
     def dead_letter(self, message: StoredMessage, group: str, cause: str, attempts: int, now_ms: int,
                     finish: bool = True) -> None:
@@ -447,6 +467,7 @@ class FileStore:
             seg.unfinished += len(groups)
         else:
             entry.state = TX_ROLLED_BACK
+            seg.rolled_back_ms = max(seg.rolled_back_ms, m.received_ms)
             record = encode_record(KIND_ROLLBACK, [m.seq, m.id, now_ms, reason])
         seg.size += len(record)
         self._log_writes.append((seg, record))
@@ -455,6 +476,12 @@ class FileStore:
         self._kick()
 
     def tick(self, now: float) -> None:
+        if self._held and now >= self._next_hold_check:  # held segments whose retention ended go now
+            self._next_hold_check = now + 1.0
+            expired = [seg for seg in self._held if self._past_retention(seg)]
+            if expired:
+                self._held = [seg for seg in self._held if seg not in expired]
+                self._deletes.extend(expired)
         if self._busy:
             return
         if self._finished or self._dlq_writes or self._deletes or self._log_writes:
@@ -595,7 +622,7 @@ class FileStore:
         for seg in deletes:
             if seg.deleted and seg in self.segments:
                 self.segments.remove(seg)
-                for message_id in seg.tx:  # past retention: their state is no longer known
+                for message_id in seg.tx:  # gone (rolled-back ones past retention): state no longer known
                     entry = self.tx.get(message_id)
                     if entry is not None and entry.message.segment is seg:
                         del self.tx[message_id]

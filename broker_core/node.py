@@ -145,12 +145,23 @@ class Broker:
             opts = self.options
             store = FileStore(opts.data_dir / "topics" / safe_name(name), executor=self.store_executor,
                               notify=self.loop.call_soon_threadsafe, fsync=opts.fsync,
-                              segment_bytes=opts.segment_bytes, fsync_interval_s=opts.fsync_interval_ms / 1000)
+                              segment_bytes=opts.segment_bytes, fsync_interval_s=opts.fsync_interval_ms / 1000,
+                              retention_s=lambda: self._retention_s(name))
         topic = Topic(name, store, self.state, trace=self.trace, tracing=self.tracing,
                       max_credit=self.options.max_credit)
         self.topics[name] = topic
         topic.recover()
         return topic
+
+    def _retention_s(self, name: str) -> float | None:
+        """The topic's retention from its ZooKeeper document (None: the topic is not known now)."""
+        config = self.state.topics.get(name)
+        if config is None:
+            return None
+        try:
+            return float(config.doc.get("retention_s") or 0)
+        except (TypeError, ValueError):
+            return None
 
     # -- live changes from ZooKeeper ------------------------------------------------------------
 
