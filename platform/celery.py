@@ -1,5 +1,6 @@
 """The Celery application of the control plane (Redis is its broker)."""
 
+import logging
 import os
 
 from celery import Celery
@@ -13,11 +14,13 @@ app.autodiscover_tasks()
 
 
 @setup_logging.connect
-def _use_project_logging(**kwargs):
+def _use_project_logging(loglevel=None, **kwargs):
     """Workers log through settings.LOGGING (structured JSON lines, alerts with their fields), not Celery's
-    own format, which drops a record's extra fields."""
+    own format, which drops a record's extra fields; `-l` still sets the level."""
     from logging.config import dictConfig
 
     from django.conf import settings
 
     dictConfig(settings.LOGGING)
+    if loglevel:
+        logging.getLogger().setLevel(loglevel)
