@@ -123,3 +123,68 @@ def test_a_copy_of_a_trace_file_adds_no_event(spark, trace_batch, tmp_path, fmt)
     assert (result["new_files"], result["new_events"]) == (2, 2)
     assert TracedMessage.objects.get().event_count == 2
     assert TraceEvent.objects.count() == 2
+
+
+def partitions(folder) -> dict[tuple[str, str], list[str]]:
+    """(date, topic) of each `date=/topic=` folder → the message ids in its Parquet files (read without Spark)."""
+    import pyarrow.parquet as pq
+
+    found = {}
+    for date_dir in sorted(folder.glob("date=*")):
+        for topic_dir in sorted(date_dir.glob("topic=*")):
+            found[(date_dir.name.removeprefix("date="), topic_dir.name.removeprefix("topic="))] = sorted(
+                pq.read_table(topic_dir, columns=["message_id"]).column("message_id").to_pylist())
+    return found
+
+
+def summary_rows(folder) -> dict[str, dict]:
+    import pyarrow.parquet as pq
+
+    return {row["message_id"]: row for part in folder.glob("date=*/topic=*") for row in pq.read_table(part).to_pylist()}
+
+
+def file_bytes(folder) -> dict[str, bytes]:
+    return {str(f.relative_to(folder)): f.read_bytes() for f in sorted(folder.rglob("*.parquet"))}
+
+
+def test_the_index_is_partitioned_by_date_and_topic_and_a_batch_leaves_other_summaries_alone(spark, trace_batch,
+                                                                                           tmp_path):
+    inputs, output = [str(tmp_path / "brokers")], tmp_path / "index"
+    run = lambda: trace_index.run(spark, inputs, str(output), jdbc_url=jdbc_url(), progress=quiet)  # noqa: E731
+    day = 86_400_000  # ms; T0 is 2026-01-01T00:00:00Z
+
+    first = trace_batch()
+    first.emit("published", "m-a", 0)
+    first.emit("stored", "m-a", 1)
+    first.emit("delivered", "m-a", 5, group="billing", consumer="c1", attempt=1)
+    first.emit("published", "m-b", 10, topic="payments")
+    first.emit("stored", "m-b", 11, topic="payments")
+    # m-c starts a millisecond before midnight and ends after it: its row belongs to the day of its first event
+    first.emit("published", "m-c", day - 1)
+    first.emit("stored", "m-c", day - 0.5)
+    first.emit("delivered", "m-c", day + 5, group="billing", consumer="c1", attempt=1)
+    first.emit("acked", "m-c", day + 6, group="billing", consumer="c1", attempt=1)
+    first.close()
+    run()
+
+    assert partitions(output / "messages") == {
+        ("2026-01-01", "orders"): ["m-a", "m-c"], ("2026-01-01", "payments"): ["m-b"]}
+    rows_before, payments_before = summary_rows(output / "messages"), file_bytes(output / "messages" / "date=2026-01-01"
+                                                                                  / "topic=payments")
+    db_before = list(TracedMessage.objects.filter(message_id__in=["m-b", "m-c"]).order_by("message_id").values())
+
+    second = trace_batch()  # m-a goes on; m-d is new, on the next day
+    second.emit("acked", "m-a", 20, group="billing", consumer="c1", attempt=1)
+    second.emit("published", "m-d", day + 100, topic="payments")
+    second.close()
+    run()
+
+    assert partitions(output / "messages") == {
+        ("2026-01-01", "orders"): ["m-a", "m-c"], ("2026-01-01", "payments"): ["m-b"],
+        ("2026-01-02", "payments"): ["m-d"]}
+    rows_after = summary_rows(output / "messages")
+    assert (rows_before["m-a"]["final_state"], rows_after["m-a"]["final_state"]) == ("in_flight", "acked")
+    assert rows_after["m-b"] == rows_before["m-b"] and rows_after["m-c"] == rows_before["m-c"]
+    # the partition no new event touched is not even rewritten
+    assert file_bytes(output / "messages" / "date=2026-01-01" / "topic=payments") == payments_before
+    assert list(TracedMessage.objects.filter(message_id__in=["m-b", "m-c"]).order_by("message_id").values()) == db_before
