@@ -5,6 +5,7 @@ import importlib
 import os
 import subprocess
 import sys
+import time
 from datetime import timedelta
 from pathlib import Path
 
@@ -154,3 +155,34 @@ def test_the_scheduled_build_runs_on_the_worker_and_skips_while_another_run_is_a
     newest = IndexRun.objects.first()
     assert (newest.trigger, newest.new_files, newest.messages) == ("schedule", 1, 1)
     assert TracedMessage.objects.get(message_id="sched-late").final_state == "published"
+
+
+def test_rebuild_now_shows_its_progress_rising_while_it_runs(celery_worker, trace_dirs, make_user, api_for):
+    batch = TraceBatch(trace_dirs["inputs"] / "node-progress" / "trace", node="node-progress")
+    for n in range(20):
+        batch.emit("published", f"progress-{n}", n, business_id=f"progress-{n}")
+        batch.emit("stored", f"progress-{n}", n + 0.5)
+    batch.close()
+
+    sre = api_for(make_user("sre-progress", "sre"))
+    started = sre.post("/api/v1/traces/index-runs/")
+    assert started.status_code == 202 and started.json()["state"] == "queued"
+    url = f"/api/v1/traces/index-runs/{started.json()['id']}/"
+    seen = []  # each (state, percent, stage) the SRE's page would have shown, in order
+    deadline = time.monotonic() + 300
+    while not seen or seen[-1][0] not in ("succeeded", "failed"):
+        assert time.monotonic() < deadline, seen
+        body = sre.get(url).json()
+        now = (body["state"], body["percent"], body["stage"])
+        if not seen or seen[-1] != now:
+            seen.append(now)
+        time.sleep(0.05)
+
+    assert seen[-1][:2] == ("succeeded", 100), seen
+    running = [percent for state, percent, _ in seen if state == "running"]
+    assert len(set(running)) >= 3 and all(0 < p < 100 for p in running), seen
+    assert running == sorted(running), seen
+    # what was seen is what the job reported, step by step (1: before Spark started; 100 shows when it is over)
+    reported = [step["percent"] for step in IndexRun.objects.get(pk=started.json()["id"]).steps]
+    assert reported == sorted(reported) and set(running) - {1} <= {min(p, 99) for p in reported}, (seen, reported)
+    assert TracedMessage.objects.filter(message_id__startswith="progress-").count() == 20
