@@ -1,13 +1,14 @@
 """The Parquet trace index on disk: which trace files are indexed, and an atomic commit of each run.
 
-    <output>/messages/date=YYYY-MM-DD/topic=T/part-*.parquet   one summary row per message (date of its first event)
-    <output>/events/date=YYYY-MM-DD/topic=T/part-*.parquet     every event once (the timelines), append-only
+    <output>/messages/date=YYYY-MM-DD/topic=T/part-*.parquet   one row per message (date of its first event):
+                                                               its summary and its ordered timeline (every event once)
     <output>/_checkpoint/indexed-files.txt                     trace files already indexed, one per line
     <output>/_checkpoint/pending.json                          the commit in progress (rolled forward on start)
     <output>/_staging/<run id>/                                files written by a run before they are committed
 
-A run appends its new events and rewrites only the summary files that hold a message it updates
-(copy on write), so a message keeps exactly one summary row however many batches its events arrive in. Paths are POSIX paths visible to
+A run writes the rows of the messages it touches and rewrites only the files that held one of them
+(copy on write), so a message keeps exactly one row however many batches its events arrive in. An index
+of format 1 also had `<output>/events/` (every event apart); the next run folds it into the timelines. Paths are POSIX paths visible to
 the driver and the executors (local disk for local[*], a shared mount on a cluster).
 """
 
@@ -31,7 +32,7 @@ class IndexStore:
     def __init__(self, output: str | os.PathLike):
         self.root = Path(output).resolve()
         self.messages = self.root / "messages"
-        self.events = self.root / "events"
+        self.events = self.root / "events"  # format 1 only
         self.checkpoint_dir = self.root / "_checkpoint"
         self.checkpoint = self.checkpoint_dir / "indexed-files.txt"
         self.pending = self.checkpoint_dir / "pending.json"
@@ -69,17 +70,24 @@ class IndexStore:
     def has_index(self) -> bool:
         return any(self.messages.rglob("*.parquet")) if self.messages.exists() else False
 
+    def has_legacy_events(self) -> bool:
+        return self.events.exists()
+
+    def summary_files(self) -> list[str]:
+        return sorted(str(p) for p in self.messages.rglob("*.parquet")) if self.messages.exists() else []
+
     # --- the commit ---------------------------------------------------------------------
 
     def staging(self, run_id: str) -> Path:
         return self.staging_root / run_id
 
-    def commit(self, run_id: str, replaced_files: list[str], indexed_files: list[str]) -> dict:
+    def commit(self, run_id: str, replaced_files: list[str], indexed_files: list[str], *,
+               drop_legacy_events: bool = False) -> dict:
         """Record what the run changes, then apply it: a crash in between is finished by `recover`."""
         staged = self.staging(run_id)
         added = sorted(str(p.relative_to(staged)) for p in staged.glob("*/*/*/*.parquet"))
         plan = {"run_id": run_id, "added": added, "replaced": sorted(map(local_path, replaced_files)),
-                "indexed_files": sorted(indexed_files)}
+                "indexed_files": sorted(indexed_files), "drop_legacy_events": drop_legacy_events}
         tmp = self.pending.with_suffix(".tmp")
         tmp.write_text(json.dumps(plan))
         _fsync_file(tmp)
@@ -105,6 +113,8 @@ class IndexStore:
                 os.replace(src, dst)
         for path in plan["replaced"]:
             Path(path).unlink(missing_ok=True)
+        if plan.get("drop_legacy_events"):
+            shutil.rmtree(self.events, ignore_errors=True)
         known = self.indexed_files()
         new = [f for f in plan["indexed_files"] if f not in known]
         if new:

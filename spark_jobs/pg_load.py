@@ -120,9 +120,10 @@ def _copy(df: DataFrame, jdbc_url: str, table: str) -> int:
     return df.mapInArrow(copy, "rows long").agg(F.sum("rows")).first()[0] or 0
 
 
-def load_lookup_tables(messages: DataFrame, events: DataFrame, jdbc_url: str, *, connections: int = 2,
+def load_lookup_tables(messages: DataFrame, jdbc_url: str, *, connections: int = 2,
                        progress=None, method: str = "copy") -> dict:
-    """Upsert the summaries of `messages` (those a run updated) and add `events` (its new events)."""
+    """Upsert the summaries of `messages` (those a run updated) and add the events of their timelines that
+    are not there yet."""
     import psycopg2
 
     conn = psycopg2.connect(libpq_dsn(jdbc_url))
@@ -134,7 +135,7 @@ def load_lookup_tables(messages: DataFrame, events: DataFrame, jdbc_url: str, *,
                 raise RuntimeError("another trace index load is running")
             cur.execute(f"TRUNCATE {MESSAGE_STAGING}, {EVENT_STAGING}")  # leftovers of an interrupted load
         for rows, table, what in ((summary_rows(messages), MESSAGE_STAGING, "summary"),
-                                  (timeline_rows(events), EVENT_STAGING, "timeline")):
+                                  (timeline_rows(messages), EVENT_STAGING, "timeline")):
             if method == "jdbc":
                 _jdbc_write(rows, jdbc_url, table, connections)
             else:

@@ -2,9 +2,10 @@
 
     python -m spark_jobs.trace_index --input DIR [DIR ...] --output DIR [--master URL] [--jdbc-url URL]
 
-Incremental: only closed trace files not in the checkpoint are read. Idempotent: events are deduplicated
-on event_id (within the batch and against the index), and the summary of a message already indexed is
-recomputed from all its events into its one row, so running again over the same files changes nothing. Progress goes to stdout as one JSON object per line.
+Incremental: only closed trace files not in the checkpoint are read. Idempotent: a message already indexed
+is summarized again from its indexed timeline and its new events together, each event once (by group and
+event id), into its one row, so running again over the same files changes nothing. Progress goes to stdout
+as one JSON object per line.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pyspark.sql import functions as F
 from spark_jobs.index_store import IndexStore
 from spark_jobs.session import POSTGRES_JDBC_JAR, spark_session
 from spark_jobs.trace_read import READERS, read_events
-from spark_jobs.trace_transforms import EVENT_COLUMNS, clean_events, dedupe_events, summarize
+from spark_jobs.trace_transforms import EVENT_COLUMNS, clean_events, summarize, timeline_events
 
 Progress = Callable[..., None]
 
@@ -38,63 +39,57 @@ def run(spark, inputs: list[str], output: str, *, jdbc_url: str | None = None, f
         if recovered:
             progress("finished the commit of an interrupted run", 2, run_id=recovered["run_id"])
         store.discard_staging()
+        legacy = store.has_legacy_events()
         done = set() if full else store.indexed_files()
         files = [f for f in store.trace_files(inputs) if f not in done]
         progress("listed trace files", 5, new_files=len(files), indexed_before=len(done))
-        if not files:
-            return {"new_files": 0, "messages": 0, "events": 0, "replaced_files": 0}
+        if not files and not legacy:
+            return {"new_files": 0, "messages": 0, "new_events": 0, "replaced_files": 0}
         run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
         staging = store.staging(run_id)
 
-        # read
+        # read: the new events, plus the indexed timelines of the messages they touch (copy on write)
         events = clean_events(read_events(spark, files, reader))
         replaced: list[str] = []
-        indexed_events = None
-        if store.has_index():
+        batch_ids = hits = untouched = None
+        if legacy:  # an index of format 1 kept its events apart: fold them in once, every summary is rewritten
+            events = events.unionByName(spark.read.parquet(str(store.events)).select(*EVENT_COLUMNS))
+            replaced = store.summary_files()
+            progress("folding the events of an index of format 1 into its timelines", 10,
+                     summary_files_to_rewrite=len(replaced))
+        elif store.has_index() and files:
             events = events.persist()
-            batch_ids = events.select("message_id", "topic").distinct().persist()
-            topics = [r.topic for r in batch_ids.select("topic").distinct().collect()]
+            batch_ids = events.select("message_id").distinct().persist()
+            topics = [r.topic for r in events.select("topic").distinct().collect()]
             hits = (spark.read.parquet(str(store.messages))
-                    .select("message_id", "date", "topic", F.col("_metadata.file_path").alias("file"))
+                    .select("message_id", "event_count", F.col("_metadata.file_path").alias("file"))
                     .where(F.col("topic").isin(topics))
-                    .join(batch_ids.select("message_id"), "message_id", "left_semi").persist())
+                    .join(batch_ids, "message_id", "left_semi").persist())
             replaced = [r.file for r in hits.select("file").distinct().collect()]
             progress("found indexed messages with new events", 15, summary_files_to_rewrite=len(replaced))
             if replaced:
-                since = hits.agg(F.min("date")).first()[0]  # no event of a message is older than its first
-                indexed_events = (spark.read.parquet(str(store.events))
-                                  .where(F.col("topic").isin(topics) & (F.col("date") >= since))
-                                  .join(hits.select("message_id"), "message_id", "left_semi"))
+                indexed = spark.read.option("basePath", str(store.messages)).parquet(*replaced)
+                untouched = indexed.join(hits.select("message_id"), "message_id", "left_anti")
+                events = events.unionByName(timeline_events(
+                    indexed.join(hits.select("message_id"), "message_id", "left_semi")))
 
-        # transform + write: the new events first, then the summaries of every message they touch
-        partitions = int(spark.conf.get("spark.sql.shuffle.partitions"))
-        new_events = dedupe_events(events, indexed_events, partitions=partitions).select(*EVENT_COLUMNS)
-        new_events.write.partitionBy("date", "topic").parquet(str(staging / "events"))
-        # re-read rather than persisted (measured: keeping 5M events cost more than reading them back);
-        # with the schema given: a batch of nothing but known events writes no file
-        staged_events = spark.read.schema(new_events.schema).parquet(str(staging / "events")).select(*EVENT_COLUMNS)
-        progress("wrote the new events", 45)
-        timelines = staged_events if indexed_events is None else staged_events.unionByName(indexed_events)
-        summaries = summarize(timelines, partitions=partitions)
-        if replaced:
-            untouched = (spark.read.option("basePath", str(store.messages)).parquet(*replaced)
-                         .join(batch_ids.select("message_id"), "message_id", "left_anti"))
+        # transform + write: one shuffle (by message id), one summary row with its timeline per message
+        summaries = summarize(events)
+        if untouched is not None:
             summaries = summaries.unionByName(untouched.select(*summaries.columns))
         summaries.write.partitionBy("date", "topic").parquet(str(staging / "messages"))
-        staged_messages = spark.read.schema(summaries.schema).parquet(str(staging / "messages"))
-        counts = {"new_events": staged_events.count(),
-                  "messages": staged_messages.join(events.select("message_id").distinct(), "message_id",
-                                                   "left_semi").count() if replaced else staged_messages.count()}
-        progress("wrote the message summaries", 60, **counts)
+        staged = spark.read.schema(summaries.schema).parquet(str(staging / "messages"))
+        updated = staged if untouched is None else staged.join(batch_ids, "message_id", "left_semi")
+        messages, events_after = updated.agg(F.count("*"), F.coalesce(F.sum("event_count"), F.lit(0))).first()
+        events_before = hits.agg(F.coalesce(F.sum("event_count"), F.lit(0))).first()[0] if hits is not None else 0
+        counts = {"new_events": events_after - events_before, "messages": messages}
+        progress("wrote the message summaries and timelines", 60, **counts)
 
-        # load
+        # load: summaries upserted, events inserted unless there (the touched messages' known ones are)
         if jdbc_url:
-            updated = staged_messages if not replaced else staged_messages.join(
-                batch_ids.select("message_id"), "message_id", "left_semi")
-            loaded = load_lookup_tables(updated, staged_events, jdbc_url,
-                                        progress=lambda stage: progress(stage, 75))
+            loaded = load_lookup_tables(updated, jdbc_url, progress=lambda stage: progress(stage, 75))
             progress("merged the lookup tables in PostgreSQL", 90, **loaded)
-        store.commit(run_id, replaced, files)
+        store.commit(run_id, replaced, files, drop_legacy_events=legacy)
         result = {"new_files": len(files), "replaced_files": len(replaced), "run_id": run_id, **counts}
         progress("committed", 100, **result)
         return result

@@ -1,13 +1,17 @@
 """Pure DataFrame → DataFrame steps of the trace index. No I/O here; each step is idempotent.
 
 raw events (one row per line of a trace file)
-  → clean_events   keep well-formed events of known kinds, add `rank` (the order of same-microsecond steps)
-  → dedupe_events  each (message_id, event_id) once, minus the events already indexed
-  → summarize      one row per message: ids, producer, times, transaction state, per-group state and attempts
-summaries / events
+  → clean_events          keep well-formed events of known kinds, add `rank` (the order of same-microsecond steps)
+  → timelines             one row per message: its message fields and its events, each once, in timeline order
+  → summarize_timelines   one row per message: ids, producer, times, transaction state, per-group state and
+                          attempts, and the ordered timeline itself
+summaries
+  → timeline_events       back to one row per event (to merge a message's indexed events with new ones)
   → summary_rows / timeline_rows   the columns of the PostgreSQL lookup tables
 
-A message's timeline is its events ordered by (ts_us, rank, event_id).
+A message's timeline is its events ordered by (ts_us, rank, event_id). Everything after the one shuffle
+(`timelines` groups by message id) works on each message's small array of events with higher-order
+functions: no second shuffle, no sort of the whole batch.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ from pyspark.sql import functions as F
 from spark_jobs.trace_schema import EVENT_RANK, STATE_PRECEDENCE
 
 MESSAGE_FIELDS = ["topic", "message_type", "key", "business_id", "cluster"]
+# the timeline's element: the leading fields are its order (ts_us, rank, event_id)
+TIMELINE_FIELDS = ["ts_us", "rank", "event_id", "group", "event", "attempt", "consumer", "client_host", "broker",
+                   "app_id", "detail", "size"]
 EVENT_FIELDS = ["event_id", "ts_us", "rank", "event", "group", "attempt", "consumer", "client_host", "broker",
                 "app_id", "detail", "size"]
 EVENT_COLUMNS = ["message_id", *MESSAGE_FIELDS, *EVENT_FIELDS, "date"]
@@ -39,28 +46,40 @@ def clean_events(raw: DataFrame) -> DataFrame:
     )
 
 
-def dedupe_events(events: DataFrame, indexed: DataFrame | None = None, partitions: int = 8) -> DataFrame:
-    """Each event once: copies within `events` collapse, and events already in `indexed` are dropped.
+def timelines(events: DataFrame, partitions: int | None = None) -> DataFrame:
+    """One row per message: its message fields and `timeline`, its events each once, in timeline order.
 
-    The one shuffle is by message id, so everything after it that groups by message (the summaries)
-    needs no other. Copies of an event are whole copies (same group), so the key (message_id, group,
-    event_id) is (message_id, event_id) ordered so that the sort it needs is the one the summaries'
-    sort-based aggregations need too.
+    The only shuffle of the index (by message id; each task first collects the events of the messages
+    it read, so mostly one row per message crosses the shuffle, not one per event). An event's copies (a trace file read twice, a batch
+    re-sent) are whole copies with the same (group, event_id), so after the sort they are neighbours
+    and all but the first are dropped.
     """
-    unique = events.repartition(partitions, "message_id").dropDuplicates(["message_id", "group", "event_id"])
-    if indexed is None:
-        return unique
-    return unique.join(indexed.select("message_id", "event_id"), ["message_id", "event_id"], "left_anti")
+    if partitions:
+        events = events.repartition(partitions, "message_id")
+    ordered = F.array_sort(F.collect_list(F.struct(*TIMELINE_FIELDS)))
+    return (
+        events.groupBy("message_id")
+        .agg(*[F.max(c).alias(c) for c in MESSAGE_FIELDS], ordered.alias("timeline"))
+        .withColumn("timeline", F.filter("timeline", lambda e, i: (i == 0) | ~(
+            (e.event_id == F.try_element_at("timeline", i).event_id)
+            & e.group.eqNullSafe(F.try_element_at("timeline", i).group))))
+    )
+
+
+def timeline_events(messages: DataFrame) -> DataFrame:
+    """The events of each message's timeline, one row per event (EVENT_COLUMNS)."""
+    return (messages.select("message_id", *MESSAGE_FIELDS, F.explode("timeline").alias("e"))
+            .select("message_id", *MESSAGE_FIELDS, *[F.col(f"e.{c}").alias(c) for c in EVENT_FIELDS])
+            .withColumn("date", F.date_format(F.timestamp_micros("ts_us"), "yyyy-MM-dd")))
 
 
 # An event's place in its timeline as one long: ts_us * 16 + rank. The rank names the kind, so the
-# max/min of this key gives both when and what the last/first step of a kind was, with plain long
-# aggregates (hash aggregation) instead of comparing structs.
+# max/min of this key gives both when and what the last/first step of a kind was.
 _RANK_BITS = 16
 
 
-def _order_key() -> Column:
-    return F.col("ts_us") * _RANK_BITS + F.col("rank")
+def _key(e: Column) -> Column:
+    return e.ts_us * _RANK_BITS + e.rank
 
 
 def _kind(key: Column) -> Column:
@@ -76,87 +95,140 @@ def _ranks(*kinds: str) -> list[int]:
     return [EVENT_RANK[k] for k in kinds]
 
 
+def _is(e: Column, *kinds: str) -> Column:
+    return e["rank"].isin(*_ranks(*kinds))
+
+
+def _max(events: Column, value, where=None) -> Column:
+    """max(value(e)) over the events (where where(e)); null when there is none."""
+    return F.array_max(F.transform(F.filter(events, where) if where else events, value))
+
+
+def _min(events: Column, value, where=None) -> Column:
+    return F.array_min(F.transform(F.filter(events, where) if where else events, value))
+
+
+def _last(events: Column, field: str) -> Column:
+    """The field of the last event (in timeline order) that has it."""
+    return F.try_element_at(F.filter(events, lambda e: e[field].isNotNull()), F.lit(-1))[field]
+
+
+def _when(condition: Column, value: Column) -> Column:
+    return F.when(condition, value)
+
+
+def _null(kind: str) -> Column:
+    return F.lit(None).cast(kind)
+
+
+def _group_figures(group: Column, events: Column) -> Column:
+    """One pass over a group's events (in timeline order): the figures its summary is made of."""
+    def step(acc, e):
+        key = _key(e)
+        return F.struct(
+            # the last terminal step decides; a redrive after it reopens the group
+            F.greatest(acc.decisive, _when(_is(e, *TERMINAL, "redriven"), key)).alias("decisive"),
+            F.greatest(acc.active, _when(_is(e, "delivered", "nacked", "timed_out"), key)).alias("active"),
+            F.greatest(acc.attempts, e.attempt).alias("attempts"),
+            (acc.deliveries + _is(e, "delivered").cast("int")).alias("deliveries"),
+            (acc.nacks + _is(e, "nacked").cast("int")).alias("nacks"),
+            (acc.timeouts + _is(e, "timed_out").cast("int")).alias("timeouts"),
+            F.least(acc.first_delivered_us, _when(_is(e, "delivered"), e.ts_us)).alias("first_delivered_us"),
+            F.coalesce(e.consumer, acc.last_consumer).alias("last_consumer"),
+            F.coalesce(e.detail, acc.detail).alias("detail"),
+        )
+    zero = F.struct(_null("long").alias("decisive"), _null("long").alias("active"), F.lit(0).alias("attempts"),
+                    F.lit(0).alias("deliveries"), F.lit(0).alias("nacks"), F.lit(0).alias("timeouts"),
+                    _null("long").alias("first_delivered_us"), _null("string").alias("last_consumer"),
+                    _null("string").alias("detail"))
+    return F.struct(group.alias("group"), F.aggregate(events, zero, step).alias("f"))
+
+
+def _group_summary(g: Column, published_us: Column) -> Column:
+    """The state of one group (docs/trace-events.md) from its figures."""
+    f = g.f
+    decisive, active = f.decisive, f.active
+    terminal = (decisive % _RANK_BITS).isin(*_ranks(*TERMINAL))
+    state = (F.when(terminal, _kind(decisive))
+             .when(active.isNotNull() & (decisive.isNull() | (active > decisive)),
+                   F.when((active % _RANK_BITS) == EVENT_RANK["delivered"], F.lit("in_flight"))
+                   .otherwise(F.lit("retrying")))
+             .otherwise(F.lit("pending")))
+    ended = F.when(terminal, _time(decisive))
+    return F.struct(
+        g.group.alias("group"), state.alias("state"), f.attempts.alias("attempts"),
+        f.deliveries.alias("deliveries"), f.nacks.alias("nacks"), f.timeouts.alias("timeouts"),
+        f.first_delivered_us.alias("first_delivered_us"), ended.alias("ended_us"),
+        (ended - published_us).alias("latency_us"), f.last_consumer.alias("last_consumer"),
+        f.detail.alias("detail"),
+    )
+
+
 _MESSAGE_STATE = """CASE
     WHEN transaction_state IN ('rolled_back', 'prepared') THEN transaction_state
     WHEN stored_ts_us IS NOT NULL THEN 'stored'
     ELSE 'published' END"""
 
 
-def summarize(events: DataFrame, partitions: int | None = None) -> DataFrame:
-    """One summary row per message of `events` (all of its events), states as docs/trace-events.md defines.
+def _message_figures(timeline: Column) -> Column:
+    """One pass over a message's timeline: the figures of its summary that are not per group."""
+    def step(acc, e):
+        produced, stored = _is(e, "published", "prepared"), _is(e, "stored")
+        return F.struct(
+            F.least(acc.first_ts_us, e.ts_us).alias("first_ts_us"),
+            F.greatest(acc.last_ts_us, e.ts_us).alias("last_ts_us"),
+            F.least(acc.produced, _when(produced, _key(e))).alias("produced"),
+            F.least(acc.stored_ts_us, _when(stored, e.ts_us)).alias("stored_ts_us"),
+            F.greatest(acc.producer_app, _when(produced, e.app_id)).alias("producer_app"),
+            F.greatest(acc.any_app, e.app_id).alias("any_app"),
+            F.greatest(acc.producer_host, _when(produced, e.client_host)).alias("producer_host"),
+            F.greatest(acc.producer_broker, _when(produced, e.broker)).alias("producer_broker"),
+            F.greatest(acc.stored_broker, _when(stored, e.broker)).alias("stored_broker"),
+            F.greatest(acc["size"], _when(produced, e["size"])).alias("size"),
+            F.greatest(acc.tx, _when(_is(e, *TRANSACTION), _key(e))).alias("tx"),
+        )
+    zero = F.struct(*[_null(kind).alias(name) for name, kind in (
+        ("first_ts_us", "long"), ("last_ts_us", "long"), ("produced", "long"), ("stored_ts_us", "long"),
+        ("producer_app", "string"), ("any_app", "string"), ("producer_host", "string"),
+        ("producer_broker", "string"), ("stored_broker", "string"), ("size", "long"), ("tx", "long"))])
+    return F.aggregate(timeline, zero, step)
 
-    One shuffle (by message id, unless `partitions` is 0: `events` are partitioned by it already) and
-    one sort by (message id, group): both aggregations below run on it.
-    """
-    event, key = F.col("event"), _order_key()
-    produced = event.isin("published", "prepared")
-    if partitions != 0:
-        events = events.repartition(*([partitions] if partitions else []), "message_id")
-    per_group = events.sortWithinPartitions("message_id", "group").groupBy("message_id", "group").agg(
-        *[F.max(c).alias(c) for c in MESSAGE_FIELDS],
-        F.min("ts_us").alias("first_ts_us"),
-        F.max("ts_us").alias("last_ts_us"),
-        F.count("*").alias("event_count"),
-        F.min(F.when(produced, key)).alias("_produced"),
-        F.max(F.when(produced, F.col("app_id"))).alias("_producer_app"),
-        F.max(F.when(produced, F.col("client_host"))).alias("producer_host"),
-        F.max(F.when(produced, F.col("broker"))).alias("_producer_broker"),
-        F.max(F.when(produced, F.col("size"))).alias("size"),
-        F.min(F.when(event == "stored", F.col("ts_us"))).alias("stored_ts_us"),
-        F.max(F.when(event == "stored", F.col("broker"))).alias("_stored_broker"),
-        F.max("app_id").alias("_any_app"),
-        F.max(F.when(event.isin(*TRANSACTION), key)).alias("_tx"),
-        # the last terminal step decides; a redrive after it reopens the group
-        F.max(F.when(event.isin(*TERMINAL, "redriven"), key)).alias("_decisive"),
-        F.max(F.when(event.isin("delivered", "nacked", "timed_out"), key)).alias("_active"),
-        F.coalesce(F.max("attempt"), F.lit(0)).alias("attempts"),
-        F.count_if(event == "delivered").cast("int").alias("deliveries"),
-        F.count_if(event == "nacked").cast("int").alias("nacks"),
-        F.count_if(event == "timed_out").cast("int").alias("timeouts"),
-        F.min(F.when(event == "delivered", F.col("ts_us"))).alias("first_delivered_us"),
-        F.max_by("consumer", F.when(F.col("consumer").isNotNull(), key)).alias("last_consumer"),
-        F.max_by("detail", F.when(F.col("detail").isNotNull(), key)).alias("detail"),
-    )
-    decisive, active = F.col("_decisive"), F.col("_active")
-    terminal = (decisive % _RANK_BITS).isin(*_ranks(*TERMINAL))
-    state = (F.when(terminal, _kind(decisive))
-             .when(active.isNotNull() & (decisive.isNull() | (active > decisive)),
-                   F.when(_kind(active) == "delivered", F.lit("in_flight")).otherwise(F.lit("retrying")))
-             .otherwise(F.lit("pending")))
-    group_row = F.when(F.col("group").isNotNull(), F.struct(
-        F.col("group"), state.alias("state"), "attempts", "deliveries", "nacks", "timeouts", "first_delivered_us",
-        F.when(terminal, _time(decisive)).alias("ended_us"), "last_consumer", "detail"))
-    messages = per_group.groupBy("message_id").agg(
-        *[F.max(c).alias(c) for c in MESSAGE_FIELDS],
-        F.min("first_ts_us").alias("first_ts_us"),
-        F.max("last_ts_us").alias("last_ts_us"),
-        F.sum("event_count").alias("event_count"),
-        F.min("_produced").alias("_produced"),
-        *[F.max(c).alias(c) for c in ("_producer_app", "producer_host", "_producer_broker", "size",
-                                      "_stored_broker", "_any_app", "_tx")],
-        F.min("stored_ts_us").alias("stored_ts_us"),
-        F.array_sort(F.collect_list(group_row)).alias("_groups"),
-    )
+
+def summarize_timelines(messages: DataFrame) -> DataFrame:
+    """One summary row per message of `timelines` output (states as docs/trace-events.md defines), with
+    its timeline. Row-local: no shuffle."""
+    tl = F.col("timeline")
+    names = F.array_sort(F.array_distinct(F.transform(F.filter(tl, lambda e: e.group.isNotNull()),
+                                                      lambda e: e.group)))
+    figures = F.transform(names, lambda g: _group_figures(g, F.filter(tl, lambda e: e.group == g)))
+    m = F.col("_m")
     overall = F.coalesce(*[F.when(F.array_contains("final_states", s), F.lit(s)) for s in STATE_PRECEDENCE])
     return (
-        messages.withColumn("published_ts_us", _time(F.col("_produced")))
-        .withColumn("app_id", F.coalesce("_producer_app", "_any_app"))
-        .withColumn("broker", F.coalesce("_producer_broker", "_stored_broker"))
-        .withColumn("transaction_state", _kind(F.col("_tx")))
-        .withColumn("groups", F.expr(
-            "transform(_groups, g -> named_struct('group', g.group, 'state', g.state, 'attempts', g.attempts, "
-            "'deliveries', g.deliveries, 'nacks', g.nacks, 'timeouts', g.timeouts, "
-            "'first_delivered_us', g.first_delivered_us, 'ended_us', g.ended_us, "
-            "'latency_us', g.ended_us - published_ts_us, 'last_consumer', g.last_consumer, 'detail', g.detail))"))
+        messages.select("message_id", *MESSAGE_FIELDS, "timeline", _message_figures(tl).alias("_m"),
+                        figures.alias("_figures"))
+        .select(
+            "message_id", *MESSAGE_FIELDS, "timeline", "_figures",
+            m.first_ts_us.alias("first_ts_us"), m.last_ts_us.alias("last_ts_us"),
+            F.size(tl).cast("int").alias("event_count"),
+            _time(m.produced).alias("published_ts_us"), m.stored_ts_us.alias("stored_ts_us"),
+            F.coalesce(m.producer_app, m.any_app).alias("app_id"), m.producer_host.alias("producer_host"),
+            F.coalesce(m.producer_broker, m.stored_broker).alias("broker"), m["size"].alias("size"),
+            _kind(m.tx).alias("transaction_state"),
+        )
+        .withColumn("groups", F.transform("_figures", lambda g: _group_summary(g, F.col("published_ts_us"))))
         .withColumn("final_states", F.expr(
             f"CASE WHEN size(groups) = 0 THEN array({_MESSAGE_STATE}) "
             "ELSE array_sort(array_distinct(transform(groups, g -> g.state))) END"))
         .withColumn("final_state", overall)
         .withColumn("attempts", F.expr("aggregate(groups, 0, (a, g) -> a + g.deliveries)"))
-        .withColumn("event_count", F.col("event_count").cast("int"))
         .withColumn("date", F.date_format(F.timestamp_micros("first_ts_us"), "yyyy-MM-dd"))
-        .select(*MESSAGE_COLUMNS)
+        .select(*MESSAGE_COLUMNS, "timeline")
     )
+
+
+def summarize(events: DataFrame, partitions: int | None = None) -> DataFrame:
+    """One summary row per message of cleaned `events` (with its timeline)."""
+    return summarize_timelines(timelines(events, partitions))
 
 
 MESSAGE_COLUMNS = [
@@ -175,6 +247,7 @@ def summary_rows(messages: DataFrame) -> DataFrame:
     )
 
 
-def timeline_rows(events: DataFrame) -> DataFrame:
-    """Columns of the PostgreSQL timeline table's staging copy: one row per event."""
-    return events.select("message_id", *EVENT_FIELDS)
+def timeline_rows(messages: DataFrame) -> DataFrame:
+    """Columns of the PostgreSQL timeline table's staging copy: one row per event of each message's timeline."""
+    return messages.select("message_id", F.explode("timeline").alias("e")).select(
+        "message_id", *[F.col(f"e.{c}").alias(c) for c in EVENT_FIELDS])

@@ -188,3 +188,37 @@ def test_the_index_is_partitioned_by_date_and_topic_and_a_batch_leaves_other_sum
     # the partition no new event touched is not even rewritten
     assert file_bytes(output / "messages" / "date=2026-01-01" / "topic=payments") == payments_before
     assert list(TracedMessage.objects.filter(message_id__in=["m-b", "m-c"]).order_by("message_id").values()) == db_before
+
+
+def test_an_index_of_format_1_has_its_events_folded_into_the_timelines(spark, trace_batch, tmp_path):
+    """Format 1 kept every event apart in events/date=/topic=/ and summaries without timelines."""
+    from spark_jobs.trace_read import read_events
+    from spark_jobs.trace_transforms import EVENT_COLUMNS, clean_events
+
+    old = trace_batch(node="old")
+    old.emit("published", "m-old", 0, app_id="shop")
+    old.emit("stored", "m-old", 1)
+    old.emit("delivered", "m-old", 10, group="billing", consumer="c1", attempt=1)
+    old.close()
+    old_files = [str(p) for p in (tmp_path / "brokers" / "old").rglob("*.parquet")]
+    output = tmp_path / "index"
+    # the format-1 index of those files: its events apart, a summary row without a timeline, its checkpoint
+    clean_events(read_events(spark, old_files)).select(*EVENT_COLUMNS).write.partitionBy("date", "topic") \
+        .parquet(str(output / "events"))
+    spark.createDataFrame([("m-old", "orders", "2026-01-01", 3)], "message_id string, topic string, date string, "
+                          "event_count int").write.partitionBy("date", "topic").parquet(str(output / "messages"))
+    (output / "_checkpoint").mkdir()
+    (output / "_checkpoint" / "indexed-files.txt").write_text("".join(f + "\n" for f in old_files))
+
+    new = trace_batch(node="new")
+    new.emit("acked", "m-old", 12, group="billing", consumer="c1", attempt=1)
+    new.emit("published", "m-new", 20, app_id="shop")
+    new.close()
+    trace_index.run(spark, [str(tmp_path / "brokers")], str(output), jdbc_url=jdbc_url(), progress=quiet)
+
+    assert not (output / "events").exists()
+    assert timeline_steps(spark, str(output), "m-old") == [
+        ("published", None, None), ("stored", None, None), ("delivered", "billing", 1), ("acked", "billing", 1)]
+    assert dict(TracedMessage.objects.values_list("message_id", "final_state")) == {
+        "m-old": "acked", "m-new": "published"}
+    assert spark.read.parquet(str(output / "messages")).count() == 2

@@ -1,10 +1,11 @@
 """The index's pure transforms on small hand-made events, against hand-written expected rows."""
 
 from pyspark.sql import Row
+from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from spark_jobs.trace_schema import EVENT_SCHEMA
-from spark_jobs.trace_transforms import clean_events, dedupe_events, summarize
+from spark_jobs.trace_transforms import clean_events, summarize, timeline_events, timelines
 
 FIELDS = [f.name for f in EVENT_SCHEMA]
 
@@ -37,13 +38,23 @@ def test_clean_events_drops_malformed_and_unknown_kinds_and_ranks_the_rest(spark
                                Row(event_id="e2", event="stored", rank=2, date="1970-01-01")])
 
 
-def test_dedupe_keeps_each_event_once_and_drops_what_is_indexed(spark):
+def test_timelines_keep_each_event_once_in_timeline_order(spark):
     new = clean_events(events(spark, ev("e1", "m1", 10, "published"), ev("e1", "m1", 10, "published"),
-                              ev("e2", "m1", 20, "stored"), ev("e3", "m2", 30, "published")))
-    indexed = clean_events(events(spark, ev("e2", "m1", 20, "stored")))
-    assertDataFrameEqual(dedupe_events(new).select("event_id"), [Row(event_id="e1"), Row(event_id="e2"),
-                                                                 Row(event_id="e3")])
-    assertDataFrameEqual(dedupe_events(new, indexed).select("event_id"), [Row(event_id="e1"), Row(event_id="e3")])
+                              ev("e4", "m1", 20, "delivered", group="g1", attempt=1),
+                              ev("e4", "m1", 20, "delivered", group="g2", attempt=1),  # one event id, two groups
+                              ev("e2", "m1", 20, "stored"), ev("e3", "m2", 30, "published"),
+                              ev("e2", "m1", 20, "stored")))
+    out = timelines(new).select("message_id", F.transform("timeline", lambda e: F.concat_ws(
+        "/", e.event_id, e.event, F.coalesce(e.group, F.lit("-")))).alias("steps"))
+    assertDataFrameEqual(out, [Row(message_id="m1", steps=["e1/published/-", "e2/stored/-", "e4/delivered/g1",
+                                                          "e4/delivered/g2"]),
+                               Row(message_id="m2", steps=["e3/published/-"])])
+    back = timeline_events(timelines(new)).select("message_id", "event_id", "group", "rank", "date")
+    assertDataFrameEqual(back, [Row(message_id="m1", event_id="e1", group=None, rank=0, date="1970-01-01"),
+                                Row(message_id="m1", event_id="e2", group=None, rank=2, date="1970-01-01"),
+                                Row(message_id="m1", event_id="e4", group="g1", rank=5, date="1970-01-01"),
+                                Row(message_id="m1", event_id="e4", group="g2", rank=5, date="1970-01-01"),
+                                Row(message_id="m2", event_id="e3", group=None, rank=0, date="1970-01-01")])
 
 
 def test_summarize_one_row_per_message_with_per_group_final_state(spark):
@@ -78,7 +89,7 @@ def test_summarize_one_row_per_message_with_per_group_final_state(spark):
         ev("t1", "m-tx", 1000, "prepared", app_id="shop", size=7), ev("t2", "m-tx", 1500, "rolled_back", app_id="shop"),
     )
     out = summarize(clean_events(raw)).drop("date", "message_type", "cluster", "topic", "producer_host", "size",
-                                            "key", "business_id")
+                                            "key", "business_id", "timeline")
     assertDataFrameEqual(out, [
         Row(message_id="m-ack", app_id="shop", broker="n1", first_ts_us=1000, last_ts_us=2500, published_ts_us=1000,
             stored_ts_us=1200, transaction_state=None, final_state="acked", final_states=["acked"], attempts=1,
