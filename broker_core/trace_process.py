@@ -2,12 +2,12 @@
 
 The broker side does as little per event as it can: `emit` appends one tuple, and the batch methods
 (`emit_messages` for a publish batch, `emit_group` for a delivery or ack frame) append one record
-holding the broker's own list. Once per `ship_interval_s` the lists are turned into columns (message
-ids, types, keys, business ids, attempts, sizes: a list each, computed once per list even when two
-records share it, as `published` and `stored` do), pickled and written to the child's stdin through a
+holding the broker's own list. Once per `ship_interval_s` the records are flattened into one chunk
+(a tuple of scalars per record, and one list per per-message column for all of them: message ids,
+types, keys, business ids, attempts, sizes), pickled and written to the child's stdin through a
 non-blocking asyncio pipe. The child (`python -m broker_core.trace_process DIR NODE_ID CLUSTER
-[parquet|jsonl] [NICE]`, at a lower priority: `nice`, default 10) hands the batch as it is to `ParquetTraceWriter.add_shipped` (the default), which
-builds Arrow columns from whole batches, or expands it into `JsonlTraceWriter.emit` calls (the older
+[parquet|jsonl] [NICE]`, at a lower priority: `nice`, default 10) hands the chunk as it is to
+`ParquetTraceWriter.add_chunk` (the default), which builds Arrow columns from whole chunks, or expands it into `JsonlTraceWriter.emit` calls (the older
 format). Tracing never blocks the broker: when the child falls behind by more than
 `max_buffer_bytes`, batches are dropped and counted. The child stops (closing its open file) when its
 stdin closes, also after a kill -9 of the broker.
@@ -98,7 +98,7 @@ class ProcessTraceSink:
         if transport is None or transport.is_closing() or transport.get_write_buffer_size() > self.max_buffer_bytes:
             self.dropped += sum(len(r[7]) if len(r) == 9 else 1 for r in records)
             return
-        data = pickle.dumps(([], columns(records)), protocol=pickle.HIGHEST_PROTOCOL)
+        data = pickle.dumps(columns(records), protocol=pickle.HIGHEST_PROTOCOL)
         transport.write(LENGTH.pack(len(data)) + data)
 
     def close(self) -> None:
@@ -118,37 +118,44 @@ class ProcessTraceSink:
         self._proc.kill()
 
 
-def columns(records: list[tuple]) -> list[tuple]:
-    """The sink's records as trace_writer.RECORD tuples, in order: one list per column, each list of
-    messages (or rows) read once however many records hold it; pickle then writes a shared list once.
-    An event of `emit` becomes a record of one."""
-    done: dict[int, tuple] = {}
-    out = []
+def columns(records: list[tuple]) -> tuple:
+    """The sink's records as one trace_writer chunk: a tuple of scalars and a count per record, and one
+    flat list per per-message column (message ids, types, keys, business ids, attempts, sizes) for all
+    the records in turn. An event of `emit` becomes a record of one. Per record this costs a tuple and a
+    few list extensions, so small frames (one message each) cost little more than large ones."""
+    scalars, counts = [], []
+    ids, types, keys, bids, attempts, sizes = [], [], [], [], [], []
     for record in records:
         if len(record) != 9:  # one event from emit()
             (event, ts_us, message_id, topic, message_type, key, business_id, app_id, client_host, group, consumer,
              attempt, detail, size) = record
-            out.append((event, topic, ts_us, app_id, client_host, group, consumer, detail, [message_id],
-                        [message_type], [key], [business_id], [attempt], [size]))
+            scalars.append((event, topic, ts_us, app_id, client_host, group, consumer, detail))
+            counts.append(1)
+            ids.append(message_id)
+            types.append(message_type)
+            keys.append(key)
+            bids.append(business_id)
+            attempts.append(attempt)
+            sizes.append(size)
             continue
         event, topic, ts_us, app_id, client_host, group, consumer, items, rows = record
-        cols = done.get(id(items))
-        if cols is None:
-            fields = list(map(_row_fields if rows else _fields, items))
-            cols = done[id(items)] = (fields, list(map(_id, fields)), list(map(_type, fields)),
-                                      list(map(_key, fields)), list(map(_bid, fields)),
-                                      list(map(_row_attempt, items)) if rows else None)
-        fields, ids, types, keys, bids, attempts = cols
-        sizes = [len(f[M_BODY]) for f in fields] if event in SIZED else None
-        out.append((event, topic, ts_us, app_id, client_host, group, consumer, None, ids, types, keys, bids,
-                    attempts, sizes))
-    return out
+        fields = list(map(_row_fields, items)) if rows else list(map(_fields, items))
+        n = len(fields)
+        scalars.append((event, topic, ts_us, app_id, client_host, group, consumer, None))
+        counts.append(n)
+        ids += map(_id, fields)
+        types += map(_type, fields)
+        keys += map(_key, fields)
+        bids += map(_bid, fields)
+        attempts += map(_row_attempt, items) if rows else [None] * n
+        sizes += [len(f[M_BODY]) for f in fields] if event in SIZED else [None] * n
+    return scalars, counts, ids, types, keys, bids, attempts, sizes
 
 
 def _child(directory: str, node_id: str, cluster: str, file_format: str = "parquet", nice: str = "0") -> None:
     if int(nice):
         os.nice(int(nice))  # the broker and its clients come first; the writer catches up when they idle
-    from broker_core.trace_writer import EVENT_TUPLE, JsonlTraceWriter, ParquetTraceWriter
+    from broker_core.trace_writer import JsonlTraceWriter, ParquetTraceWriter
 
     if file_format == "jsonl":
         writer = JsonlTraceWriter(directory, node_id=node_id, cluster=cluster)
@@ -161,19 +168,19 @@ def _child(directory: str, node_id: str, cluster: str, file_format: str = "parqu
             if len(head) < LENGTH.size:
                 break
             data = stream.read(LENGTH.unpack(head)[0])
-            events, records = pickle.loads(data)
+            chunk = pickle.loads(data)
             if file_format != "jsonl":
-                writer.add_shipped(events, records)
+                writer.add_chunk(chunk)
                 continue
-            for event, *values in events:
-                writer.emit(event, **dict(zip(EVENT_TUPLE[1:], values, strict=True)))
-            for event, topic, ts_us, app_id, client_host, group, consumer, detail, ids, types, keys, bids, \
-                    attempts, sizes in records:
-                for i, message_id in enumerate(ids):
-                    writer.emit(event, message_id=message_id, topic=topic, message_type=types[i], key=keys[i],
-                                business_id=bids[i], app_id=app_id, client_host=client_host, group=group,
-                                consumer=consumer, attempt=attempts[i] if attempts else None, detail=detail,
-                                size=sizes[i] if sizes else None, ts_us=ts_us)
+            scalars, counts, ids, types, keys, bids, attempts, sizes = chunk
+            i = 0
+            for (event, topic, ts_us, app_id, client_host, group, consumer, detail), n in zip(scalars, counts,
+                                                                                                strict=True):
+                for j in range(i, i + n):
+                    writer.emit(event, message_id=ids[j], topic=topic, message_type=types[j], key=keys[j],
+                                business_id=bids[j], app_id=app_id, client_host=client_host, group=group,
+                                consumer=consumer, attempt=attempts[j], detail=detail, size=sizes[j], ts_us=ts_us)
+                i += n
     finally:
         writer.close()
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import itertools
 import logging
 import os
 import secrets
@@ -229,9 +230,29 @@ PARQUET_TMP_SUFFIX = ".parquet.tmp"
 # the columns an event tuple / a shipped record carries, in the order of ParquetTraceWriter's tuples
 EVENT_TUPLE = ("event", "ts_us", "message_id", "topic", "message_type", "key", "business_id", "app_id",
                "client_host", "group", "consumer", "attempt", "detail", "size")
-# a shipped record: one event kind for many messages (broker_core.trace_process builds them)
+# a shipped record: one event kind for many messages
 RECORD = ("event", "topic", "ts_us", "app_id", "client_host", "group", "consumer", "detail",
           "ids", "types", "keys", "business_ids", "attempts", "sizes")
+# CHUNK: a shipped chunk (what broker_core.trace_process ships): many records flattened, so the cost per
+# record is one tuple, however small the frames were:
+#   (scalars, counts, ids, types, keys, business_ids, attempts, sizes)
+#   scalars  one tuple per record: RECORD[:8] (event, topic, ts_us, app_id, client_host, group, consumer, detail)
+#   counts   how many messages each record has
+#   ids ...  one value per message of all the records in turn (attempts, sizes: None where not applicable)
+PER_MESSAGE = ("message_id", "message_type", "key", "business_id", "attempt", "size")
+
+
+def chunk_from_records(records: list[tuple]) -> tuple:
+    """RECORD tuples as one chunk."""
+    scalars, counts = [], []
+    columns: list[list] = [[] for _ in PER_MESSAGE]
+    for record in records:
+        scalars.append(record[:8])
+        n = len(record[8])
+        counts.append(n)
+        for column, values in zip(columns, record[8:], strict=True):
+            column.extend(values if values is not None else [None] * n)
+    return (scalars, counts, *columns)
 
 
 def arrow_schema():
@@ -281,7 +302,7 @@ class ParquetTraceWriter(BatchEmitMixin):
         self.schema = arrow_schema()
         self._pending: collections.deque = collections.deque()  # event tuples (EVENT_TUPLE) from emit
         self._append = self._pending.append
-        self._shipped: collections.deque = collections.deque()  # (events, records, count) from add_shipped
+        self._shipped: collections.deque = collections.deque()  # (chunk, count) from add_chunk / add_shipped
         self._shipped_count = 0
         self._count_lock = threading.Lock()
         self._id_prefix = secrets.token_hex(8)  # event ids: a random prefix per writer plus a counter
@@ -317,14 +338,21 @@ class ParquetTraceWriter(BatchEmitMixin):
                       business_id, app_id, client_host, group, consumer, attempt, detail, size))
 
     def add_shipped(self, events: list[tuple], records: list[tuple]) -> None:
-        """Take a shipped batch as it is: `events` are EVENT_TUPLE tuples, `records` RECORD tuples."""
-        count = len(events) + sum(len(r[8]) for r in records)
+        """Take a shipped batch: `events` are EVENT_TUPLE tuples, `records` RECORD tuples."""
+        for event in events:
+            self.emit(event[0], **dict(zip(EVENT_TUPLE[1:], event[1:], strict=True)))
+        if records:
+            self.add_chunk(chunk_from_records(records))
+
+    def add_chunk(self, chunk: tuple) -> None:
+        """Take a shipped chunk (see CHUNK above) as it is."""
+        count = len(chunk[2])
         with self._count_lock:
             if len(self._pending) + self._shipped_count + count > self.max_pending:
                 self.dropped += count
                 return
             self._shipped_count += count
-        self._shipped.append((events, records, count))
+        self._shipped.append((chunk, count))
 
     # --- background thread ----------------------------------------------------------------
 
@@ -342,18 +370,15 @@ class ParquetTraceWriter(BatchEmitMixin):
             pending, shipped = self._pending, self._shipped
             events = [pending.popleft() for _ in range(len(pending))]
             chunks = [shipped.popleft() for _ in range(len(shipped))]
-            for chunk_events, _records, _count in chunks:
-                events.extend(chunk_events)
-            records = [r for chunk in chunks for r in chunk[1]]
             try:
                 for batch in (self._event_batch(events) if events else None,
-                              self._record_batch(records) if records else None):
+                              self._chunk_batch([c[0] for c in chunks]) if chunks else None):
                     if batch is not None and batch.num_rows:
                         self._write(batch)
             finally:
                 if chunks:
                     with self._count_lock:
-                        self._shipped_count -= sum(c[2] for c in chunks)
+                        self._shipped_count -= sum(c[1] for c in chunks)
             if self._stream is not None and (
                 roll or self._sink.tell() >= self.max_bytes or time.monotonic() - self._file_opened >= self.max_age_s
             ):
@@ -365,27 +390,25 @@ class ParquetTraceWriter(BatchEmitMixin):
         return self._assemble(len(events), {name: _array(values, self.schema.field(name).type)
                                             for name, values in cols.items()})
 
-    def _record_batch(self, records: list[tuple]):
-        """A record batch from shipped RECORD tuples, column-wise: what is one value per record (kind,
-        topic, time, app, host, group, consumer, detail) is converted once per record and spread over
-        its rows with `take`; per-message values are converted from the shipped lists as they are."""
+    def _chunk_batch(self, chunks: list[tuple]):
+        """A record batch from shipped chunks, column-wise: what is one value per record (kind, topic,
+        time, app, host, group, consumer, detail) is converted once per record and spread over its
+        rows with `take`; per-message values are converted from the shipped lists as they are."""
         import numpy as np
         import pyarrow as pa
 
-        per_record = list(zip(*records, strict=True))
-        counts = np.fromiter(map(len, per_record[8]), dtype=np.int64, count=len(records))
-        n = int(counts.sum())
-        take = pa.array(np.repeat(np.arange(len(records), dtype=np.int32), counts))
+        one = len(chunks) == 1
+        scalars = chunks[0][0] if one else [s for c in chunks for s in c[0]]
+        counts = np.fromiter(chunks[0][1] if one else (n for c in chunks for n in c[1]), dtype=np.int64)
+        per_record = list(zip(*scalars, strict=True))
+        take = pa.array(np.repeat(np.arange(len(scalars), dtype=np.int32), counts))
         schema = self.schema
         arrays = {name: _array(list(per_record[i]), schema.field(name).type).take(take)
                   for i, name in enumerate(RECORD[:8])}
-        for i, name in ((8, "message_id"), (9, "message_type"), (10, "key"), (11, "business_id"),
-                        (12, "attempt"), (13, "size")):
-            values = []
-            for column, count in zip(per_record[i], counts.tolist(), strict=True):
-                values.extend(column if column is not None else [None] * count)
+        for i, name in enumerate(PER_MESSAGE, start=2):
+            values = chunks[0][i] if one else list(itertools.chain.from_iterable(c[i] for c in chunks))
             arrays[name] = _array(values, schema.field(name).type)
-        return self._assemble(n, arrays)
+        return self._assemble(int(counts.sum()), arrays)
 
     def _assemble(self, n: int, arrays: dict):
         import pyarrow as pa

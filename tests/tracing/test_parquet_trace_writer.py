@@ -7,6 +7,7 @@ import time
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from broker_core.store import StoredMessage
 from broker_core.trace_process import ProcessTraceSink, columns
@@ -85,9 +86,10 @@ def test_shipped_records_expand_to_one_row_per_message_in_their_order(tmp_path):
         ("delivered", "orders", 200, None, "10.0.0.2:2", "billing", "c-1", [(1, 1, m1.fields), (2, 3, m2.fields)], True),
     ]
     shipped = columns(records)
-    assert shipped[0][8] is shipped[1][8]  # a list of messages is read once
+    assert shipped[1] == [2, 2, 1, 2]  # one count per record, one flat list per per-message column
+    assert shipped[2] == ["m-1", "m-2", "m-1", "m-2", "m-1", "m-1", "m-2"]
     writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60)
-    writer.add_shipped([], shipped)
+    writer.add_chunk(shipped)
     writer.close()
     common = {"v": 1, "topic": "orders", "message_type": "normal", "cluster": "c", "broker": "n1"}
     assert _rows(tmp_path.glob("*.parquet")) == [
@@ -195,3 +197,25 @@ def test_the_process_sink_writes_batches_and_single_events_in_order(tmp_path):
         ("published", "m-1", 10), ("published", "m-2", 10), ("stored", "m-1", 11), ("stored", "m-2", 11),
         ("nacked", "m-1", 12), ("delivered", "m-2", 13)]
     assert [p.suffix for p in _files(tmp_path)] == [".parquet"]
+
+
+@pytest.mark.parametrize("file_format", ["parquet", "jsonl"])
+def test_the_trace_process_writes_a_shipped_chunk_in_either_format(tmp_path, file_format):
+    """The child process the broker starts (python -m broker_core.trace_process), fed as the broker feeds it."""
+    import pickle
+    import subprocess
+    import sys
+
+    from broker_core.trace_process import LENGTH
+
+    m1, m2 = _message(1, "m-1", key="k1"), _message(2, "m-2")
+    chunk = columns([("stored", "orders", 100, "shop", None, None, None, [m1, m2], False),
+                     ("acked", "orders", 200, None, "10.0.0.2:2", "billing", "c-1", [(1, 2, m2.fields)], True)])
+    data = pickle.dumps(chunk)
+    child = subprocess.run([sys.executable, "-m", "broker_core.trace_process", str(tmp_path), "n1", "c", file_format,
+                            "0"], input=LENGTH.pack(len(data)) + data, timeout=60)
+    assert child.returncode == 0
+    rows = sorted(((e["event"], e["message_id"], e.get("key"), e.get("group"), e.get("attempt"))
+                   for e in read_trace_events(tmp_path)), key=lambda r: (r[0] != "stored", r[1]))
+    assert rows == [("stored", "m-1", "k1", None, None), ("stored", "m-2", None, None, None),
+                    ("acked", "m-2", None, "billing", 2)]
