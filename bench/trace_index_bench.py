@@ -68,7 +68,7 @@ def build(args, jdbc_url: str, events_dir: Path) -> tuple[int, int]:
     result = trace_index.run(spark, [str(events_dir)], str(out), jdbc_url=jdbc_url, reader=args.reader,
                              progress=progress)
     total = time.perf_counter() - start
-    parquet = marks["wrote the message summaries"]
+    parquet = marks["wrote the message summaries and timelines"]
     n = result["new_events"]
     print(f"index build, Parquet (read + dedupe + summaries + write): {n:,} events in {parquet:.1f} s "
           f"= {n / parquet:,.0f} events/s")
