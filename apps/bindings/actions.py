@@ -6,10 +6,9 @@ The workflow itself (submit, withdraw, approve, reject) is shared: apps/governan
 from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
 from django.utils import timezone
 
-from apps.audit.recorder import record
+from apps.audit.recorder import audited, record
 from apps.audit.snapshot import snapshot
 from apps.bindings.models import Binding, BindingApplication, GrantApplication, ProducerGrant
 from apps.governance import actions as workflow
@@ -60,14 +59,14 @@ def _update(actor, application, changes: dict, allowed, perm: str):
 # --- binding applications -----------------------------------------------------------------
 
 
-@transaction.atomic
+@audited
 def create_binding_application(*, actor, submit: bool = True, **fields) -> BindingApplication:
     require_perm(actor, "bindings.add_bindingapplication")
     workflow.check_fields(fields, BINDING_FIELDS)
     return _create(actor, BindingApplication, fields, submit)
 
 
-@transaction.atomic
+@audited
 def update_binding_application(*, actor, application, **changes) -> BindingApplication:
     return _update(actor, application, changes, BINDING_FIELDS, "bindings.change_bindingapplication")
 
@@ -108,14 +107,14 @@ def _materialize_binding(actor, application: BindingApplication) -> None:
 # --- producer grant applications ---------------------------------------------------------------
 
 
-@transaction.atomic
+@audited
 def create_grant_application(*, actor, submit: bool = True, **fields) -> GrantApplication:
     require_perm(actor, "bindings.add_grantapplication")
     workflow.check_fields(fields, GRANT_FIELDS)
     return _create(actor, GrantApplication, fields, submit)
 
 
-@transaction.atomic
+@audited
 def update_grant_application(*, actor, application, **changes) -> GrantApplication:
     return _update(actor, application, changes, GRANT_FIELDS, "bindings.change_grantapplication")
 

@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
 from django.utils import timezone
 
 from apps.accounts.roles import ADMIN, has_role
-from apps.audit.recorder import record
+from apps.audit.recorder import audited, record
 from apps.audit.snapshot import snapshot
 from apps.governance import policy
 from apps.governance.workflow import (
@@ -67,7 +66,7 @@ def check_policy(application, applicant=None) -> policy.Report:
     return report
 
 
-@transaction.atomic
+@audited
 def submit(*, actor, application):
     """draft → pending, once the policy passes."""
     application = _lock(application)
@@ -83,7 +82,7 @@ def submit(*, actor, application):
     return application
 
 
-@transaction.atomic
+@audited
 def withdraw(*, actor, application):
     application = _lock(application)
     _require_applicant(actor, application, "withdraw")
@@ -95,7 +94,7 @@ def withdraw(*, actor, application):
     return application
 
 
-@transaction.atomic
+@audited
 def approve(*, actor, application, comment: str = "", materialize: Callable):
     """Fill one approval slot; the last one approves the application and materializes it."""
     application = _lock(application)
@@ -124,7 +123,7 @@ def approve(*, actor, application, comment: str = "", materialize: Callable):
     return application
 
 
-@transaction.atomic
+@audited
 def reject(*, actor, application, comment: str):
     application = _lock(application)
     if actor is not None and actor.pk == application.applicant_id:
@@ -148,7 +147,7 @@ def reject(*, actor, application, comment: str):
 # --- what provisioning reports (actor None: the system) -------------------------------------
 
 
-@transaction.atomic
+@audited
 def mark_provisioning(application):
     application = _lock(application)
     if application.state not in (State.APPROVED, State.FAILED):
@@ -160,7 +159,7 @@ def mark_provisioning(application):
     return application
 
 
-@transaction.atomic
+@audited
 def mark_active(application):
     application = _lock(application)
     if application.state not in MATERIALIZED or application.state == State.ACTIVE:
@@ -172,7 +171,7 @@ def mark_active(application):
     return application
 
 
-@transaction.atomic
+@audited
 def mark_failed(application, error: str):
     application = _lock(application)
     if application.state not in (State.APPROVED, State.PROVISIONING):

@@ -13,7 +13,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from apps.audit.recorder import record
+from apps.audit.recorder import audited, record
 from apps.provisioning.desired import META, Desired, path_of
 from apps.provisioning.models import ObjectKind, SyncState, SyncStatus
 from apps.provisioning.status import Observation
@@ -77,6 +77,14 @@ def schedule_objects(cluster, units: list[tuple[str, int]]) -> None:
     transaction.on_commit(lambda: _enqueue(tasks.provision_objects, cluster_id, plain))
 
 
+def _locked(cluster, keys) -> list[SyncState]:
+    """Lock the sync-state rows of `keys` ((kind, object id)) on `cluster`, in id order so two transactions take
+    them in the same order, and only these rows: the model's ordering joins the cluster, whose row FOR UPDATE
+    would also lock (and every approval on that cluster inserts rows referring to it)."""
+    return list(SyncState.objects.select_for_update(of=("self",)).filter(
+        cluster=cluster, kind__in={k for k, _ in keys}, object_id__in={i for _, i in keys}).order_by("pk"))
+
+
 def _differs(record: SyncState | None, desired: Desired, obs: Observation) -> bool:
     if record is None:
         return True
@@ -85,7 +93,7 @@ def _differs(record: SyncState | None, desired: Desired, obs: Observation) -> bo
                                                       obs.diff, desired.revision, desired.path)
 
 
-@transaction.atomic
+@audited
 def record_observations(cluster, observed: list[tuple[Desired, Observation]], *, attempt: bool = False,
                         actor=None, audit_landing: bool = True, known: dict | None = None) -> int:
     """Store what was read back. An object landing a new revision is audited (unless the caller audits the
@@ -98,8 +106,7 @@ def record_observations(cluster, observed: list[tuple[Desired, Observation]], *,
         return 0
     now = timezone.now()
     keys = {(d.kind, d.object_id) for d, _ in observed if d.kind != META}
-    records = {(r.kind, r.object_id): r for r in SyncState.objects.select_for_update().filter(
-        cluster=cluster, kind__in={k for k, _ in keys}, object_id__in={i for _, i in keys})}
+    records = {(r.kind, r.object_id): r for r in _locked(cluster, keys)}
     changed = []
     for desired, obs in observed:
         if desired.kind == META:
@@ -123,7 +130,7 @@ def record_observations(cluster, observed: list[tuple[Desired, Observation]], *,
         if r.pk is None or attempt or before != (r.state, r.zk_revision, r.zk_version, r.problem, r.diff, r.error,
                                                   r.desired_revision):
             changed.append(r)
-        if landed_now and audit_landing:
+        if landed_now and audit_landing:  # appended after the writes below, as the last statements (audited)
             record(actor=actor, action=f"{desired.kind}.provisioned", object_type=_object_type(desired.kind),
                    object_id=desired.object_id, object_repr=f"{cluster.name}:{desired.path}"[:200],
                    after={"cluster": cluster.name, "path": desired.path, "revision": desired.revision,
@@ -170,8 +177,7 @@ def _object_type(kind: str) -> str:
 def record_failure(cluster, units: list[tuple[str, int]], error: str, *, final: bool) -> None:
     """A push did not land: note the error on every object still waiting for its revision."""
     now = timezone.now()
-    for r in SyncState.objects.select_for_update().filter(cluster=cluster, kind__in={k for k, _ in units},
-                                                          object_id__in={i for _, i in units}):
+    for r in _locked(cluster, units):
         if (r.kind, r.object_id) not in set(units) or r.landed_revision == r.desired_revision:
             continue
         r.attempts += 1
@@ -181,7 +187,7 @@ def record_failure(cluster, units: list[tuple[str, int]], error: str, *, final: 
         r.save(update_fields=["attempts", "last_attempt_at", "error", "state", "updated_at"])
 
 
-@transaction.atomic
+@audited
 def record_repair(*, actor, cluster, path: str, problem: str, kind: str | None, object_id: int | None,
                   before: dict | None, after: dict | None) -> None:
     """One audit record per repaired node: what ZooKeeper held and what it holds now."""
@@ -215,7 +221,7 @@ def ensure_reconcile_schedule(every_seconds: int = 60):
                                                    "record drift, re-drive what is still pending.")
 
 
-@transaction.atomic
+@audited
 def set_reconcile_schedule(*, actor, every_seconds: int, enabled: bool, repair: bool = False):
     from django_celery_beat.models import IntervalSchedule
 
@@ -260,7 +266,7 @@ def check_schedule(task, every, period: str) -> int:
     return seconds
 
 
-@transaction.atomic
+@audited
 def update_schedule(*, actor, task, every: int, period: str, enabled: bool):
     """Change one periodic task's interval and on/off. The reconcile and the trace index go through their own
     action (permission, audit record); any other task is permission-checked and recorded here."""

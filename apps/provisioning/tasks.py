@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
+from django.db import OperationalError
+
 from apps.audit.context import action_context
 from apps.clusters.zookeeper import ZooKeeperUnreachable
 from control_plane.celery import app
@@ -16,19 +18,32 @@ from control_plane.celery import app
 log = logging.getLogger(__name__)
 
 
+def _retry(task, exc: Exception, what: str):
+    """Retry after the backoff. ZooKeeper being away is retried until the push gives up itself (it then marks
+    the objects failed); a database error (a deadlock, a serialization failure, a lost connection) rolled the
+    attempt back, so it is retried too, up to the same number of attempts."""
+    from apps.provisioning import provision
+
+    if isinstance(exc, OperationalError) and task.request.retries + 1 >= provision.max_attempts():
+        log.error("provisioning %s: %s; giving up after %d attempts (the periodic reconcile re-drives it)", what,
+                  exc, task.request.retries + 1)
+        raise exc
+    delay = provision.backoff(task.request.retries)
+    log.warning("provisioning %s: %s; retry %d in %.1fs", what, exc, task.request.retries + 1, delay)
+    return task.retry(exc=exc, countdown=delay)
+
+
 @app.task(bind=True, name="provisioning.provision_application", max_retries=None, acks_late=True)
 def provision_application(self, kind: str, application_id: int):
-    """Push what an approved application created; retry with exponential backoff while ZooKeeper is away."""
+    """Push what an approved application created; retry with exponential backoff while ZooKeeper is away or
+    an attempt lost a deadlock in the database."""
     from apps.provisioning import provision
 
     with action_context("task", self.request.id):
         try:
             return provision.provision_application(kind, application_id, retries=self.request.retries)
-        except ZooKeeperUnreachable as exc:
-            delay = provision.backoff(self.request.retries)
-            log.warning("provisioning %s application %s: %s; retry %d in %.1fs", kind, application_id, exc,
-                        self.request.retries + 1, delay)
-            raise self.retry(exc=exc, countdown=delay) from exc
+        except (ZooKeeperUnreachable, OperationalError) as exc:
+            raise _retry(self, exc, f"{kind} application {application_id}") from exc
 
 
 @app.task(bind=True, name="provisioning.provision_objects", max_retries=None, acks_late=True)
@@ -38,10 +53,8 @@ def provision_objects(self, cluster_id: int, units: list):
     with action_context("task", self.request.id):
         try:
             provision.provision_objects(cluster_id, units, retries=self.request.retries)
-        except ZooKeeperUnreachable as exc:
-            delay = provision.backoff(self.request.retries)
-            log.warning("provisioning %s on cluster %s: %s; retry in %.1fs", units, cluster_id, exc, delay)
-            raise self.retry(exc=exc, countdown=delay) from exc
+        except (ZooKeeperUnreachable, OperationalError) as exc:
+            raise _retry(self, exc, f"{units} on cluster {cluster_id}") from exc
 
 
 @app.task(bind=True, name="provisioning.reconcile_all")

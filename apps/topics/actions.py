@@ -6,11 +6,10 @@ The workflow itself (submit, withdraw, approve, reject) is shared: apps/governan
 from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
 from django.utils import timezone
 
 from apps.accounts.roles import ADMIN, has_role
-from apps.audit.recorder import record
+from apps.audit.recorder import audited, record
 from apps.audit.snapshot import snapshot
 from apps.governance import actions as workflow
 from apps.governance.workflow import State
@@ -29,7 +28,7 @@ APPLICATION_FIELDS = ("name", "team", "environment", "cluster", "message_types",
 # --- apps ---------------------------------------------------------------------------------
 
 
-@transaction.atomic
+@audited
 def create_app(*, actor, app_id: str, team, description: str = "") -> tuple[App, str]:
     """Create an app; returns it with its secret, which is shown this once and stored only hashed."""
     require_perm(actor, "topics.add_app")
@@ -58,7 +57,7 @@ def _push_app(app: App) -> None:
         provisioning.schedule_objects(cluster, [(ObjectKind.APP, app.pk)])
 
 
-@transaction.atomic
+@audited
 def rotate_app_secret(*, actor, app: App) -> tuple[App, str]:
     """A new secret; the old one keeps working until the new hash is provisioned to each cluster."""
     _require_app_owner(actor, app)
@@ -74,7 +73,7 @@ def rotate_app_secret(*, actor, app: App) -> tuple[App, str]:
     return app, secret
 
 
-@transaction.atomic
+@audited
 def set_app_active(*, actor, app: App, active: bool) -> App:
     """Deactivate (brokers refuse its connections) or reactivate an app."""
     _require_app_owner(actor, app)
@@ -91,7 +90,7 @@ def set_app_active(*, actor, app: App, active: bool) -> App:
     return app
 
 
-@transaction.atomic
+@audited
 def set_app_check_url(*, actor, app: App, check_url: str) -> App:
     """Set (or clear, with "") the URL the back-check task asks when no connection of the app can answer."""
     _require_app_owner(actor, app)
@@ -110,7 +109,7 @@ def set_app_check_url(*, actor, app: App, check_url: str) -> App:
 # --- topic applications ---------------------------------------------------------------------
 
 
-@transaction.atomic
+@audited
 def create_topic_application(*, actor, submit: bool = True, **fields) -> TopicApplication:
     """A new application: a draft, or (submit=True) straight to pending once the policy passes."""
     require_perm(actor, "topics.add_topicapplication")
@@ -129,7 +128,7 @@ def create_topic_application(*, actor, submit: bool = True, **fields) -> TopicAp
     return application
 
 
-@transaction.atomic
+@audited
 def update_topic_application(*, actor, application: TopicApplication, **changes) -> TopicApplication:
     """Edit a draft (only the applicant; a submitted application is withdrawn and applied for anew)."""
     require_perm(actor, "topics.change_topicapplication")

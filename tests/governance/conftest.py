@@ -110,3 +110,27 @@ def approved_topic(people, topic_fields):
 def fast_password_hashing(settings):
     """Test users log in with a known password; the production hasher's million rounds only cost time here."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+QUEUE = "celery"  # the default queue the provisioning tasks go to
+
+
+@pytest.fixture
+def paused_worker(celery_worker):
+    """pause() stops the worker taking tasks (they wait in Redis); resume() lets it go on."""
+    from control_plane.celery import app
+
+    names = [name for reply in app.control.ping(timeout=2) for name in reply]
+    paused = []
+
+    def pause():
+        app.control.cancel_consumer(QUEUE, destination=names, reply=True, timeout=5)
+        paused.append(True)
+
+    def resume():
+        app.control.add_consumer(QUEUE, destination=names, reply=True, timeout=5)
+        paused.clear()
+
+    yield pause, resume
+    if paused:
+        resume()

@@ -13,8 +13,6 @@ from tests.governance.conftest import read_node, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-QUEUE = "celery"  # the default queue the provisioning tasks go to
-
 
 def publish(broker, secret: str):
     """One send on a fresh connection: the broker verifies the secret at hello."""
@@ -30,27 +28,6 @@ def refused(broker, secret: str) -> str | None:
         assert err.code == p.E_AUTH_FAILED
         return err.message
     return None
-
-
-@pytest.fixture
-def paused_worker(celery_worker):
-    """pause() stops the worker taking tasks (they wait in Redis); resume() lets it go on."""
-    from control_plane.celery import app
-
-    names = [name for reply in app.control.ping(timeout=2) for name in reply]
-    paused = []
-
-    def pause():
-        app.control.cancel_consumer(QUEUE, destination=names, reply=True, timeout=5)
-        paused.append(True)
-
-    def resume():
-        app.control.add_consumer(QUEUE, destination=names, reply=True, timeout=5)
-        paused.clear()
-
-    yield pause, resume
-    if paused:
-        resume()
 
 
 def test_old_secret_works_until_the_rotation_lands_then_only_the_new_one(

@@ -50,19 +50,18 @@ def governed(cluster, people, approved_topic, celery_worker):  # noqa: F811
 
     cp = control_plane_cluster(people.admin, cluster)
     topic = approved_topic(cp)
-    # one write at a time: an action racing the worker's read-back of the previous approval can deadlock
-    # in PostgreSQL (the audit chain's advisory lock against provisioning's row locks)
-    wait_active(TopicApplication.objects.get(topic=topic), "the topic")
     producer, producer_secret = topics.create_app(actor=people.dev, app_id=PRODUCER_APP,
                                                   team=Team.objects.get(name="payments"))
     consumer, consumer_secret = topics.create_app(actor=people.consumer, app_id=CONSUMER_APP,
                                                   team=Team.objects.get(name="logistics"))
     grant = bindings.create_grant_application(actor=people.dev, topic=topic, app=producer, reason="publish")
     bindings.approve_grant_application(actor=people.lead, application=grant)
-    wait_active(grant, "the grant")
     fields = {**binding_fields(), "topic": topic, "app": consumer}
     binding = bindings.create_binding_application(actor=people.consumer, **fields)
     bindings.approve_binding_application(actor=people.lead, application=binding)
+    # the writes above race the worker's provisioning of each earlier approval (see docs/governance.md, lock order)
+    wait_active(TopicApplication.objects.get(topic=topic), "the topic")
+    wait_active(grant, "the grant")
     wait_active(binding, "the binding")
     return SimpleNamespace(cluster=cluster, cp=cp, topic=topic, people=people,
                            producer=cluster.client_kwargs(app=PRODUCER_APP, secret=producer_secret),
