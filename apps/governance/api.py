@@ -14,8 +14,19 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
 from apps.governance import policy
-from apps.governance.workflow import State, decidable_slots, slot_summary
+from apps.governance.workflow import Membership, State, decidable_slots, slot_summary
 from control_plane.api import ActionViewSet, _field_errors
+
+
+def your_slots(serializer, user, application) -> list[str]:
+    """The caller's decidable slots on one row; a list's rows share one serializer, so they share the caller's
+    roles and teams, read once."""
+    if user is None:
+        return []
+    membership = getattr(serializer, "_membership", None)
+    if membership is None or membership.user is not user:
+        membership = serializer._membership = Membership(user)
+    return [str(s) for s in decidable_slots(user, application, membership)]
 
 
 class DecisionSerializer(serializers.Serializer):
@@ -50,7 +61,7 @@ class ApplicationSerializer(serializers.ModelSerializer):
 
     def get_your_approval_slots(self, obj) -> list[str]:
         request = self.context.get("request")
-        return [str(s) for s in decidable_slots(getattr(request, "user", None), obj)] if request else []
+        return your_slots(self, getattr(request, "user", None), obj) if request else []
 
     def get_sync(self, obj) -> list[dict]:
         """The recorded read-back of what the application put into ZooKeeper (GET …/sync/ reads it live)."""
@@ -222,7 +233,7 @@ class QueueItemSerializer(serializers.Serializer):
     url = serializers.SerializerMethodField()
 
     def get_your_approval_slots(self, obj) -> list[str]:
-        return [str(s) for s in decidable_slots(self.context["request"].user, obj)]
+        return your_slots(self, self.context["request"].user, obj)
 
     def get_url(self, obj) -> str:
         from rest_framework.reverse import reverse

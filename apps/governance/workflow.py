@@ -11,6 +11,8 @@ nobody decides their own application.
 
 from __future__ import annotations
 
+from functools import cached_property
+
 from django.conf import settings
 from django.db import models
 
@@ -128,15 +130,34 @@ def open_slots(application) -> list[str]:
     return [s for s in application.required_slots if s not in done]
 
 
-def can_fill(user, application, slot: str) -> bool:
-    """May `user` fill `slot` of `application` (ignoring whether they applied themselves)?"""
+class Membership:
+    """The admin role and the teams that decide whose owner slot `user` may fill, each read once when first
+    needed: a queue or a list asks for every row (user.has_perm caches permissions the same way)."""
+
+    def __init__(self, user):
+        self.user = user
+
+    @cached_property
+    def admin(self) -> bool:
+        return has_role(self.user, ADMIN)
+
+    @cached_property
+    def team_ids(self) -> frozenset[int]:
+        return frozenset(self.user.teams.values_list("pk", flat=True))
+
+    def covers(self, team) -> bool:
+        return self.admin or team.pk in self.team_ids
+
+
+def can_fill(user, application, slot: str, membership: Membership | None = None) -> bool:
+    """May `user` fill `slot` of `application` (ignoring whether they applied themselves)? Pass the same
+    `membership` for every row of a list."""
     if user is None or not user.is_authenticated:
         return False
     if slot == Slot.OWNER:
         if not user.has_perm(application.approve_perm):
             return False
-        team = application.approving_team()
-        return has_role(user, ADMIN) or team.members.filter(pk=user.pk).exists()
+        return (membership or Membership(user)).covers(application.approving_team())
     if slot == Slot.SRE:
         return user.has_perm(SRE_APPROVAL_PERM)
     return False
@@ -147,13 +168,14 @@ def _decided_by(user, application) -> bool:
     return any(d.actor_id == user.pk for d in application.decisions.all())
 
 
-def decidable_slots(user, application) -> list[str]:
+def decidable_slots(user, application, membership: Membership | None = None) -> list[str]:
     """The open slots `user` could fill now; empty for the applicant and for someone who already decided."""
     if application.state != State.PENDING or user is None or user.pk == application.applicant_id:
         return []
     if _decided_by(user, application):
         return []
-    return [s for s in open_slots(application) if can_fill(user, application, s)]
+    membership = membership or Membership(user)
+    return [s for s in open_slots(application) if can_fill(user, application, s, membership)]
 
 
 def slot_summary(application) -> list[dict]:

@@ -119,3 +119,46 @@ def test_listing_applications_reads_their_sync_records_in_one_query(people, api_
     assert len(rows) == TopicApplication.objects.count() == 8
     assert all(states == ["pending"] for _, states in rows)
     assert many == few
+
+
+@pytest.mark.parametrize("who", ["lead", "admin", "sre"])
+def test_your_approval_slots_cost_no_query_per_row(people, api_for, make_cluster, settings, who):
+    """The queue and an application list say which slots the caller may fill on every row, from the caller's
+    roles and teams read once."""
+    settings.SWITCHYARD_POLICY = {"topics_per_team": 100}
+    make_cluster("dev-a", "dev")
+    make_cluster("prod-a", "prod")
+    api = api_for(getattr(people, who))
+
+    def read(url: str) -> tuple[int, list]:
+        api.get(url)  # the token and permission look-ups, once
+        with CaptureQueriesContext(connection) as queries:
+            body = api.get(url).json()
+        return len(queries.captured_queries), [(i["id"], i["your_approval_slots"]) for i in body["results"]]
+
+    for n in range(2):
+        apply(api_for(people.dev), f"payments.t{n}", "prod-a", "prod")
+    few_queue, rows = read("/api/v1/approvals/")
+    few_list, listed = read("/api/v1/topic-applications/?state=pending")
+    slots = {"lead": ["owner"], "admin": ["owner", "sre"], "sre": ["sre"]}[who]
+    assert [s for _, s in rows] == [slots] * 2 and sorted(listed) == sorted(rows)
+    for n in range(2, 12):
+        apply(api_for(people.dev), f"payments.t{n}", "prod-a", "prod")
+    many_queue, rows = read("/api/v1/approvals/")
+    many_list, listed = read("/api/v1/topic-applications/?state=pending")
+    assert [s for _, s in rows] == [slots] * 12 and sorted(listed) == sorted(rows)
+    assert (many_queue, many_list) == (few_queue, few_list)
+
+
+def test_the_openapi_schema_describes_the_queue_as_a_page(people, api_for):
+    schema = api_for(people.lead).get("/api/v1/schema/?format=json").json()
+    get = schema["paths"]["/api/v1/approvals/"]["get"]
+    assert "page" in [p["name"] for p in get["parameters"]]
+    ref = get["responses"]["200"]["content"]["application/json"]["schema"]["$ref"]
+    page = schema["components"]["schemas"][ref.rsplit("/", 1)[1]]
+    assert set(page["properties"]) == {"count", "next", "previous", "results"}
+    item = schema["components"]["schemas"][page["properties"]["results"]["items"]["$ref"].rsplit("/", 1)[1]]
+    assert set(item["properties"]) == {"kind", "id", "title", "applicant", "state", "submitted_at",
+                                       "your_approval_slots", "url"}
+    assert item["properties"]["your_approval_slots"] == {"type": "array", "items": {"type": "string"},
+                                                         "readOnly": True}
