@@ -3,6 +3,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection, transaction
 from django.db.utils import InternalError
+from django.test.utils import CaptureQueriesContext
 
 from apps.audit.context import action_context
 from apps.audit.models import AuditLogIsAppendOnly, AuditRecord
@@ -83,3 +84,35 @@ def test_record_carries_actor_source_and_request_id(make_user):
     rec = AuditRecord.objects.get()
     assert (rec.actor_id, rec.actor_name, rec.source, rec.request_id) == (sre.pk, "sre-1", "task", "req-123")
     assert rec.before is None and rec.after["name"] == "c-east"
+
+
+def test_an_audited_action_appends_its_records_last_and_a_failed_inner_one_takes_its_records_back(make_user):
+    from apps.audit.recorder import audited
+    from apps.clusters.models import Cluster
+
+    sre = make_user("sre-1", "sre")
+
+    @audited
+    def failing(name):
+        actions.create_cluster(actor=sre, name=name, environment="dev", region="east", zk_connect="127.0.0.1:1",
+                               zk_chroot=f"/{name}")
+        raise ValueError("refused")
+
+    @audited
+    def outer():
+        actions.create_cluster(actor=sre, name="kept", environment="dev", region="east", zk_connect="127.0.0.1:1",
+                               zk_chroot="/kept")
+        with pytest.raises(ValueError):
+            failing("dropped")
+        assert AuditRecord.objects.count() == 0  # nothing appended before the action's other writes are done
+        Cluster.objects.filter(name="kept").update(description="written after the record was made")
+
+    with CaptureQueriesContext(connection) as queries:
+        outer()
+    sql = [q["sql"] for q in queries.captured_queries]
+    lock = next(i for i, s in enumerate(sql) if "pg_advisory_xact_lock" in s)
+    assert any("UPDATE" in s and "clusters_cluster" in s for s in sql[:lock])
+    assert not any("clusters_cluster" in s for s in sql[lock:])
+    assert [(r.action, r.object_repr) for r in AuditRecord.objects.all()] == [("cluster.create", "kept")]
+    assert list(Cluster.objects.values_list("name", flat=True)) == ["kept"]
+    call_command("verify_audit_chain")
