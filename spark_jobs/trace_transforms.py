@@ -46,7 +46,7 @@ def clean_events(raw: DataFrame) -> DataFrame:
     )
 
 
-def timelines(events: DataFrame, partitions: int | None = None) -> DataFrame:
+def timelines(events: DataFrame) -> DataFrame:
     """One row per message: its message fields and `timeline`, its events each once, in timeline order.
 
     The only shuffle of the index (by message id; each task first collects the events of the messages
@@ -54,8 +54,6 @@ def timelines(events: DataFrame, partitions: int | None = None) -> DataFrame:
     re-sent) are whole copies with the same (group, event_id), so after the sort they are neighbours
     and all but the first are dropped.
     """
-    if partitions:
-        events = events.repartition(partitions, "message_id")
     ordered = F.array_sort(F.collect_list(F.struct(*TIMELINE_FIELDS)))
     return (
         events.groupBy("message_id")
@@ -226,9 +224,9 @@ def summarize_timelines(messages: DataFrame) -> DataFrame:
     )
 
 
-def summarize(events: DataFrame, partitions: int | None = None) -> DataFrame:
+def summarize(events: DataFrame) -> DataFrame:
     """One summary row per message of cleaned `events` (with its timeline)."""
-    return summarize_timelines(timelines(events, partitions))
+    return summarize_timelines(timelines(events))
 
 
 MESSAGE_COLUMNS = [
