@@ -28,6 +28,38 @@ class IndexBusy(RuntimeError):
     pass
 
 
+# characters Spark escapes in a partition folder's value (as %XX), so Spark reads the value back as written
+_ESCAPED = frozenset('"#%\'*/:=?\\\x7f{[]^') | frozenset(chr(c) for c in range(1, 32))
+
+
+def partition_value(value: str) -> str:
+    return "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in value)
+
+
+def write_partitioned(table, directory: str, name: str) -> int:
+    """Write a summary table (with `date` and `topic` columns) as `<directory>/date=D/topic=T/<name>.parquet`
+    files, one per (date, topic), the two columns left to the folder names as Spark does. Each file is written
+    under a hidden name and renamed, so a retried task replaces its own files and readers never see half of
+    one. Returns the number of files."""
+    import numpy as np
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    if table.num_rows == 0:
+        return 0
+    table = table.take(pc.sort_indices(table, sort_keys=[("date", "ascending"), ("topic", "ascending")]))
+    dates, topics = table["date"].to_numpy(zero_copy_only=False), table["topic"].to_numpy(zero_copy_only=False)
+    cuts = [0, *(np.flatnonzero((dates[1:] != dates[:-1]) | (topics[1:] != topics[:-1])) + 1).tolist()]
+    body = table.drop_columns(["date", "topic"])
+    for start, end in zip(cuts, [*cuts[1:], len(dates)], strict=True):
+        folder = Path(directory) / f"date={partition_value(dates[start])}" / f"topic={partition_value(topics[start])}"
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f".{name}.parquet.tmp"
+        pq.write_table(body.slice(start, end - start), str(tmp), compression="snappy")
+        os.replace(tmp, folder / f"{name}.parquet")
+    return len(cuts)
+
+
 class IndexStore:
     def __init__(self, output: str | os.PathLike):
         self.root = Path(output).resolve()

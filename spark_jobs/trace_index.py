@@ -22,7 +22,13 @@ from pyspark.sql import functions as F
 from spark_jobs.index_store import IndexStore
 from spark_jobs.session import POSTGRES_JDBC_JAR, spark_session
 from spark_jobs.trace_read import READERS, read_events
-from spark_jobs.trace_transforms import EVENT_COLUMNS, clean_events, summarize, timeline_events
+from spark_jobs.trace_transforms import (
+    EVENT_COLUMNS,
+    by_message,
+    clean_events,
+    summary_schema,
+    timeline_events,
+)
 
 Progress = Callable[..., None]
 
@@ -73,16 +79,17 @@ def run(spark, inputs: list[str], output: str, *, jdbc_url: str | None = None, f
                 events = events.unionByName(timeline_events(
                     indexed.join(hits.select("message_id"), "message_id", "left_semi")))
 
-        # transform + write: one shuffle (by message id), one summary row with its timeline per message
-        summaries = summarize(events)
+        # transform + write: one shuffle (by message id), one summary row with its timeline per message,
+        # written by the task that made it; the untouched rows of rewritten files are copied as they are
+        schema = summary_schema()
+        written = write_summaries(events, str(staging / "messages"), run_id)
         if untouched is not None:
-            summaries = summaries.unionByName(untouched.select(*summaries.columns))
-        summaries.write.partitionBy("date", "topic").parquet(str(staging / "messages"))
-        staged = spark.read.schema(summaries.schema).parquet(str(staging / "messages"))
+            (untouched.select(*schema.fieldNames()).write.partitionBy("date", "topic").mode("append")
+             .parquet(str(staging / "messages")))
+        staged = spark.read.schema(schema).parquet(str(staging / "messages"))
         updated = staged if untouched is None else staged.join(batch_ids, "message_id", "left_semi")
-        messages, events_after = updated.agg(F.count("*"), F.coalesce(F.sum("event_count"), F.lit(0))).first()
         events_before = hits.agg(F.coalesce(F.sum("event_count"), F.lit(0))).first()[0] if hits is not None else 0
-        counts = {"new_events": events_after - events_before, "messages": messages}
+        counts = {"new_events": written["events"] - events_before, "messages": written["messages"]}
         progress("wrote the message summaries and timelines", 60, **counts)
 
         # load: summaries upserted, events inserted unless there (the touched messages' known ones are)
@@ -93,6 +100,33 @@ def run(spark, inputs: list[str], output: str, *, jdbc_url: str | None = None, f
         result = {"new_files": len(files), "replaced_files": len(replaced), "run_id": run_id, **counts}
         progress("committed", 100, **result)
         return result
+
+
+def write_summaries(events, directory: str, run_id: str) -> dict:
+    """Summarize cleaned `events` (trace_transforms.summarize) and write each task's rows under `directory`
+    (index_store.write_partitioned, files named after the task's partition and the run). Returns the
+    files, messages and events written."""
+
+    def write(batches):
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        from pyspark import TaskContext
+
+        from spark_jobs.index_store import write_partitioned
+        from spark_jobs.trace_arrow import summarize_table
+
+        batches = list(batches)
+        table = summarize_table(pa.Table.from_batches(batches)) if batches else None
+        files = messages = count = 0
+        if table is not None and table.num_rows:
+            name = f"part-{TaskContext.get().partitionId():05d}-{run_id}"
+            files = write_partitioned(table, directory, name)
+            messages, count = table.num_rows, pc.sum(table["event_count"]).as_py()
+        yield pa.RecordBatch.from_pydict({"files": [files], "messages": [messages], "events": [count]})
+
+    totals = (by_message(events).mapInArrow(write, "files long, messages long, events long")
+              .agg(*[F.coalesce(F.sum(c), F.lit(0)).alias(c) for c in ("files", "messages", "events")]).first())
+    return totals.asDict()
 
 
 def load_lookup_tables(*args, **kwargs):

@@ -5,7 +5,7 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from spark_jobs.trace_schema import EVENT_SCHEMA
-from spark_jobs.trace_transforms import clean_events, summarize, timeline_events, timelines
+from spark_jobs.trace_transforms import clean_events, summarize, timeline_events
 
 FIELDS = [f.name for f in EVENT_SCHEMA]
 
@@ -38,18 +38,18 @@ def test_clean_events_drops_malformed_and_unknown_kinds_and_ranks_the_rest(spark
                                Row(event_id="e2", event="stored", rank=2, date="1970-01-01")])
 
 
-def test_timelines_keep_each_event_once_in_timeline_order(spark):
+def test_summaries_keep_each_event_once_in_timeline_order(spark):
     new = clean_events(events(spark, ev("e1", "m1", 10, "published"), ev("e1", "m1", 10, "published"),
                               ev("e4", "m1", 20, "delivered", group="g1", attempt=1),
                               ev("e4", "m1", 20, "delivered", group="g2", attempt=1),  # one event id, two groups
                               ev("e2", "m1", 20, "stored"), ev("e3", "m2", 30, "published"),
                               ev("e2", "m1", 20, "stored")))
-    out = timelines(new).select("message_id", F.transform("timeline", lambda e: F.concat_ws(
+    out = summarize(new).select("message_id", F.transform("timeline", lambda e: F.concat_ws(
         "/", e.event_id, e.event, F.coalesce(e.group, F.lit("-")))).alias("steps"))
     assertDataFrameEqual(out, [Row(message_id="m1", steps=["e1/published/-", "e2/stored/-", "e4/delivered/g1",
                                                           "e4/delivered/g2"]),
                                Row(message_id="m2", steps=["e3/published/-"])])
-    back = timeline_events(timelines(new)).select("message_id", "event_id", "group", "rank", "date")
+    back = timeline_events(summarize(new)).select("message_id", "event_id", "group", "rank", "date")
     assertDataFrameEqual(back, [Row(message_id="m1", event_id="e1", group=None, rank=0, date="1970-01-01"),
                                 Row(message_id="m1", event_id="e2", group=None, rank=2, date="1970-01-01"),
                                 Row(message_id="m1", event_id="e4", group="g1", rank=5, date="1970-01-01"),

@@ -1,0 +1,230 @@
+"""The per-message half of the index in Arrow: whole messages' events → one summary row with its timeline each.
+
+`summarize_table` is a pure function of one Arrow table holding every event of the messages it has (the
+index's shuffle by message id, in `trace_transforms.summarize`, gives each task such a table). It works
+column-wise with Arrow's and numpy's kernels: one sort, then segment and hash aggregations; no Python per
+row or per message. What it computes is defined in docs/trace-events.md ("The index"):
+
+  timeline    the message's events, each once (copies share group and event id), ordered by
+              (ts_us, rank, event_id, group; no group first)
+  summary     message fields (the max over its events: a field only the published event has is taken from
+              it), first/last time, when published (the first published/prepared step) and stored, the
+              producing app, host and broker, size, transaction state; per group (sorted by name) its state,
+              attempts, deliveries, nacks, timeouts, first delivery, end, latency, last consumer and detail;
+              the message's final states and its final state (STATE_PRECEDENCE), total deliveries, date.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_jobs.trace_schema import EVENT_RANK, STATE_PRECEDENCE
+
+RANK_BITS = 16  # an event's place as one number: ts_us * RANK_BITS + rank
+KINDS = np.array(sorted(EVENT_RANK, key=EVENT_RANK.get), dtype=object)  # kind by rank
+R = EVENT_RANK
+TERMINAL = np.array([R["acked"], R["dead_lettered"], R["expired"]])
+DECISIVE = np.array([*TERMINAL, R["redriven"]])
+ACTIVE = np.array([R["delivered"], R["nacked"], R["timed_out"]])
+PRODUCED = np.array([R["published"], R["prepared"]])
+TRANSACTION = np.array([R["prepared"], R["committed"], R["rolled_back"]])
+STATES = sorted(STATE_PRECEDENCE)  # final_states lists them in this (alphabetical) order
+
+MESSAGE_FIELDS = ["topic", "message_type", "key", "business_id", "cluster"]
+TIMELINE_FIELDS = ["ts_us", "rank", "event_id", "group", "event", "attempt", "consumer", "client_host", "broker",
+                   "app_id", "detail", "size"]
+
+_s, _i, _l = pa.string(), pa.int32(), pa.int64()
+TIMELINE_TYPE = pa.list_(pa.struct([(f, {"ts_us": _l, "rank": _i, "attempt": _i, "size": _l}.get(f, _s))
+                                    for f in TIMELINE_FIELDS]))
+GROUP_TYPE = pa.struct([("group", _s), ("state", _s), ("attempts", _i), ("deliveries", _i), ("nacks", _i),
+                        ("timeouts", _i), ("first_delivered_us", _l), ("ended_us", _l), ("latency_us", _l),
+                        ("last_consumer", _s), ("detail", _s)])
+SUMMARY_SCHEMA = pa.schema([
+    ("message_id", _s), ("topic", _s), ("message_type", _s), ("key", _s), ("business_id", _s), ("cluster", _s),
+    ("app_id", _s), ("producer_host", _s), ("broker", _s), ("size", _l), ("first_ts_us", _l), ("last_ts_us", _l),
+    ("published_ts_us", _l), ("stored_ts_us", _l), ("transaction_state", _s), ("final_state", _s),
+    ("final_states", pa.list_(_s)), ("attempts", _i), ("event_count", _i), ("groups", pa.list_(GROUP_TYPE)),
+    ("date", _s), ("timeline", TIMELINE_TYPE),
+])
+
+
+def summarize_table(events: pa.Table) -> pa.Table:
+    """Summary rows (SUMMARY_SCHEMA) of the messages in `events`: cleaned events (clean_events' columns,
+    `date` not needed) holding every event of each of their messages."""
+    if events.num_rows == 0:
+        return SUMMARY_SCHEMA.empty_table()
+    events = events.combine_chunks()
+    encoded = pc.dictionary_encode(events["message_id"]).combine_chunks()
+    events = timeline_order(events.append_column("_m", encoded.indices))
+    m = events["_m"].to_numpy()
+    starts = np.flatnonzero(np.r_[True, m[1:] != m[:-1]])
+    offsets = np.r_[starts, len(m)].astype(np.int32)
+    rank = events["rank"].to_numpy()
+    ts = events["ts_us"].to_numpy()
+    key = ts * RANK_BITS + rank
+
+    message = _message_figures(events, m, rank, ts, key)
+    published = _shift(message["produced"], np.floor_divide)
+    groups, states, deliveries = _groups(events, m, starts, rank, ts, key, published)
+    tx = message["tx"]
+    transaction_state = _kinds(tx)
+    own_state = np.where(np.isin(transaction_state, ["rolled_back", "prepared"]), transaction_state,
+                         np.where(message["stored_ts_us"].is_valid().to_numpy(zero_copy_only=False),
+                                  "stored", "published"))
+    no_groups = ~states.any(axis=1)
+    states[np.flatnonzero(no_groups), [STATES.index(s) for s in own_state[no_groups]]] = True
+    rows, cols = np.nonzero(states)
+    final_states = pa.ListArray.from_arrays(
+        pa.array(np.r_[0, np.cumsum(states.sum(axis=1))].astype(np.int32)),
+        pa.array(np.array(STATES, dtype=object)[cols], _s))
+    final_state = np.full(len(starts), None, dtype=object)
+    for state in reversed(STATE_PRECEDENCE):
+        final_state[states[:, STATES.index(state)]] = state
+    first_ts = ts[starts]
+    timeline = pa.ListArray.from_arrays(pa.array(offsets), pa.StructArray.from_arrays(
+        [events[f].combine_chunks().cast(TIMELINE_TYPE.value_type.field(f).type) for f in TIMELINE_FIELDS],
+        fields=list(TIMELINE_TYPE.value_type)))
+    columns = {
+        "message_id": encoded.dictionary.take(pa.array(m[starts])),
+        **{f: message[f] for f in MESSAGE_FIELDS},
+        "app_id": pc.coalesce(message["producer_app"], message["any_app"]),
+        "producer_host": message["producer_host"],
+        "broker": pc.coalesce(message["producer_broker"], message["stored_broker"]),
+        "size": message["size"],
+        "first_ts_us": pa.array(first_ts, _l),
+        "last_ts_us": pa.array(ts[offsets[1:] - 1], _l),
+        "published_ts_us": published,
+        "stored_ts_us": message["stored_ts_us"],
+        "transaction_state": pa.array(transaction_state, _s),
+        "final_state": pa.array(final_state, _s),
+        "final_states": final_states,
+        "attempts": pa.array(deliveries, _i),
+        "event_count": pa.array(np.diff(offsets), _i),
+        "groups": groups,
+        "date": pc.strftime(pa.array(first_ts, pa.timestamp("us", "UTC")), "%Y-%m-%d"),
+        "timeline": timeline,
+    }
+    return pa.Table.from_arrays([columns[f.name] for f in SUMMARY_SCHEMA], schema=SUMMARY_SCHEMA)
+
+
+def timeline_order(events: pa.Table) -> pa.Table:
+    """`events` sorted by (message, ts_us, rank, event_id, group) with copies of an event dropped."""
+    order = pc.sort_indices(events, sort_keys=[("_m", "ascending", "at_start"), ("ts_us", "ascending", "at_start"),
+                                               ("rank", "ascending", "at_start"),
+                                               ("event_id", "ascending", "at_start"),
+                                               ("group", "ascending", "at_start")])
+    events = events.take(order)
+    n = events.num_rows
+    if n < 2:
+        return events
+    head, tail = (lambda c: c.slice(0, n - 1)), (lambda c: c.slice(1))
+    group = events["group"]
+    same_group = pc.or_(pc.fill_null(pc.equal(head(group), tail(group)), False),
+                        pc.and_(pc.is_null(head(group)), pc.is_null(tail(group))))
+    copy = pc.and_(pc.and_(pc.equal(head(events["_m"]), tail(events["_m"])),
+                           pc.equal(head(events["event_id"]), tail(events["event_id"]))), same_group)
+    if not pc.any(copy).as_py():
+        return events
+    return events.filter(pa.concat_arrays([pa.array([True]), pc.invert(copy).combine_chunks()]))
+
+
+def _where(mask: np.ndarray, values) -> pa.Array:
+    """values where mask, else null."""
+    if isinstance(values, np.ndarray):
+        return pa.array(values, mask=~mask)
+    return pc.if_else(pa.array(mask), values, pa.scalar(None, values.type))
+
+
+def _message_figures(events: pa.Table, m, rank, ts, key) -> dict[str, pa.Array]:
+    produced, stored = np.isin(rank, PRODUCED), rank == R["stored"]
+    figures = pa.table({
+        "_m": events["_m"],
+        **{f: events[f] for f in MESSAGE_FIELDS},
+        "produced": _where(produced, key), "stored_ts_us": _where(stored, ts),
+        "producer_app": _where(produced, events["app_id"]), "any_app": events["app_id"],
+        "producer_host": _where(produced, events["client_host"]),
+        "producer_broker": _where(produced, events["broker"]), "stored_broker": _where(stored, events["broker"]),
+        "size": _where(produced, events["size"]), "tx": _where(np.isin(rank, TRANSACTION), key),
+    })
+    mins = ("produced", "stored_ts_us")
+    out = figures.group_by("_m", use_threads=False).aggregate(
+        [(c, "min" if c in mins else "max") for c in figures.column_names if c != "_m"])
+    out = out.sort_by("_m")  # one row per message, in the order of `starts`
+    return {c: out[f"{c}_{'min' if c in mins else 'max'}"].combine_chunks() for c in figures.column_names if c != "_m"}
+
+
+def _shift(array: pa.Array, op) -> pa.Array:
+    """floor(key / RANK_BITS) of a key array (nulls kept)."""
+    values = array.to_numpy(zero_copy_only=False)
+    valid = array.is_valid().to_numpy(zero_copy_only=False)
+    return pa.array(op(np.where(valid, values, 0).astype(np.int64), RANK_BITS), _l, mask=~valid)
+
+
+def _kinds(keys: pa.Array) -> np.ndarray:
+    """The kind of each key (None where null)."""
+    valid = keys.is_valid().to_numpy(zero_copy_only=False)
+    values = np.where(valid, keys.to_numpy(zero_copy_only=False), 0).astype(np.int64)
+    return np.where(valid, KINDS[values % RANK_BITS], None)
+
+
+def _groups(events: pa.Table, m, starts, rank, ts, key, published: pa.Array):
+    """Per message: its groups' summaries (a list array), which states its groups are in (a boolean matrix,
+    columns STATES) and its deliveries in all."""
+    n_messages = len(starts)
+    states = np.zeros((n_messages, len(STATES)), dtype=bool)
+    has_group = events["group"].is_valid().to_numpy(zero_copy_only=False)
+    if not has_group.any():
+        empty = pa.ListArray.from_arrays(pa.array(np.zeros(n_messages + 1, np.int32)), pa.array([], GROUP_TYPE))
+        return empty, states, np.zeros(n_messages, np.int64)
+    rows = np.flatnonzero(has_group)
+    g_rank, g_key, g_ts = rank[rows], key[rows], ts[rows]
+    take = pa.array(rows)
+    figures = pa.table({
+        "_m": events["_m"].take(take), "group": events["group"].take(take),
+        "decisive": _where(np.isin(g_rank, DECISIVE), g_key), "active": _where(np.isin(g_rank, ACTIVE), g_key),
+        "attempt": events["attempt"].take(take),
+        "deliveries": (g_rank == R["delivered"]).astype(np.int32), "nacks": (g_rank == R["nacked"]).astype(np.int32),
+        "timeouts": (g_rank == R["timed_out"]).astype(np.int32),
+        "first_delivered_us": _where(g_rank == R["delivered"], g_ts),
+        "consumer": events["consumer"].take(take), "detail": events["detail"].take(take),
+    })
+    # in timeline order, so "last" is the last non-null value of a group's steps
+    out = figures.group_by(["_m", "group"], use_threads=False).aggregate([
+        ("decisive", "max"), ("active", "max"), ("attempt", "max"), ("deliveries", "sum"), ("nacks", "sum"),
+        ("timeouts", "sum"), ("first_delivered_us", "min"), ("consumer", "last"), ("detail", "last"),
+    ]).sort_by([("_m", "ascending"), ("group", "ascending")])
+    decisive = out["decisive_max"].combine_chunks()
+    active = out["active_max"].combine_chunks()
+    d_valid = decisive.is_valid().to_numpy(zero_copy_only=False)
+    a_valid = active.is_valid().to_numpy(zero_copy_only=False)
+    d = np.where(d_valid, decisive.to_numpy(zero_copy_only=False), 0).astype(np.int64)
+    a = np.where(a_valid, active.to_numpy(zero_copy_only=False), 0).astype(np.int64)
+    terminal = d_valid & np.isin(d % RANK_BITS, TERMINAL)
+    live = a_valid & (~d_valid | (a > d))
+    state = np.where(terminal, KINDS[d % RANK_BITS],
+                     np.where(live, np.where(a % RANK_BITS == R["delivered"], "in_flight", "retrying"), "pending"))
+    # the message each group row belongs to: messages are in _m order, one row each
+    position = np.searchsorted(m[starts], out["_m"].to_numpy())
+    published_us = published.to_numpy(zero_copy_only=False)[position]
+    p_valid = published.is_valid().to_numpy(zero_copy_only=False)[position]
+    ended = d // RANK_BITS
+    deliveries = out["deliveries_sum"].to_numpy().astype(np.int64)
+    group_rows = pa.StructArray.from_arrays([
+        out["group"].combine_chunks(), pa.array(state, _s),
+        pc.fill_null(out["attempt_max"], 0).combine_chunks().cast(_i), pa.array(deliveries, _i),
+        out["nacks_sum"].combine_chunks().cast(_i), out["timeouts_sum"].combine_chunks().cast(_i),
+        out["first_delivered_us_min"].combine_chunks().cast(_l),
+        pa.array(ended, _l, mask=~terminal),
+        pa.array(ended - np.where(p_valid, published_us, 0).astype(np.int64), _l, mask=~(terminal & p_valid)),
+        out["consumer_last"].combine_chunks(), out["detail_last"].combine_chunks(),
+    ], fields=list(GROUP_TYPE))
+    counts = np.bincount(position, minlength=n_messages)
+    groups = pa.ListArray.from_arrays(pa.array(np.r_[0, np.cumsum(counts)].astype(np.int32)), group_rows)
+    for i, name in enumerate(STATES):
+        hit = state == name
+        if hit.any():
+            states[np.unique(position[hit]), i] = True
+    return groups, states, np.bincount(position, weights=deliveries, minlength=n_messages).astype(np.int64)
