@@ -2,15 +2,16 @@
 
 The broker side does as little per event as it can: `emit` appends one tuple, and the batch methods
 (`emit_messages` for a publish batch, `emit_group` for a delivery or ack frame) append one record
-holding the broker's own list. Once per `ship_interval_s` the records are flattened into one chunk
-(a tuple of scalars per record, and one list per per-message column for all of them: message ids,
-types, keys, business ids, attempts, sizes), pickled and written to the child's stdin through a
-non-blocking asyncio pipe. The child (`python -m broker_core.trace_process DIR NODE_ID CLUSTER
-[parquet|jsonl] [NICE]`, at a lower priority: `nice`, default 10) hands the chunk as it is to
-`ParquetTraceWriter.add_chunk` (the default), which builds Arrow columns from whole chunks, or expands it into `JsonlTraceWriter.emit` calls (the older
-format). Tracing never blocks the broker: when the child falls behind by more than
-`max_buffer_bytes`, batches are dropped and counted. The child stops (closing its open file) when its
-stdin closes, also after a kill -9 of the broker.
+holding the broker's own list. A publish batch's `stored` record names its `published` record instead
+of its messages (the same list: the child repeats that record's columns). Once per `ship_interval_s`
+the records become one chunk (trace_writer's CHUNK: a tuple of scalars per record, and per per-message
+column the values of all records joined into one bytes object, so neither side makes a Python object
+per value), pickled and written to the child's stdin through a non-blocking asyncio pipe. The child
+(`python -m broker_core.trace_process DIR NODE_ID CLUSTER [parquet|jsonl] [NICE]`, at a lower priority:
+`nice`, default 10) hands the chunk as it is to `ParquetTraceWriter.add_chunk` (the default), or expands
+it into `JsonlTraceWriter.emit` calls (the older format). Tracing never blocks the broker: when the
+child falls behind by more than `max_buffer_bytes`, chunks are dropped and counted. The child stops
+(closing its open file) when its stdin closes, also after a kill -9 of the broker.
 """
 
 from __future__ import annotations
@@ -28,23 +29,23 @@ from time import time_ns
 
 from broker_core.protocol import M_BODY, M_BUSINESS_ID, M_ID, M_KEY, M_TYPE
 from broker_core.trace import SIZED
+from broker_core.trace_writer import HAS_ATTEMPT, HAS_SIZE
 
 log = logging.getLogger("broker_core.trace")
 
-# the child's event tuple: trace_writer.EVENT_TUPLE
-EVENT_FIELDS = ("ts_us", "message_id", "topic", "message_type", "key", "business_id", "app_id", "client_host",
-                "group", "consumer", "attempt", "detail", "size")
 LENGTH = struct.Struct(">I")
 FORMATS = ("parquet", "jsonl")
+MESSAGES, ROWS = 0, 1  # what a batch record holds: StoredMessages, or (seq, attempt, fields) rows
 
 _fields = attrgetter("fields")
 _row_fields = itemgetter(2)
 _row_attempt = itemgetter(1)
+_body = itemgetter(M_BODY)
 _id, _type, _key, _bid = itemgetter(M_ID), itemgetter(M_TYPE), itemgetter(M_KEY), itemgetter(M_BUSINESS_ID)
 
 
 class ProcessTraceSink:
-    def __init__(self, directory: Path, *, node_id: str, cluster: str, ship_interval_s: float = 0.02,
+    def __init__(self, directory: Path, *, node_id: str, cluster: str, ship_interval_s: float = 0.05,
                  max_buffer_bytes: int = 64 * 1024 * 1024, file_format: str = "parquet", nice: int = 10):
         if file_format not in FORMATS:
             raise ValueError(f"trace file format must be one of {FORMATS}")
@@ -52,6 +53,11 @@ class ProcessTraceSink:
         self.max_buffer_bytes = max_buffer_bytes
         self.dropped = 0
         self._records: list[tuple] = []  # in the order of the steps: event tuples and batch records
+        self._next = 0  # the number of the next record (numbered across chunks, as the child counts them)
+        self._first = 0  # the number of the first record not shipped yet
+        # id(list) -> (list, record number): message lists shipped in this chunk or the one before, which
+        # a later record of the same list may name (the child keeps one chunk back)
+        self._lists: dict[int, tuple[list, int]] = {}
         self._scheduled = False
         self._transport: asyncio.WriteTransport | None = None
         self._proc = subprocess.Popen(
@@ -69,40 +75,55 @@ class ProcessTraceSink:
              ts_us=None) -> None:
         self._records.append((event, ts_us or time_ns() // 1000, message_id, topic, message_type, key, business_id,
                               app_id, client_host, group, consumer, attempt, detail, size))
+        self._next += 1
         if not self._scheduled:
             self._scheduled = True
-            self.loop.call_later(self.ship_interval_s, self._ship)
+            self.loop.call_later(self.ship_interval_s, self.ship)
 
     def emit_messages(self, event: str, topic: str, messages: list, *, app_id=None, client_host=None,
                       ts_us=None) -> None:
+        ref = None
+        if event not in SIZED:  # a record with sizes ships its own columns
+            seen = self._lists.pop(id(messages), None)
+            if seen is not None and seen[0] is messages:
+                ref = seen[1]
+        if ref is None:
+            self._lists[id(messages)] = (messages, self._next)
         self._records.append((event, topic, ts_us or time_ns() // 1000, app_id, client_host, None, None,
-                              messages, False))
+                              messages, MESSAGES, ref))
+        self._next += 1
         if not self._scheduled:
             self._scheduled = True
-            self.loop.call_later(self.ship_interval_s, self._ship)
+            self.loop.call_later(self.ship_interval_s, self.ship)
 
     def emit_group(self, event: str, topic: str, group: str, rows: list, *, consumer=None, client_host=None,
                    ts_us=None) -> None:
         self._records.append((event, topic, ts_us or time_ns() // 1000, None, client_host, group, consumer,
-                              rows, True))
+                              rows, ROWS, None))
+        self._next += 1
         if not self._scheduled:
             self._scheduled = True
-            self.loop.call_later(self.ship_interval_s, self._ship)
+            self.loop.call_later(self.ship_interval_s, self.ship)
 
-    def _ship(self) -> None:
+    def ship(self) -> None:
+        """Send what was recorded to the child now (the timer does, `ship_interval_s` after a first record)."""
         self._scheduled = False
         records, self._records = self._records, []
         if not records:
             return
+        first, self._first = self._first, self._next
         transport = self._transport
         if transport is None or transport.is_closing() or transport.get_write_buffer_size() > self.max_buffer_bytes:
-            self.dropped += sum(len(r[7]) if len(r) == 9 else 1 for r in records)
+            self.dropped += sum(len(r[7]) if len(r) == 10 else 1 for r in records)
+            self._lists.clear()  # the child never sees these records: no later one may name them
             return
-        data = pickle.dumps(columns(records), protocol=pickle.HIGHEST_PROTOCOL)
+        data = pickle.dumps(columns(records, first), protocol=pickle.HIGHEST_PROTOCOL)
         transport.write(LENGTH.pack(len(data)) + data)
+        if self._lists:  # keep this chunk's lists only
+            self._lists = {k: v for k, v in self._lists.items() if v[1] >= first}
 
     def close(self) -> None:
-        self._ship()
+        self.ship()
         if self._transport is not None:
             self._transport.close()
         else:
@@ -118,47 +139,67 @@ class ProcessTraceSink:
         self._proc.kill()
 
 
-def columns(records: list[tuple]) -> tuple:
-    """The sink's records as one trace_writer chunk: a tuple of scalars and a count per record, and one
-    flat list per per-message column (message ids, types, keys, business ids, attempts, sizes) for all
-    the records in turn. An event of `emit` becomes a record of one. Per record this costs a tuple and a
-    few list extensions, so small frames (one message each) cost little more than large ones."""
-    scalars, counts = [], []
-    ids, types, keys, bids, attempts, sizes = [], [], [], [], [], []
-    for record in records:
-        if len(record) != 9:  # one event from emit()
+def columns(records: list[tuple], first: int = 0) -> tuple:
+    """The sink's records (numbered from `first`) as one trace_writer CHUNK. Per record this costs a tuple
+    and a list extension or two; per message a few C-level passes (itemgetter, join), no Python object."""
+    scalars, counts, refs = [], [], []
+    fields: list = []  # the message arrays (or, for emit's events, (id, type, key, business id)) in turn
+    attempts, sizes = [], []
+    for i, record in enumerate(records):
+        if len(record) != 10:  # one event from emit()
             (event, ts_us, message_id, topic, message_type, key, business_id, app_id, client_host, group, consumer,
              attempt, detail, size) = record
-            scalars.append((event, topic, ts_us, app_id, client_host, group, consumer, detail))
+            scalars.append((event, topic, ts_us, app_id, client_host, group, consumer, detail,
+                            HAS_ATTEMPT | HAS_SIZE))
             counts.append(1)
-            ids.append(message_id)
-            types.append(message_type)
-            keys.append(key)
-            bids.append(business_id)
+            fields.append((message_id, message_type, key, business_id))
             attempts.append(attempt)
             sizes.append(size)
             continue
-        event, topic, ts_us, app_id, client_host, group, consumer, items, rows = record
-        fields = list(map(_row_fields, items)) if rows else list(map(_fields, items))
-        n = len(fields)
-        scalars.append((event, topic, ts_us, app_id, client_host, group, consumer, None))
-        counts.append(n)
-        ids += map(_id, fields)
-        types += map(_type, fields)
-        keys += map(_key, fields)
-        bids += map(_bid, fields)
-        attempts += map(_row_attempt, items) if rows else [None] * n
-        sizes += [len(f[M_BODY]) for f in fields] if event in SIZED else [None] * n
-    return scalars, counts, ids, types, keys, bids, attempts, sizes
+        event, topic, ts_us, app_id, client_host, group, consumer, items, kind, ref = record
+        counts.append(len(items))
+        if ref is not None:
+            scalars.append((event, topic, ts_us, app_id, client_host, group, consumer, None, 0))
+            refs.append((i, ref))
+        elif kind == ROWS:
+            scalars.append((event, topic, ts_us, app_id, client_host, group, consumer, None, HAS_ATTEMPT))
+            fields += map(_row_fields, items)
+            attempts += map(_row_attempt, items)
+        elif event in SIZED:
+            scalars.append((event, topic, ts_us, app_id, client_host, group, consumer, None, HAS_SIZE))
+            arrays = list(map(_fields, items))
+            fields += arrays
+            sizes += map(len, map(_body, arrays))
+        else:
+            scalars.append((event, topic, ts_us, app_id, client_host, group, consumer, None, 0))
+            fields += map(_fields, items)
+    return (first, scalars, counts, refs, _joined(list(map(_id, fields))), _joined(list(map(_type, fields))),
+            _joined(list(map(_key, fields))), _joined(list(map(_bid, fields))), attempts, sizes)
+
+
+def _joined(values: list):
+    """A string column as shipped: its values joined by NUL as UTF-8 bytes; None if all are null; the list
+    itself if some are null, or not strings, or hold a NUL."""
+    try:
+        joined = "\0".join(values)
+    except TypeError:
+        return None if values.count(None) == len(values) else values
+    if joined.count("\0") != len(values) - 1:
+        return values
+    try:
+        return joined.encode()
+    except UnicodeEncodeError:
+        return values
 
 
 def _child(directory: str, node_id: str, cluster: str, file_format: str = "parquet", nice: str = "0") -> None:
     if int(nice):
         os.nice(int(nice))  # the broker and its clients come first; the writer catches up when they idle
-    from broker_core.trace_writer import JsonlTraceWriter, ParquetTraceWriter
+    from broker_core.trace_writer import ChunkDecoder, JsonlTraceWriter, ParquetTraceWriter
 
     if file_format == "jsonl":
         writer = JsonlTraceWriter(directory, node_id=node_id, cluster=cluster)
+        decoder = ChunkDecoder()
     else:
         writer = ParquetTraceWriter(directory, node_id=node_id, cluster=cluster)
     stream = sys.stdin.buffer
@@ -172,10 +213,13 @@ def _child(directory: str, node_id: str, cluster: str, file_format: str = "parqu
             if file_format != "jsonl":
                 writer.add_chunk(chunk)
                 continue
-            scalars, counts, ids, types, keys, bids, attempts, sizes = chunk
+            unresolved = decoder.unresolved
+            scalars, counts, per_message = decoder.decode(chunk)
+            writer.dropped += decoder.unresolved - unresolved
+            ids, types, keys, bids, attempts, sizes = (c.to_pylist() for c in per_message)
             i = 0
-            for (event, topic, ts_us, app_id, client_host, group, consumer, detail), n in zip(scalars, counts,
-                                                                                                strict=True):
+            for (event, topic, ts_us, app_id, client_host, group, consumer, detail, _), n in zip(
+                    scalars, counts.tolist(), strict=True):
                 for j in range(i, i + n):
                     writer.emit(event, message_id=ids[j], topic=topic, message_type=types[j], key=keys[j],
                                 business_id=bids[j], app_id=app_id, client_host=client_host, group=group,

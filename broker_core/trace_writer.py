@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import itertools
 import logging
 import os
 import secrets
@@ -227,32 +226,31 @@ class JsonlTraceWriter(BatchEmitMixin):
 ARROWS_OPEN_SUFFIX = ".arrows.open"
 PARQUET_SUFFIX = ".parquet"
 PARQUET_TMP_SUFFIX = ".parquet.tmp"
-# the columns an event tuple / a shipped record carries, in the order of ParquetTraceWriter's tuples
+# the columns of an event tuple (what `emit` queues)
 EVENT_TUPLE = ("event", "ts_us", "message_id", "topic", "message_type", "key", "business_id", "app_id",
                "client_host", "group", "consumer", "attempt", "detail", "size")
-# a shipped record: one event kind for many messages
-RECORD = ("event", "topic", "ts_us", "app_id", "client_host", "group", "consumer", "detail",
-          "ids", "types", "keys", "business_ids", "attempts", "sizes")
-# CHUNK: a shipped chunk (what broker_core.trace_process ships): many records flattened, so the cost per
-# record is one tuple, however small the frames were:
-#   (scalars, counts, ids, types, keys, business_ids, attempts, sizes)
-#   scalars  one tuple per record: RECORD[:8] (event, topic, ts_us, app_id, client_host, group, consumer, detail)
-#   counts   how many messages each record has
-#   ids ...  one value per message of all the records in turn (attempts, sizes: None where not applicable)
+# what a record of a chunk says once for all its messages, and what it has per message
+RECORD = ("event", "topic", "ts_us", "app_id", "client_host", "group", "consumer", "detail")
 PER_MESSAGE = ("message_id", "message_type", "key", "business_id", "attempt", "size")
-
-
-def chunk_from_records(records: list[tuple]) -> tuple:
-    """RECORD tuples as one chunk."""
-    scalars, counts = [], []
-    columns: list[list] = [[] for _ in PER_MESSAGE]
-    for record in records:
-        scalars.append(record[:8])
-        n = len(record[8])
-        counts.append(n)
-        for column, values in zip(columns, record[8:], strict=True):
-            column.extend(values if values is not None else [None] * n)
-    return (scalars, counts, *columns)
+HAS_ATTEMPT, HAS_SIZE = 1, 2
+# CHUNK: what broker_core.trace_process ships (pickled), the records of one interval:
+#   (first, scalars, counts, refs, ids, types, keys, business_ids, attempts, sizes)
+#   first     the number of the chunk's first record (records are numbered across chunks)
+#   scalars   one tuple per record: RECORD, then flags (HAS_ATTEMPT, HAS_SIZE: `attempts` / `sizes` hold
+#             values for its messages)
+#   counts    how many messages each record has
+#   refs      (index in this chunk, number of an earlier record): a record of the same messages as that
+#             one (a publish batch's `stored` record and its `published` one), which ships no per-message
+#             values of its own; the earlier record is in this chunk or in the one before
+#   ids, types, keys, business_ids   the other records' messages' values in turn, each column as bytes
+#             (the values in UTF-8 joined by NUL: no Python object per value on either side), None (all
+#             null) or a list
+#   attempts, sizes   lists: the values of the flagged records' messages in turn (None: null)
+# The open file holds each record's RECORD values once (run-end encoded) and no column that is the same
+# for the whole file (v, cluster, broker) or follows from a row's place in it (event_id): OPEN_FORMAT in
+# its schema's metadata; the conversion at roll writes every column of arrow_schema().
+OPEN_FORMAT = b"compact-1"
+ROW_GROUP = 1024 * 1024
 
 
 def arrow_schema():
@@ -266,14 +264,137 @@ def arrow_schema():
                       ("attempt", pa.int32()), ("detail", s), ("size", pa.int64())])
 
 
+def open_schema(metadata: dict | None = None):
+    """The columns of an open (Arrow stream) trace file: RECORD run-end encoded, then PER_MESSAGE."""
+    import pyarrow as pa
+
+    full = arrow_schema()
+    return pa.schema([(name, pa.run_end_encoded(pa.int32(), full.field(name).type)) for name in RECORD]
+                     + [full.field(name) for name in PER_MESSAGE], metadata=metadata)
+
+
+class ChunkDecoder:
+    """Shipped chunks (CHUNK), in the order they were shipped, as Arrow columns. A reference is resolved
+    against this chunk and the one before; one that cannot be (its record was dropped) drops its rows,
+    counted in `unresolved`."""
+
+    def __init__(self) -> None:
+        self.unresolved = 0
+        self._prev = None  # (first, is_ref, counts, own_start, own columns) of the last chunk
+
+    def decode(self, chunk: tuple, *, follows: bool = True) -> tuple[list, object, list]:
+        """(scalars, counts, columns): the records' scalar tuples, their message counts (numpy), and an
+        Arrow array per PER_MESSAGE column with a value for each message of the records in turn.
+        `follows=False`: a chunk that is not in the shipped sequence (events from `emit`)."""
+        import numpy as np
+        import pyarrow as pa
+
+        prev, self._prev = self._prev, None  # (kept only if this chunk decodes)
+        first, scalars, counts, refs, *strings, attempts, sizes = chunk
+        k = len(scalars)
+        counts = np.array(counts, dtype=np.int64).reshape(k)
+        is_ref = np.zeros(k, dtype=bool)
+        for i, _ in refs:
+            is_ref[i] = True
+        own_counts = np.where(is_ref, 0, counts)
+        own_start = np.cumsum(own_counts) - own_counts
+        own = [_strings(values, int(own_counts.sum())) for values in strings]
+        columns, kept = own, counts
+        if refs:
+            source, from_prev, keep = own_start.copy(), np.zeros(k, dtype=bool), np.ones(k, dtype=bool)
+            for i, number in refs:
+                j = number - first
+                if 0 <= j < i and not is_ref[j] and counts[j] == counts[i]:
+                    source[i] = own_start[j]
+                elif prev is not None and 0 <= (j := number - prev[0]) < len(prev[2]) and not prev[1][j] \
+                        and prev[2][j] == counts[i]:
+                    source[i], from_prev[i] = prev[3][j], True
+                else:
+                    keep[i] = False
+            pool = own
+            if from_prev.any():
+                source = np.where(from_prev, source, source + len(prev[4][0]))
+                pool = [pa.concat_arrays([p, o]) for p, o in zip(prev[4], own, strict=True)]
+            if not keep.all():
+                self.unresolved += int(counts[~keep].sum())
+                scalars = [s for s, k_ in zip(scalars, keep.tolist(), strict=True) if k_]
+                kept, source = counts[keep], source[keep]
+            rows = np.repeat(source - (np.cumsum(kept) - kept), kept) + np.arange(int(kept.sum()))
+            take = pa.array(rows)
+            columns = [c.take(take) for c in pool]
+        if follows:
+            self._prev = (first, is_ref, counts, own_start, own)
+        flags = np.fromiter((s[8] for s in scalars), dtype=np.int8, count=len(scalars))
+        n = int(kept.sum())
+        columns = [*columns, _spread(attempts, flags & HAS_ATTEMPT, kept, n, pa.int32()),
+                   _spread(sizes, flags & HAS_SIZE, kept, n, pa.int64())]
+        return scalars, kept, columns
+
+
+def _strings(values, n: int):
+    """A shipped string column as an Arrow string array of n values."""
+    import pyarrow as pa
+
+    if values is None:
+        return pa.nulls(n, pa.string())
+    array = _split(values, n) if isinstance(values, bytes) else _array(values, pa.string())
+    if len(array) != n:
+        raise ValueError(f"a shipped column has {len(array)} values for {n} messages")
+    return array
+
+
+def _split(data: bytes, n: int):
+    """n values joined by NUL as a string array: without a search when all have the same length (message
+    ids mostly do), else split by Arrow."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if n <= 1:
+        return pa.array([data.decode()] if n else [], pa.string())
+    width = data.find(b"\0")
+    if width >= 0 and len(data) == n * (width + 1) - 1:
+        raw = np.frombuffer(data, dtype=np.uint8)
+        if not raw[width::width + 1].any():  # every separator where equal widths put it
+            grid = np.empty((n, width + 1), dtype=np.uint8)
+            grid.reshape(-1)[:-1] = raw
+            offsets = np.arange(n + 1, dtype=np.int32) * width
+            return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(grid[:, :width].copy()))
+    whole = pa.StringArray.from_buffers(1, pa.py_buffer(np.array([0, len(data)], dtype=np.int32)), pa.py_buffer(data))
+    return pc.split_pattern(whole, "\x00").flatten()
+
+
+def _spread(values: list, flagged, counts, n: int, kind):
+    """The values of the flagged records' messages as a column of all n messages (null elsewhere)."""
+    import numpy as np
+    import pyarrow as pa
+
+    rows = np.repeat(flagged.astype(bool), counts)
+    if len(values) != int(rows.sum()):
+        raise ValueError("a shipped chunk's attempts or sizes do not match its records")
+    if not values:
+        return pa.nulls(n, kind)
+    array = _array(values, kind)
+    if len(array) == n:
+        return array
+    return array.take(pa.array(np.cumsum(rows) - 1, mask=~rows))
+
+
+def _events_chunk(events: list[tuple]) -> tuple:
+    """EVENT_TUPLE tuples (from `emit`) as a chunk of one record each."""
+    scalars = [(e[0], e[3], e[1], e[7], e[8], e[9], e[10], e[12], HAS_ATTEMPT | HAS_SIZE) for e in events]
+    c = list(zip(*events, strict=True))
+    return 0, scalars, [1] * len(events), [], list(c[2]), list(c[4]), list(c[5]), list(c[6]), list(c[11]), list(c[13])
+
+
 class ParquetTraceWriter(BatchEmitMixin):
     """Trace sink for one broker node writing Parquet files (see the module's docstring).
 
     directory        the trace folder, normally `<broker data dir>/trace` (created if missing)
     node_id          the broker's node id (in file names and in every event's `broker` field)
     cluster          the cluster name written in every event
-    max_bytes        roll once the open (Arrow) file holds this many bytes (default 256 MiB, about
-                     1.3 million events; the Parquet file is several times smaller)
+    max_bytes        roll once the open (Arrow) file holds this many bytes (default 256 MiB, about 3.5
+                     million events of 36-character message ids; the Parquet file is several times smaller)
     max_age_s        roll the open file once it is this old, even if small (default 60 s)
     flush_interval_s how often the background thread writes what is pending (default 0.2 s)
     max_pending      events held in memory before new ones are dropped and counted in `dropped`
@@ -299,12 +420,13 @@ class ParquetTraceWriter(BatchEmitMixin):
         self.dropped = 0
         self.written = 0
         self.files_closed = 0
-        self.schema = arrow_schema()
+        self.schema = open_schema()
         self._pending: collections.deque = collections.deque()  # event tuples (EVENT_TUPLE) from emit
         self._append = self._pending.append
-        self._shipped: collections.deque = collections.deque()  # (chunk, count) from add_chunk / add_shipped
+        self._shipped: collections.deque = collections.deque()  # (chunk, count) from add_chunk
         self._shipped_count = 0
         self._count_lock = threading.Lock()
+        self._decoder = ChunkDecoder()
         self._id_prefix = secrets.token_hex(8)  # event ids: a random prefix per writer plus a counter
         self._id_seq = 0
         self._sink = self._stream = None
@@ -337,16 +459,9 @@ class ParquetTraceWriter(BatchEmitMixin):
         self._append((event, ts_us or time.time_ns() // 1000, message_id, topic, message_type, key,
                       business_id, app_id, client_host, group, consumer, attempt, detail, size))
 
-    def add_shipped(self, events: list[tuple], records: list[tuple]) -> None:
-        """Take a shipped batch: `events` are EVENT_TUPLE tuples, `records` RECORD tuples."""
-        for event in events:
-            self.emit(event[0], **dict(zip(EVENT_TUPLE[1:], event[1:], strict=True)))
-        if records:
-            self.add_chunk(chunk_from_records(records))
-
     def add_chunk(self, chunk: tuple) -> None:
-        """Take a shipped chunk (see CHUNK above) as it is."""
-        count = len(chunk[2])
+        """Take a shipped chunk (see CHUNK above) as it is; chunks must come in the order they were shipped."""
+        count = sum(chunk[2])
         with self._count_lock:
             if len(self._pending) + self._shipped_count + count > self.max_pending:
                 self.dropped += count
@@ -364,17 +479,21 @@ class ParquetTraceWriter(BatchEmitMixin):
                 log.exception("trace flush failed", extra={"trace_dir": str(self.directory)})
 
     def flush(self, roll: bool = False) -> None:
-        """Write what is pending (emitted events, then shipped records); roll the open file if it is due
+        """Write what is pending (emitted events, then shipped chunks); roll the open file if it is due
         (or if `roll`)."""
         with self._io_lock:
             pending, shipped = self._pending, self._shipped
             events = [pending.popleft() for _ in range(len(pending))]
             chunks = [shipped.popleft() for _ in range(len(shipped))]
             try:
-                for batch in (self._event_batch(events) if events else None,
-                              self._chunk_batch([c[0] for c in chunks]) if chunks else None):
-                    if batch is not None and batch.num_rows:
-                        self._write(batch)
+                decoder = self._decoder
+                unresolved = decoder.unresolved
+                parts = [decoder.decode(_events_chunk(events), follows=False)] if events else []
+                parts += [decoder.decode(chunk) for chunk, _ in chunks]
+                self.dropped += decoder.unresolved - unresolved
+                batch = self._open_batch(parts) if parts else None
+                if batch is not None:
+                    self._write(batch)
             finally:
                 if chunks:
                     with self._count_lock:
@@ -384,62 +503,32 @@ class ParquetTraceWriter(BatchEmitMixin):
             ):
                 self._roll()
 
-    def _event_batch(self, events: list[tuple]):
-        """A record batch from EVENT_TUPLE tuples (emit)."""
-        cols = dict(zip(EVENT_TUPLE, zip(*events, strict=True), strict=True))
-        return self._assemble(len(events), {name: _array(values, self.schema.field(name).type)
-                                            for name, values in cols.items()})
-
-    def _chunk_batch(self, chunks: list[tuple]):
-        """A record batch from shipped chunks, column-wise: what is one value per record (kind, topic,
-        time, app, host, group, consumer, detail) is converted once per record and spread over its
-        rows with `take`; per-message values are converted from the shipped lists as they are."""
+    def _open_batch(self, parts: list[tuple]):
+        """One record batch of the open file from decoded chunks: each record's values once, as runs."""
         import numpy as np
         import pyarrow as pa
 
-        one = len(chunks) == 1
-        scalars = chunks[0][0] if one else [s for c in chunks for s in c[0]]
-        counts = np.fromiter(chunks[0][1] if one else (n for c in chunks for n in c[1]), dtype=np.int64)
+        scalars = parts[0][0] if len(parts) == 1 else [s for p in parts for s in p[0]]
+        counts = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
+        if not counts.all():  # a record of no message has no run
+            scalars = [s for s, n in zip(scalars, counts.tolist(), strict=True) if n]
+            counts = counts[counts > 0]
+        if not len(counts):
+            return None
+        run_ends = pa.array(np.cumsum(counts).astype(np.int32))
         per_record = list(zip(*scalars, strict=True))
-        take = pa.array(np.repeat(np.arange(len(scalars), dtype=np.int32), counts))
-        schema = self.schema
-        arrays = {name: _array(list(per_record[i]), schema.field(name).type).take(take)
-                  for i, name in enumerate(RECORD[:8])}
-        for i, name in enumerate(PER_MESSAGE, start=2):
-            values = chunks[0][i] if one else list(itertools.chain.from_iterable(c[i] for c in chunks))
-            arrays[name] = _array(values, schema.field(name).type)
-        return self._assemble(int(counts.sum()), arrays)
-
-    def _assemble(self, n: int, arrays: dict):
-        import pyarrow as pa
-
-        arrays["v"] = pa.repeat(pa.scalar(1, pa.int32()), n)
-        arrays["event_id"] = self._event_ids(n)
-        arrays["cluster"] = pa.repeat(pa.scalar(self.cluster, pa.string()), n)
-        arrays["broker"] = pa.repeat(pa.scalar(self.node_id, pa.string()), n)
-        return pa.RecordBatch.from_arrays([arrays[f.name] for f in self.schema], schema=self.schema)
-
-    def _event_ids(self, n: int):
-        """n event ids, 32 hex characters each: this writer's random prefix and a counter (numpy: four
-        table lookups of 4 hex digits per id)."""
-        import numpy as np
-        import pyarrow as pa
-
-        seqs = np.arange(self._id_seq + 1, self._id_seq + n + 1, dtype=np.uint64)
-        self._id_seq += n
-        data = np.empty((n, 8), dtype=np.uint32)  # 32 characters a row, as 8 groups of 4
-        data[:, :4] = np.frombuffer(self._id_prefix.encode(), dtype=np.uint32)
-        hex4 = _hex4()
-        for i, shift in enumerate((48, 32, 16, 0)):
-            data[:, 4 + i] = hex4[(seqs >> np.uint64(shift)).astype(np.uint16)]
-        offsets = np.arange(0, 32 * (n + 1), 32, dtype=np.int32)
-        return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
+        arrays = [pa.RunEndEncodedArray.from_arrays(run_ends, _array(list(values), self.schema.field(name).type.value_type))
+                  for name, values in zip(RECORD, per_record, strict=False)]
+        for i in range(len(PER_MESSAGE)):
+            arrays.append(parts[0][2][i] if len(parts) == 1 else pa.concat_arrays([p[2][i] for p in parts]))
+        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
 
     def _write(self, batch) -> None:
         if self._stream is None:
             self._open()
         self._stream.write_batch(batch)
         self._sink.flush()
+        self._id_seq += batch.num_rows
         self.written += batch.num_rows
 
     def _open(self) -> None:
@@ -454,7 +543,10 @@ class ParquetTraceWriter(BatchEmitMixin):
                 break
         self._file_path = self.directory / (base + ARROWS_OPEN_SUFFIX)
         self._sink = pa.OSFile(str(self._file_path), "wb")
-        self._stream = pa.ipc.new_stream(self._sink, self.schema)
+        # what the conversion adds to every row: the same values, and the event ids from the rows' places
+        metadata = {"switchyard.trace": OPEN_FORMAT, "cluster": self.cluster, "broker": self.node_id,
+                    "event_id_prefix": self._id_prefix, "event_id_first": str(self._id_seq + 1)}
+        self._stream = pa.ipc.new_stream(self._sink, self.schema.with_metadata(metadata))
         self._file_opened = time.monotonic()
 
     def _roll(self) -> None:
@@ -524,6 +616,22 @@ def _hex4():
     return np.frombuffer(b"".join(b"%04x" % i for i in range(65536)), dtype=np.uint32)
 
 
+def event_ids(prefix: str, first: int, n: int):
+    """n event ids from `first` on, 32 hex characters each: the writer's random prefix (16) and the counter
+    (16) (numpy: four table lookups of 4 hex digits per id)."""
+    import numpy as np
+    import pyarrow as pa
+
+    seqs = np.arange(first, first + n, dtype=np.uint64)
+    data = np.empty((n, 8), dtype=np.uint32)  # 32 characters a row, as 8 groups of 4
+    data[:, :4] = np.frombuffer(prefix.encode(), dtype=np.uint32)
+    hex4 = _hex4()
+    for i, shift in enumerate((48, 32, 16, 0)):
+        data[:, 4 + i] = hex4[(seqs >> np.uint64(shift)).astype(np.uint16)]
+    offsets = np.arange(0, 32 * (n + 1), 32, dtype=np.int32)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
+
+
 def _array(values: list, kind):
     """An Arrow array of `kind`; values of another type (a UUID, a numeric string) are converted as the
     JSON-lines writer did (str() / int())."""
@@ -541,7 +649,6 @@ def _arrows_to_parquet(path: Path, compression: str = "lz4") -> Path | None:
     `.parquet.tmp` and a rename), then remove the stream file. Idempotent: a crash at any point leaves
     either the stream file (done again next time) or the finished Parquet file."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     base = path.name[: -len(ARROWS_OPEN_SUFFIX)]
     target = path.with_name(base + PARQUET_SUFFIX)
@@ -566,11 +673,10 @@ def _arrows_to_parquet(path: Path, compression: str = "lz4") -> Path | None:
     rows = sum(b.num_rows for b in batches)
     if rows:
         tmp = path.with_name(base + PARQUET_TMP_SUFFIX)
-        table = pa.Table.from_batches(batches, schema=schema)
-        # no dictionaries (hashing every value costs more than LZ4 on the plain values), statistics on
-        # ts_us only: about 40% of the CPU of pyarrow's defaults, for a file about as small
-        pq.write_table(table, str(tmp), compression=compression, row_group_size=1024 * 1024,
-                       use_dictionary=False, write_statistics=["ts_us"])
+        if (schema.metadata or {}).get(b"switchyard.trace") == OPEN_FORMAT:
+            _write_open_batches(batches, schema.metadata, tmp, compression)
+        else:  # a file of the earlier layout: every column as it is
+            _write_full_batches(batches, schema, tmp, compression)
         fd = os.open(tmp, os.O_RDONLY)
         try:
             os.fsync(fd)
@@ -581,6 +687,70 @@ def _arrows_to_parquet(path: Path, compression: str = "lz4") -> Path | None:
     path.unlink()
     _fsync_dir(path.parent)
     return target if rows else None
+
+
+# the columns of a Parquet trace file written dictionary-encoded: a record's value, or the file's
+DICTIONARY_COLUMNS = ("event", "topic", "app_id", "client_host", "group", "consumer", "detail", "cluster", "broker")
+
+
+def _write_open_batches(batches: list, metadata: dict, tmp: Path, compression: str) -> None:
+    """The batches of an open file (OPEN_FORMAT) as a Parquet trace file of every column. A record's
+    values become one dictionary per column for the whole file (each record's value hashed once, each row
+    given its record's index): Parquet writes such a column dictionary-encoded without looking at its
+    rows, and the file stores plain string columns (no Arrow schema kept)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    record_of_row, records = [], 0
+    for b in batches:
+        ends = b.column(0).run_ends.to_numpy()
+        for i in range(1, len(RECORD)):
+            if not np.array_equal(b.column(i).run_ends.to_numpy(), ends):
+                raise ValueError("an open trace file's record columns have different runs")
+        record_of_row.append(np.repeat(np.arange(records, records + len(ends), dtype=np.int32),
+                                       np.diff(ends, prepend=0)))
+        records += len(ends)
+    record_of_row = np.concatenate(record_of_row)
+    per_record = {}
+    for i, name in enumerate(RECORD):
+        values = pa.concat_arrays([b.column(i).values for b in batches])
+        per_record[name] = values if name == "ts_us" else values.dictionary_encode()
+    per_message = {name: pa.chunked_array([b.column(name) for b in batches]) for name in PER_MESSAGE}
+    same = {name: pa.array([metadata[name.encode()].decode()]) for name in ("cluster", "broker")}
+    prefix, first_id = metadata[b"event_id_prefix"].decode(), int(metadata[b"event_id_first"])
+    schema = arrow_schema()
+    writer = None
+    try:
+        for start in range(0, len(record_of_row), ROW_GROUP):
+            n = min(ROW_GROUP, len(record_of_row) - start)
+            take = pa.array(record_of_row[start:start + n])
+            zeros = pa.array(np.zeros(n, dtype=np.int32))
+            columns = {"v": pa.array(np.ones(n, dtype=np.int32)), "event_id": event_ids(prefix, first_id + start, n),
+                       **{name: pa.DictionaryArray.from_arrays(zeros, value) for name, value in same.items()},
+                       **{name: per_message[name].slice(start, n) for name in PER_MESSAGE}}
+            for name, values in per_record.items():
+                columns[name] = (values.take(take) if name == "ts_us" else
+                                 pa.DictionaryArray.from_arrays(values.indices.take(take), values.dictionary))
+            table = pa.Table.from_arrays([columns[f.name] for f in schema], names=schema.names)
+            if writer is None:
+                writer = pq.ParquetWriter(str(tmp), table.schema, compression=compression, store_schema=False,
+                                          use_dictionary=list(DICTIONARY_COLUMNS), write_statistics=["ts_us"])
+            writer.write_table(table, row_group_size=ROW_GROUP)
+    finally:
+        if writer is not None:
+            writer.close()
+
+
+def _write_full_batches(batches: list, schema, tmp: Path, compression: str) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_batches(batches, schema=schema)
+    # no dictionaries (hashing every value costs more than LZ4 on the plain values), statistics on
+    # ts_us only: about 40% of the CPU of pyarrow's defaults, for a file about as small
+    pq.write_table(table, str(tmp), compression=compression, row_group_size=ROW_GROUP, use_dictionary=False,
+                   write_statistics=["ts_us"])
 
 
 def read_trace_events(directory: str | os.PathLike) -> list[dict]:

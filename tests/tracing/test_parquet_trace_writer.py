@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from broker_core.store import StoredMessage
-from broker_core.trace_process import ProcessTraceSink, columns
+from broker_core.trace_process import MESSAGES, ROWS, ProcessTraceSink, columns
 from broker_core.trace_writer import ParquetTraceWriter, arrow_schema, read_trace_events
 
 
@@ -80,14 +80,15 @@ def test_shipped_records_expand_to_one_row_per_message_in_their_order(tmp_path):
     m1, m2 = _message(1, "m-1", key="k1", business_id="b1"), _message(2, "m-2", body=b"1234567")
     messages = [m1, m2]
     records = [
-        ("published", "orders", 100, "shop", "10.0.0.1:1", None, None, messages, False),
-        ("stored", "orders", 150, "shop", "10.0.0.1:1", None, None, messages, False),  # the same list
+        ("published", "orders", 100, "shop", "10.0.0.1:1", None, None, messages, MESSAGES, None),
+        ("stored", "orders", 150, "shop", "10.0.0.1:1", None, None, messages, MESSAGES, 0),  # names record 0
         ("nacked", 300, "m-1", "orders", "normal", "k1", "b1", None, "10.0.0.2:2", "billing", "c-1", 1, "busy", None),
-        ("delivered", "orders", 200, None, "10.0.0.2:2", "billing", "c-1", [(1, 1, m1.fields), (2, 3, m2.fields)], True),
+        ("delivered", "orders", 200, None, "10.0.0.2:2", "billing", "c-1", [(1, 1, m1.fields), (2, 3, m2.fields)],
+         ROWS, None),
     ]
     shipped = columns(records)
-    assert shipped[1] == [2, 2, 1, 2]  # one count per record, one flat list per per-message column
-    assert shipped[2] == ["m-1", "m-2", "m-1", "m-2", "m-1", "m-1", "m-2"]
+    assert shipped[2] == [2, 2, 1, 2] and shipped[3] == [(1, 0)]  # one count per record; `stored` ships no values
+    assert shipped[4] == b"m-1\0m-2\0m-1\0m-1\0m-2"  # one bytes object per per-message column
     writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60)
     writer.add_chunk(shipped)
     writer.close()
@@ -167,10 +168,9 @@ def test_an_old_json_lines_file_left_open_is_closed_too(tmp_path):
 
 def test_when_the_memory_bound_is_reached_batches_are_dropped_and_counted(tmp_path):
     writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60, max_pending=3)
-    ids = ["m-1", "m-2"]
-    record = ("stored", "t", 1, None, None, None, None, None, ids, ["normal"] * 2, [None] * 2, [None] * 2, None, None)
-    writer.add_shipped([], [record])
-    writer.add_shipped([], [record])  # would make 4
+    messages = [_message(1, "m-1"), _message(2, "m-2")]
+    writer.add_chunk(columns([("stored", "t", 1, None, None, None, None, messages, MESSAGES, None)], 0))
+    writer.add_chunk(columns([("stored", "t", 1, None, None, None, None, messages, MESSAGES, None)], 1))  # would make 4
     writer.emit("stored", message_id="m-3", topic="t", message_type="normal")
     writer.emit("stored", message_id="m-4", topic="t", message_type="normal")
     assert writer.dropped == 3
@@ -209,13 +209,15 @@ def test_the_trace_process_writes_a_shipped_chunk_in_either_format(tmp_path, fil
     from broker_core.trace_process import LENGTH
 
     m1, m2 = _message(1, "m-1", key="k1"), _message(2, "m-2")
-    chunk = columns([("stored", "orders", 100, "shop", None, None, None, [m1, m2], False),
-                     ("acked", "orders", 200, None, "10.0.0.2:2", "billing", "c-1", [(1, 2, m2.fields)], True)])
+    chunk = columns([("published", "orders", 90, "shop", None, None, None, [m1, m2], MESSAGES, None),
+                     ("stored", "orders", 100, "shop", None, None, None, [m1, m2], MESSAGES, 0),
+                     ("acked", "orders", 200, None, "10.0.0.2:2", "billing", "c-1", [(1, 2, m2.fields)], ROWS, None)])
     data = pickle.dumps(chunk)
     child = subprocess.run([sys.executable, "-m", "broker_core.trace_process", str(tmp_path), "n1", "c", file_format,
                             "0"], input=LENGTH.pack(len(data)) + data, timeout=60)
     assert child.returncode == 0
     rows = sorted(((e["event"], e["message_id"], e.get("key"), e.get("group"), e.get("attempt"))
-                   for e in read_trace_events(tmp_path)), key=lambda r: (r[0] != "stored", r[1]))
-    assert rows == [("stored", "m-1", "k1", None, None), ("stored", "m-2", None, None, None),
+                   for e in read_trace_events(tmp_path)), key=lambda r: (r[0] != "published", r[0] != "stored", r[1]))
+    assert rows == [("published", "m-1", "k1", None, None), ("published", "m-2", None, None, None),
+                    ("stored", "m-1", "k1", None, None), ("stored", "m-2", None, None, None),
                     ("acked", "m-2", None, "billing", 2)]

@@ -1,0 +1,190 @@
+"""What the broker ships to its trace process and what comes out: a column as one bytes object (or a list
+when it cannot be), a publish batch's `stored` record naming its `published` one (in the same chunk or
+the one before), the open file's compact batches, and a real broker's rows for every step of a batch."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from broker_core.client import Consumer, Message, Producer
+from broker_core.store import StoredMessage
+from broker_core.trace_process import MESSAGES, ROWS, ProcessTraceSink, columns
+from broker_core.trace_writer import OPEN_FORMAT, ParquetTraceWriter, read_trace_events
+from tests.broker.conftest import APP, wait_for
+from tests.broker.helpers import Received
+
+
+def _message(seq, message_id, body=b"12345", message_type="normal", key=None, business_id=None):
+    return StoredMessage(seq, [message_id, message_type, key, business_id, {}, body, 0, 0, 0, 0], "shop", 0, ("g",))
+
+
+def _rows(folder):
+    rows = read_trace_events(folder)
+    for r in rows:
+        assert len(r.pop("event_id")) == 32
+    return rows
+
+
+def test_a_stored_record_naming_a_published_one_of_the_chunk_before_gets_its_fields(tmp_path):
+    batch = [_message(1, "m-1", key="k1", business_id="b1", message_type="order.created"),
+             _message(2, "m-22", body=b"1234567", business_id="b2")]
+    published = columns([("published", "orders", 100, "shop", "h:1", None, None, batch, MESSAGES, None)], 0)
+    stored = columns([("stored", "orders", 150, "shop", "h:1", None, None, batch, MESSAGES, 0)], 1)
+    assert stored[3] == [(0, 0)] and not any(stored[4:8])  # a reference, no values of its own
+    writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60)
+    writer.add_chunk(published)
+    writer.flush()  # the reference is resolved in a later flush too
+    writer.add_chunk(stored)
+    writer.close()
+    common = {"v": 1, "topic": "orders", "cluster": "c", "broker": "n1", "app_id": "shop", "client_host": "h:1"}
+    m1 = {"message_id": "m-1", "message_type": "order.created", "key": "k1", "business_id": "b1"}
+    m2 = {"message_id": "m-22", "message_type": "normal", "business_id": "b2"}
+    assert _rows(tmp_path) == [
+        {**common, **m1, "event": "published", "ts_us": 100, "size": 5},
+        {**common, **m2, "event": "published", "ts_us": 100, "size": 7},
+        {**common, **m1, "event": "stored", "ts_us": 150},
+        {**common, **m2, "event": "stored", "ts_us": 150},
+    ]
+    assert writer.dropped == 0
+
+
+def test_a_reference_to_a_record_the_writer_never_got_drops_its_rows_and_counts_them(tmp_path):
+    batch = [_message(1, "m-1"), _message(2, "m-2")]
+    writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60)
+    # chunk 0 (the published record) was lost; chunk 1 names it, then goes on
+    writer.add_chunk(columns([("stored", "t", 150, None, None, None, None, batch, MESSAGES, 0),
+                              ("delivered", "t", 160, None, "h:2", "g", "c-1", [(3, 1, _message(3, "m-3").fields)],
+                               ROWS, None)], 1))
+    writer.close()
+    assert writer.dropped == 2
+    assert [(e["event"], e["message_id"], e["attempt"]) for e in _rows(tmp_path)] == [("delivered", "m-3", 1)]
+
+
+def test_string_columns_ship_in_every_form_and_come_back_as_they_were(tmp_path):
+    messages = [
+        _message(1, "id-1", message_type="ab", key="", business_id="x\0y"),  # a NUL inside: shipped as a list
+        _message(2, "id-2", message_type="c", key="", business_id="z"),
+    ]
+    second = [_message(3, "id-3", message_type="def", key=None), _message(4, "id-4", message_type="gh", key="k4")]
+    chunk = columns([("published", "t", 1, "shop", None, None, None, messages, MESSAGES, None),
+                     ("published", "t", 2, "shop", None, None, None, second, MESSAGES, None)])
+    ids, types, keys, bids = chunk[4:8]
+    assert ids == b"id-1\0id-2\0id-3\0id-4"  # equal widths
+    assert types == b"ab\0c\0def\0gh"  # as long as four of width 2, but split by the separators
+    assert keys == ["", "", None, "k4"] and bids == ["x\0y", "z", None, None]  # nulls / a NUL: lists
+    one = [_message(5, "id-5", message_type="zahlung.eingegangen-ü")]
+    nulls = columns([("published", "t", 3, None, None, None, None, one, MESSAGES, None)], 2)
+    assert nulls[5] == "zahlung.eingegangen-ü".encode() and nulls[6] is None and nulls[7] is None  # all null
+    writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60)
+    writer.add_chunk(chunk)
+    writer.add_chunk(nulls)
+    writer.close()
+    got = [(e["message_id"], e["message_type"], e.get("key"), e.get("business_id")) for e in _rows(tmp_path)]
+    assert got == [("id-1", "ab", "", "x\0y"), ("id-2", "c", "", "z"), ("id-3", "def", None, None),
+                   ("id-4", "gh", "k4", None), ("id-5", "zahlung.eingegangen-ü", None, None)]
+
+
+def test_a_key_column_of_empty_strings_only(tmp_path):
+    messages = [_message(1, "m-1", key=""), _message(2, "m-2", key=""), _message(3, "m-3", key="")]
+    chunk = columns([("stored", "t", 1, None, None, None, None, messages, MESSAGES, None)])
+    assert chunk[6] == b"\0\0"
+    writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60)
+    writer.add_chunk(chunk)
+    writer.close()
+    assert [(e["message_id"], e["key"]) for e in _rows(tmp_path)] == [("m-1", ""), ("m-2", ""), ("m-3", "")]
+
+
+def test_the_sink_names_published_records_across_intervals_and_not_after_a_dropped_chunk(tmp_path):
+    """The real sink and trace process: a `stored` batch shipped an interval after its `published` one
+    names it; once the child fell behind and a chunk was dropped, nothing names that chunk's records."""
+    first = [_message(1, "m-1", key="k1", business_id="b1"), _message(2, "m-2")]
+    second = [_message(3, "m-3", business_id="b3"), _message(4, "m-4", key="k4")]
+
+    async def main():
+        sink = await ProcessTraceSink(tmp_path, node_id="n1", cluster="c", ship_interval_s=3600).start()
+        sink.emit_messages("published", "t", first, app_id="shop", client_host="h", ts_us=10)
+        sink.ship()
+        sink.emit_messages("stored", "t", first, app_id="shop", client_host="h", ts_us=11)
+        sink.ship()
+        limit, sink.max_buffer_bytes = sink.max_buffer_bytes, -1  # as if the child were far behind
+        sink.emit_messages("published", "t", second, app_id="shop", client_host="h", ts_us=12)
+        sink.ship()
+        sink.max_buffer_bytes = limit
+        sink.emit_messages("stored", "t", second, app_id="shop", client_host="h", ts_us=13)
+        sink.close()
+        await sink.wait_closed()
+        return sink.dropped
+
+    assert asyncio.run(main()) == 2
+    common = {"v": 1, "topic": "t", "message_type": "normal", "cluster": "c", "broker": "n1", "app_id": "shop",
+              "client_host": "h"}
+    assert _rows(tmp_path) == [
+        {**common, "event": "published", "ts_us": 10, "message_id": "m-1", "key": "k1", "business_id": "b1",
+         "size": 5},
+        {**common, "event": "published", "ts_us": 10, "message_id": "m-2", "size": 5},
+        {**common, "event": "stored", "ts_us": 11, "message_id": "m-1", "key": "k1", "business_id": "b1"},
+        {**common, "event": "stored", "ts_us": 11, "message_id": "m-2"},
+        {**common, "event": "stored", "ts_us": 13, "message_id": "m-3", "business_id": "b3"},
+        {**common, "event": "stored", "ts_us": 13, "message_id": "m-4", "key": "k4"},
+    ]
+
+
+def test_an_open_file_left_by_a_killed_writer_keeps_its_ids_cluster_and_broker(tmp_path):
+    writer = ParquetTraceWriter(tmp_path / "a", node_id="n1", cluster="prod-a", flush_interval_s=60)
+    writer.emit("stored", message_id="m-1", topic="t", message_type="normal", key="k1", ts_us=1)
+    writer.flush()
+    writer.emit("stored", message_id="m-2", topic="t", message_type="normal", ts_us=2)
+    writer.flush()
+    (left,) = (tmp_path / "a").glob("*.arrows.open")
+    assert pa.ipc.open_stream(left.read_bytes()).schema.metadata[b"switchyard.trace"] == OPEN_FORMAT
+    torn = left.read_bytes()[:-40]  # the second batch torn, as a kill leaves it
+    writer.close()
+    (written,) = (tmp_path / "a").glob("*.parquet")
+    first_id = pq.read_table(written).column("event_id")[0].as_py()
+    assert first_id.endswith("0000000000000001")
+
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / left.name).write_bytes(torn)
+    ParquetTraceWriter(tmp_path / "b", node_id="n1", cluster="other", flush_interval_s=60).close()
+    (recovered,) = (tmp_path / "b").glob("*.parquet")
+    assert pq.read_table(recovered).to_pylist() == [
+        {"v": 1, "event_id": first_id, "ts_us": 1, "event": "stored", "message_id": "m-1", "topic": "t",
+         "message_type": "normal", "key": "k1", "business_id": None, "cluster": "prod-a", "broker": "n1",
+         "app_id": None, "client_host": None, "group": None, "consumer": None, "attempt": None, "detail": None,
+         "size": None}]
+
+
+def test_a_broker_records_a_batch_stored_delivered_and_acked_with_the_published_fields(cluster):
+    cluster.standard("orders")
+    cluster.pv.binding("orders", "billing", APP)
+    broker = cluster.broker()
+    sent = {}
+    with Producer(**cluster.client_kwargs()) as producer:
+        batch = [Message(b"x" * i, message_type="order.paid" if i % 2 else "order.created",
+                         key=f"k-{i}" if i % 3 else None, business_id=f"b-{i}") for i in range(1, 41)]
+        for i, message_id in enumerate(producer.send_many("orders", batch), start=1):
+            sent[message_id] = i
+    got = Received()
+    with Consumer("orders", "billing", got.handler("c"), **cluster.client_kwargs()):
+        wait_for(lambda: got.count("c") >= 40, 10, "the deliveries")
+    broker.stop()  # a graceful stop closes the open trace file
+    steps: dict[str, dict[str, dict]] = {}
+    for e in read_trace_events(broker.data_dir / "trace"):
+        steps.setdefault(e["message_id"], {})[e["event"]] = e
+    assert sorted(steps) == sorted(sent)
+    for message_id, i in sent.items():
+        same = {"message_id": message_id, "topic": "orders", "message_type": "order.paid" if i % 2 else "order.created",
+                "key": f"k-{i}" if i % 3 else None, "business_id": f"b-{i}", "cluster": cluster.name,
+                "broker": broker.node_id}
+        events = steps[message_id]
+        assert sorted(events) == ["acked", "delivered", "published", "stored"]
+        for event, extra in (("published", {"app_id": APP, "size": i}), ("stored", {"app_id": APP}),
+                             ("delivered", {"group": "billing", "attempt": 1}),
+                             ("acked", {"group": "billing", "attempt": 1})):
+            row = events[event]
+            assert {k: row.get(k) for k in [*same, *extra]} == {**same, **extra}, (event, row)
+            assert [row.get(k) for k in ("size", "group", "app_id")] == [extra.get(k) for k in ("size", "group", "app_id")]
+        assert events["stored"]["client_host"] == events["published"]["client_host"]
