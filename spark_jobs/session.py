@@ -41,6 +41,8 @@ def spark_session(
         # the trace summaries aggregate strings (sort-based aggregation): generated code for it is
         # 15-30% faster than the interpreted default on the index bench
         .config("spark.sql.codegen.aggregate.sortAggregate.withKeys.enabled", "true")
+        # the index hands whole partitions to Arrow: fewer, larger batches cost less per event
+        .config("spark.sql.execution.arrow.maxRecordsPerBatch", "65536")
     )
     if master.startswith("local"):
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")

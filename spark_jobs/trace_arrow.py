@@ -16,11 +16,13 @@ row or per message. What it computes is defined in docs/trace-events.md ("The in
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_jobs.trace_schema import EVENT_RANK, STATE_PRECEDENCE
+from spark_jobs.trace_schema import EVENT_RANK, EVENT_SCHEMA, STATE_PRECEDENCE
 
 RANK_BITS = 16  # an event's place as one number: ts_us * RANK_BITS + rank
 KINDS = np.array(sorted(EVENT_RANK, key=EVENT_RANK.get), dtype=object)  # kind by rank
@@ -49,6 +51,60 @@ SUMMARY_SCHEMA = pa.schema([
     ("final_states", pa.list_(_s)), ("attempts", _i), ("event_count", _i), ("groups", pa.list_(GROUP_TYPE)),
     ("date", _s), ("timeline", TIMELINE_TYPE),
 ])
+
+
+# the columns of a clean event (trace_transforms.EVENT_COLUMNS without `date`)
+EVENT_FIELDS = ["event_id", "ts_us", "rank", "event", "group", "attempt", "consumer", "client_host", "broker",
+                "app_id", "detail", "size"]
+CLEAN_COLUMNS = ["message_id", *MESSAGE_FIELDS, *EVENT_FIELDS]
+_KIND = {"long": _l, "integer": _i, "string": _s}
+RAW_SCHEMA = pa.schema([(f.name, _KIND[f.dataType.typeName()]) for f in EVENT_SCHEMA])
+CLEAN_SCHEMA = pa.schema([(c, _i if c == "rank" else RAW_SCHEMA.field(c).type) for c in CLEAN_COLUMNS])
+_REQUIRED = ("event_id", "message_id", "ts_us", "topic")
+
+
+def clean_table(raw: pa.Table) -> pa.Table:
+    """Events of a trace file (RAW_SCHEMA) → the well-formed ones of known kinds, with their rank
+    (CLEAN_SCHEMA): lines without an event id, message id, time or topic, or of an unknown kind, are dropped."""
+    rank = pc.index_in(raw["event"], value_set=pa.array(list(EVENT_RANK), _s))
+    keep = pc.is_valid(rank)
+    for column in _REQUIRED:
+        keep = pc.and_(keep, pc.is_valid(raw[column]))
+    raw = raw.append_column("rank", rank.cast(_i))
+    return raw.filter(keep).select(CLEAN_COLUMNS).cast(CLEAN_SCHEMA)
+
+
+def buckets(message_ids, count: int) -> np.ndarray:
+    """Each event's bucket 0..count-1 by its message id (crc32: the same in every task, run and machine)."""
+    encoded = pc.dictionary_encode(message_ids)
+    if isinstance(encoded, pa.ChunkedArray):
+        encoded = encoded.combine_chunks() if encoded.num_chunks != 1 else encoded.chunk(0)
+    ids = encoded.dictionary.cast(pa.binary()).to_pylist()
+    hashes = np.fromiter(map(zlib.crc32, ids), dtype=np.int64, count=len(ids))
+    return (hashes % count)[encoded.indices.to_numpy()]
+
+
+def split_by_bucket(events: pa.Table, count: int) -> list[tuple[int, pa.Table]]:
+    """`events` cut into their buckets (only the buckets that have events), each a whole set of messages."""
+    if events.num_rows == 0:
+        return []
+    bucket = buckets(events["message_id"], count)
+    sizes = np.bincount(bucket, minlength=count)
+    ordered = events.take(pa.array(np.argsort(bucket, kind="stable")))
+    starts = np.r_[0, np.cumsum(sizes)]
+    return [(b, ordered.slice(starts[b], sizes[b])) for b in range(count) if sizes[b]]
+
+
+def to_ipc(table: pa.Table) -> bytes:
+    """`table` as an Arrow IPC stream, LZ4-compressed (a blob crosses the shuffle as one opaque value)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(data: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(data)).read_all()
 
 
 def summarize_table(events: pa.Table) -> pa.Table:
@@ -158,15 +214,20 @@ def _message_figures(events: pa.Table, m, rank, ts, key) -> dict[str, pa.Array]:
 
 def _shift(array: pa.Array, op) -> pa.Array:
     """floor(key / RANK_BITS) of a key array (nulls kept)."""
-    values = array.to_numpy(zero_copy_only=False)
-    valid = array.is_valid().to_numpy(zero_copy_only=False)
-    return pa.array(op(np.where(valid, values, 0).astype(np.int64), RANK_BITS), _l, mask=~valid)
+    values, valid = _ints(array)
+    return pa.array(op(values, RANK_BITS), _l, mask=~valid)
+
+
+def _ints(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """An int64 array's values (0 where null) and where they are valid. (numpy's view of an array with
+    nulls is float64, which cannot hold a microsecond key exactly.)"""
+    return (pc.fill_null(array, 0).to_numpy(zero_copy_only=False).astype(np.int64),
+            array.is_valid().to_numpy(zero_copy_only=False))
 
 
 def _kinds(keys: pa.Array) -> np.ndarray:
     """The kind of each key (None where null)."""
-    valid = keys.is_valid().to_numpy(zero_copy_only=False)
-    values = np.where(valid, keys.to_numpy(zero_copy_only=False), 0).astype(np.int64)
+    values, valid = _ints(keys)
     return np.where(valid, KINDS[values % RANK_BITS], None)
 
 
@@ -198,18 +259,15 @@ def _groups(events: pa.Table, m, starts, rank, ts, key, published: pa.Array):
     ]).sort_by([("_m", "ascending"), ("group", "ascending")])
     decisive = out["decisive_max"].combine_chunks()
     active = out["active_max"].combine_chunks()
-    d_valid = decisive.is_valid().to_numpy(zero_copy_only=False)
-    a_valid = active.is_valid().to_numpy(zero_copy_only=False)
-    d = np.where(d_valid, decisive.to_numpy(zero_copy_only=False), 0).astype(np.int64)
-    a = np.where(a_valid, active.to_numpy(zero_copy_only=False), 0).astype(np.int64)
+    d, d_valid = _ints(decisive)
+    a, a_valid = _ints(active)
     terminal = d_valid & np.isin(d % RANK_BITS, TERMINAL)
     live = a_valid & (~d_valid | (a > d))
     state = np.where(terminal, KINDS[d % RANK_BITS],
                      np.where(live, np.where(a % RANK_BITS == R["delivered"], "in_flight", "retrying"), "pending"))
     # the message each group row belongs to: messages are in _m order, one row each
     position = np.searchsorted(m[starts], out["_m"].to_numpy())
-    published_us = published.to_numpy(zero_copy_only=False)[position]
-    p_valid = published.is_valid().to_numpy(zero_copy_only=False)[position]
+    published_us, p_valid = (values[position] for values in _ints(published))
     ended = d // RANK_BITS
     deliveries = out["deliveries_sum"].to_numpy().astype(np.int64)
     group_rows = pa.StructArray.from_arrays([
@@ -218,7 +276,7 @@ def _groups(events: pa.Table, m, starts, rank, ts, key, published: pa.Array):
         out["nacks_sum"].combine_chunks().cast(_i), out["timeouts_sum"].combine_chunks().cast(_i),
         out["first_delivered_us_min"].combine_chunks().cast(_l),
         pa.array(ended, _l, mask=~terminal),
-        pa.array(ended - np.where(p_valid, published_us, 0).astype(np.int64), _l, mask=~(terminal & p_valid)),
+        pa.array(ended - published_us, _l, mask=~(terminal & p_valid)),
         out["consumer_last"].combine_chunks(), out["detail_last"].combine_chunks(),
     ], fields=list(GROUP_TYPE))
     counts = np.bincount(position, minlength=n_messages)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import uuid
@@ -21,13 +22,14 @@ from pyspark.sql import functions as F
 
 from spark_jobs.index_store import IndexStore
 from spark_jobs.session import POSTGRES_JDBC_JAR, spark_session
-from spark_jobs.trace_read import READERS, read_events
+from spark_jobs.trace_read import READERS, file_buckets, read_events
 from spark_jobs.trace_transforms import (
     EVENT_COLUMNS,
-    by_message,
     clean_events,
+    shuffle,
     summary_schema,
     timeline_events,
+    to_buckets,
 )
 
 Progress = Callable[..., None]
@@ -55,18 +57,24 @@ def run(spark, inputs: list[str], output: str, *, jdbc_url: str | None = None, f
         staging = store.staging(run_id)
 
         # read: the new events, plus the indexed timelines of the messages they touch (copy on write)
-        events = clean_events(read_events(spark, files, reader))
+        count = partition_count(spark, files)
+        if reader == "arrow":
+            blobs = file_buckets(spark, files, count)
+        else:
+            blobs = to_buckets(clean_events(read_events(spark, files, reader)), count)
         replaced: list[str] = []
         batch_ids = hits = untouched = None
         if legacy:  # an index of format 1 kept its events apart: fold them in once, every summary is rewritten
-            events = events.unionByName(spark.read.parquet(str(store.events)).select(*EVENT_COLUMNS))
+            legacy_events = spark.read.parquet(str(store.events)).select(*EVENT_COLUMNS)
+            blobs = blobs.unionByName(to_buckets(legacy_events, count))
             replaced = store.summary_files()
             progress("folding the events of an index of format 1 into its timelines", 10,
                      summary_files_to_rewrite=len(replaced))
         elif store.has_index() and files:
-            events = events.persist()
-            batch_ids = events.select("message_id").distinct().persist()
-            topics = [r.topic for r in events.select("topic").distinct().collect()]
+            blobs = blobs.persist()
+            keys = blobs.mapInArrow(_message_keys, "message_id string, topic string").persist()
+            batch_ids = keys.select("message_id").distinct().persist()
+            topics = [r.topic for r in keys.select("topic").distinct().collect()]
             hits = (spark.read.parquet(str(store.messages))
                     .select("message_id", "event_count", F.col("_metadata.file_path").alias("file"))
                     .where(F.col("topic").isin(topics))
@@ -76,13 +84,13 @@ def run(spark, inputs: list[str], output: str, *, jdbc_url: str | None = None, f
             if replaced:
                 indexed = spark.read.option("basePath", str(store.messages)).parquet(*replaced)
                 untouched = indexed.join(hits.select("message_id"), "message_id", "left_anti")
-                events = events.unionByName(timeline_events(
-                    indexed.join(hits.select("message_id"), "message_id", "left_semi")))
+                blobs = blobs.unionByName(to_buckets(timeline_events(
+                    indexed.join(hits.select("message_id"), "message_id", "left_semi")), count))
 
         # transform + write: one shuffle (by message id), one summary row with its timeline per message,
         # written by the task that made it; the untouched rows of rewritten files are copied as they are
         schema = summary_schema()
-        written = write_summaries(events, str(staging / "messages"), run_id)
+        written = write_summaries(shuffle(blobs, count), str(staging / "messages"), run_id)
         if untouched is not None:
             (untouched.select(*schema.fieldNames()).write.partitionBy("date", "topic").mode("append")
              .parquet(str(staging / "messages")))
@@ -102,10 +110,32 @@ def run(spark, inputs: list[str], output: str, *, jdbc_url: str | None = None, f
         return result
 
 
-def write_summaries(events, directory: str, run_id: str) -> dict:
-    """Summarize cleaned `events` (trace_transforms.summarize) and write each task's rows under `directory`
-    (index_store.write_partitioned, files named after the task's partition and the run). Returns the
-    files, messages and events written."""
+# events per shuffle partition, at most: one partition's events are summarized in one Arrow table
+PARTITION_EVENTS = 1_000_000
+_FILE_BYTES_PER_EVENT = {".parquet": 16, ".jsonl": 300}  # about what a trace file holds per event
+
+
+def partition_count(spark, files: list[str]) -> int:
+    """The shuffle's partitions: spark.sql.shuffle.partitions, more when the files hold more than
+    PARTITION_EVENTS events per partition (estimated from their sizes)."""
+    estimate = sum(os.path.getsize(f) // _FILE_BYTES_PER_EVENT[os.path.splitext(f)[1]] for f in files
+                   if os.path.exists(f))
+    return max(int(spark.conf.get("spark.sql.shuffle.partitions")), -(-estimate // PARTITION_EVENTS))
+
+
+def _message_keys(batches):
+    """mapInArrow: the (message id, topic) pairs of bucket blobs."""
+    from spark_jobs.trace_transforms import bucket_events
+
+    events = bucket_events(batches)
+    if events is not None:
+        yield from events.group_by(["message_id", "topic"]).aggregate([]).to_batches()
+
+
+def write_summaries(blobs, directory: str, run_id: str) -> dict:
+    """Summarize shuffled bucket blobs (trace_arrow.summarize_table) and write each task's rows under
+    `directory` (index_store.write_partitioned, files named after the task's partition and the run).
+    Returns the files, messages and events written."""
 
     def write(batches):
         import pyarrow as pa
@@ -114,9 +144,10 @@ def write_summaries(events, directory: str, run_id: str) -> dict:
 
         from spark_jobs.index_store import write_partitioned
         from spark_jobs.trace_arrow import summarize_table
+        from spark_jobs.trace_transforms import bucket_events
 
-        batches = list(batches)
-        table = summarize_table(pa.Table.from_batches(batches)) if batches else None
+        events = bucket_events(batches)
+        table = summarize_table(events) if events is not None else None
         files = messages = count = 0
         if table is not None and table.num_rows:
             name = f"part-{TaskContext.get().partitionId():05d}-{run_id}"
@@ -124,7 +155,7 @@ def write_summaries(events, directory: str, run_id: str) -> dict:
             messages, count = table.num_rows, pc.sum(table["event_count"]).as_py()
         yield pa.RecordBatch.from_pydict({"files": [files], "messages": [messages], "events": [count]})
 
-    totals = (by_message(events).mapInArrow(write, "files long, messages long, events long")
+    totals = (blobs.mapInArrow(write, "files long, messages long, events long")
               .agg(*[F.coalesce(F.sum(c), F.lit(0)).alias(c) for c in ("files", "messages", "events")]).first())
     return totals.asDict()
 

@@ -27,6 +27,46 @@ def read_events(spark: SparkSession, files: list[str], reader: str = "arrow") ->
     return frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
 
 
+def file_buckets(spark: SparkSession, files: list[str], count: int) -> DataFrame:
+    """The clean events of `files` as bucket blobs (trace_transforms.BLOB_DDL), not yet shuffled: one task per
+    file reads it with pyarrow (Parquet, or JSON lines with the lenient fallback), cleans it
+    (trace_arrow.clean_table) and cuts it into buckets by message id. No event passes through Spark rows."""
+    from spark_jobs.trace_transforms import BLOB_DDL, bucket_blobs, bucket_labels
+
+    labels = bucket_labels(count)
+    schema = _arrow_schema()
+
+    def read(batches):
+        from spark_jobs.trace_arrow import clean_table
+
+        for batch in batches:
+            for path in batch.column(0).to_pylist():
+                yield from bucket_blobs(clean_table(read_file(path, schema)), count, labels)
+
+    paths = spark.createDataFrame([(f,) for f in files], "path string").repartition(max(1, len(files)))
+    return paths.mapInArrow(read, BLOB_DDL)
+
+
+def read_file(path: str, schema):
+    """One trace file as an Arrow table of `schema` (columns a file lacks are null)."""
+    import pyarrow as pa
+
+    if path.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path)
+        columns = [table[f.name].cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
+                   for f in schema]
+        return pa.Table.from_arrays(columns, schema=schema)
+    import pyarrow.json as pj
+
+    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore", newlines_in_values=False)
+    try:
+        return pj.read_json(path, parse_options=options).select(schema.names)
+    except pa.ArrowInvalid:  # a malformed line: read the file line by line and skip it
+        return _read_lenient(path, schema)
+
+
 def read_jsonl(spark: SparkSession, files: list[str], reader: str = "arrow") -> DataFrame:
     if reader == "spark":
         return spark.read.schema(EVENT_SCHEMA).option("mode", "DROPMALFORMED").json(files)
@@ -47,18 +87,9 @@ def _arrow_reader():
     schema = _arrow_schema()
 
     def read(batches):
-        import pyarrow as pa
-        import pyarrow.json as pj
-
-        options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore",
-                                  newlines_in_values=False)
         for batch in batches:
             for path in batch.column(0).to_pylist():
-                try:
-                    table = pj.read_json(path, parse_options=options)
-                except pa.ArrowInvalid:  # a malformed line: read the file line by line and skip it
-                    table = _read_lenient(path, schema)
-                yield from table.select(schema.names).to_batches(max_chunksize=65536)
+                yield from read_file(path, schema).to_batches(max_chunksize=65536)
 
     return read
 

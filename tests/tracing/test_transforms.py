@@ -5,7 +5,7 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from spark_jobs.trace_schema import EVENT_SCHEMA
-from spark_jobs.trace_transforms import clean_events, summarize, timeline_events
+from spark_jobs.trace_transforms import bucket_labels, clean_events, shuffle, summarize, timeline_events
 
 FIELDS = [f.name for f in EVENT_SCHEMA]
 
@@ -123,3 +123,30 @@ def test_summarize_takes_message_fields_and_producer_from_the_published_event(sp
     row = summarize(clean_events(raw)).select("key", "business_id", "producer_host", "size", "date", "topic").first()
     assert row.asDict() == {"key": "k", "business_id": "b-1", "producer_host": "h:1", "size": 9,
                             "date": "1970-01-01", "topic": "orders"}
+
+
+def test_summaries_keep_real_clock_times_exact(spark):
+    """Microsecond times of today are beyond what a float holds exactly: states, times and latencies built
+    from them stay exact."""
+    t = 1_767_225_600_123_457  # 2026-01-01T00:00:00.123457Z
+    raw = events(spark,
+                 ev("p1", "m-c", t, "prepared", app_id="shop", size=3),
+                 ev("p2", "m-c", t + 1, "committed"), ev("p3", "m-c", t + 1, "stored"),
+                 ev("p4", "m-c", t + 3, "delivered", group="g", attempt=1, consumer="c"),
+                 ev("p5", "m-c", t + 5, "acked", group="g", attempt=1, consumer="c"),
+                 ev("q1", "m-r", t, "prepared"), ev("q2", "m-r", t + 7, "rolled_back"))
+    rows = {r.message_id: r for r in summarize(clean_events(raw)).collect()}
+    c, r = rows["m-c"], rows["m-r"]
+    assert (c.transaction_state, c.final_state, c.published_ts_us, c.stored_ts_us, c.last_ts_us, c.date) == (
+        "committed", "acked", t, t + 1, t + 5, "2026-01-01")
+    assert c.groups == [G("g", "acked", 1, 1, first=t + 3, ended=t + 5, latency=5, consumer="c")]
+    assert [e.event for e in c.timeline] == ["prepared", "stored", "committed", "delivered", "acked"]
+    assert (r.transaction_state, r.final_state, r.published_ts_us, r.last_ts_us) == (
+        "rolled_back", "rolled_back", t, t + 7)
+
+
+def test_the_shuffle_sends_each_bucket_to_its_own_partition(spark):
+    labels = bucket_labels(8)
+    moved = shuffle(spark.createDataFrame([(label,) for label in labels], "part int"), 8)
+    placed = sorted((labels.index(r.part), r.p) for r in moved.select("part", F.spark_partition_id().alias("p")).collect())
+    assert placed == [(b, b) for b in range(8)]
