@@ -108,8 +108,8 @@ def test_batches_update_messages_in_place_and_rerunning_changes_nothing(spark, t
     assert indexed_event_count(spark, output) == 19
 
 
-@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
-def test_a_copy_of_a_trace_file_adds_no_event(spark, trace_batch, tmp_path, fmt):
+@pytest.mark.parametrize(("fmt", "reader"), [("parquet", "arrow"), ("jsonl", "arrow"), ("jsonl", "spark")])
+def test_a_copy_of_a_trace_file_adds_no_event(spark, trace_batch, tmp_path, fmt, reader):
     batch = trace_batch(fmt=fmt)
     batch.emit("published", "m-1", 0, business_id="b-1")
     batch.emit("stored", "m-1", 1)
@@ -119,7 +119,7 @@ def test_a_copy_of_a_trace_file_adds_no_event(spark, trace_batch, tmp_path, fmt)
     copy.parent.mkdir()
     copy.write_bytes(original.read_bytes())
     result = trace_index.run(spark, [str(tmp_path / "brokers")], str(tmp_path / "index"), jdbc_url=jdbc_url(),
-                             progress=quiet)
+                             reader=reader, progress=quiet)
     assert (result["new_files"], result["new_events"]) == (2, 2)
     assert TracedMessage.objects.get().event_count == 2
     assert TraceEvent.objects.count() == 2
