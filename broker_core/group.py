@@ -328,10 +328,10 @@ class Group:
                 continue  # late: it timed out and went to someone else, or it was never ours
             done.append(entry[0])
             if traced is not None:
-                traced.append((seq, entry[1], entry[0].fields))
+                traced.append(entry)  # as it is: no tuple per message only for tracing
         if traced:
-            self.trace.emit_group("acked", self.topic, self.name, traced, consumer=sub.conn.consumer_id,
-                                  client_host=sub.conn.peer)
+            self.trace.emit_attempts("acked", self.topic, self.name, traced, consumer=sub.conn.consumer_id,
+                                     client_host=sub.conn.peer)
         self.acked += len(done)
         if self.mode == "broadcast" and sub.lane is not self.main:
             for m in done:

@@ -6,6 +6,8 @@ take the broker's own lists as they are, so the per-event cost is a list append 
 
     emit_messages(event, topic, messages, app_id=, client_host=, ts_us=)  messages: [StoredMessage]
     emit_group(event, topic, group, rows, consumer=, client_host=, ts_us=) rows: [(seq, attempt, fields)]
+    emit_attempts(event, topic, group, entries, consumer=, client_host=, ts_us=)
+                                                              entries: [(StoredMessage, attempt, ...)]
 
 `NullTraceSink` records nothing; `broker_core.trace_process.ProcessTraceSink` ships them to a child
 process that writes the rolling files (`broker_core.trace_writer`). A sink that only has `emit` gets
@@ -55,6 +57,11 @@ class TraceSink(Protocol):
         """One per-group event per (seq, attempt, fields) row (fields: the message array). Same
         ownership rule as `emit_messages`."""
 
+    def emit_attempts(self, event: str, topic: str, group: str, entries: list, *, consumer: str | None = None,
+                      client_host: str | None = None, ts_us: int | None = None) -> None:
+        """One per-group event per (StoredMessage, attempt, ...) entry (a subscription's in-flight entries
+        as they are). Same ownership rule as `emit_messages`."""
+
     def close(self) -> None: ...
 
 
@@ -80,6 +87,10 @@ class BatchEmitMixin:
                       business_id=f[M_BUSINESS_ID], group=group, consumer=consumer, client_host=client_host,
                       attempt=attempt, ts_us=ts_us)
 
+    def emit_attempts(self, event, topic, group, entries, *, consumer=None, client_host=None, ts_us=None) -> None:
+        self.emit_group(event, topic, group, [(m.seq, e[1], m.fields) for e in entries for m in (e[0],)],
+                        consumer=consumer, client_host=client_host, ts_us=ts_us)
+
 
 class NullTraceSink:
     def emit(self, event: str, **fields) -> None:
@@ -89,6 +100,9 @@ class NullTraceSink:
         return None
 
     def emit_group(self, event: str, topic: str, group: str, rows: list, **fields) -> None:
+        return None
+
+    def emit_attempts(self, event: str, topic: str, group: str, entries: list, **fields) -> None:
         return None
 
     def close(self) -> None:

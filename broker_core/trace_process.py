@@ -1,9 +1,10 @@
 """A trace sink that writes from a child process, so writing trace files never holds the broker's GIL.
 
 The broker side does as little per event as it can: `emit` appends one tuple, and the batch methods
-(`emit_messages` for a publish batch, `emit_group` for a delivery or ack frame) append one record
-holding the broker's own list. A publish batch's `stored` record names its `published` record instead
-of its messages (the same list: the child repeats that record's columns). Once per `ship_interval_s`
+(`emit_messages` for a publish batch, `emit_group` for a delivery frame, `emit_attempts` for an ack
+frame's in-flight entries) append one record holding the broker's own list. A publish batch's `stored`
+record names its `published` record instead of its messages (the same list: the child repeats that
+record's columns). Once per `ship_interval_s`
 the records become one chunk (trace_writer's CHUNK: a tuple of scalars per record, and per per-message
 column the values of all records joined into one bytes object, so neither side makes a Python object
 per value), pickled and written to the child's stdin through a non-blocking asyncio pipe. The child
@@ -35,17 +36,19 @@ log = logging.getLogger("broker_core.trace")
 
 LENGTH = struct.Struct(">I")
 FORMATS = ("parquet", "jsonl")
-MESSAGES, ROWS = 0, 1  # what a batch record holds: StoredMessages, or (seq, attempt, fields) rows
+# what a batch record holds: StoredMessages, (seq, attempt, fields) rows, or (StoredMessage, attempt, ...) entries
+MESSAGES, ROWS, ENTRIES = 0, 1, 2
 
 _fields = attrgetter("fields")
 _row_fields = itemgetter(2)
 _row_attempt = itemgetter(1)
+_entry_message = itemgetter(0)
 _body = itemgetter(M_BODY)
 _id, _type, _key, _bid = itemgetter(M_ID), itemgetter(M_TYPE), itemgetter(M_KEY), itemgetter(M_BUSINESS_ID)
 
 
 class ProcessTraceSink:
-    def __init__(self, directory: Path, *, node_id: str, cluster: str, ship_interval_s: float = 0.05,
+    def __init__(self, directory: Path, *, node_id: str, cluster: str, ship_interval_s: float = 0.2,
                  max_buffer_bytes: int = 64 * 1024 * 1024, file_format: str = "parquet", nice: int = 10):
         if file_format not in FORMATS:
             raise ValueError(f"trace file format must be one of {FORMATS}")
@@ -100,6 +103,15 @@ class ProcessTraceSink:
                    ts_us=None) -> None:
         self._records.append((event, topic, ts_us or time_ns() // 1000, None, client_host, group, consumer,
                               rows, ROWS, None))
+        self._next += 1
+        if not self._scheduled:
+            self._scheduled = True
+            self.loop.call_later(self.ship_interval_s, self.ship)
+
+    def emit_attempts(self, event: str, topic: str, group: str, entries: list, *, consumer=None, client_host=None,
+                      ts_us=None) -> None:
+        self._records.append((event, topic, ts_us or time_ns() // 1000, None, client_host, group, consumer,
+                              entries, ENTRIES, None))
         self._next += 1
         if not self._scheduled:
             self._scheduled = True
@@ -161,9 +173,9 @@ def columns(records: list[tuple], first: int = 0) -> tuple:
         if ref is not None:
             scalars.append((event, topic, ts_us, app_id, client_host, group, consumer, None, 0))
             refs.append((i, ref))
-        elif kind == ROWS:
+        elif kind != MESSAGES:  # ROWS or ENTRIES: an attempt each
             scalars.append((event, topic, ts_us, app_id, client_host, group, consumer, None, HAS_ATTEMPT))
-            fields += map(_row_fields, items)
+            fields += map(_row_fields, items) if kind == ROWS else map(_fields, map(_entry_message, items))
             attempts += map(_row_attempt, items)
         elif event in SIZED:
             scalars.append((event, topic, ts_us, app_id, client_host, group, consumer, None, HAS_SIZE))
@@ -174,7 +186,7 @@ def columns(records: list[tuple], first: int = 0) -> tuple:
             scalars.append((event, topic, ts_us, app_id, client_host, group, consumer, None, 0))
             fields += map(_fields, items)
     return (first, scalars, counts, refs, _joined(list(map(_id, fields))), _joined(list(map(_type, fields))),
-            _joined(list(map(_key, fields))), _joined(list(map(_bid, fields))), attempts, sizes)
+            _joined(list(map(_key, fields))), _joined(list(map(_bid, fields))), _ints(attempts), _ints(sizes))
 
 
 def _joined(values: list):
@@ -190,6 +202,13 @@ def _joined(values: list):
         return joined.encode()
     except UnicodeEncodeError:
         return values
+
+
+def _ints(values: list):
+    """An int column as shipped: the one value all have (attempt 1, a batch of equal bodies), or the list."""
+    if values and type(values[0]) is int and values.count(values[0]) == len(values):
+        return values[0]
+    return values
 
 
 def _child(directory: str, node_id: str, cluster: str, file_format: str = "parquet", nice: str = "0") -> None:

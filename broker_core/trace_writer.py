@@ -245,7 +245,8 @@ HAS_ATTEMPT, HAS_SIZE = 1, 2
 #   ids, types, keys, business_ids   the other records' messages' values in turn, each column as bytes
 #             (the values in UTF-8 joined by NUL: no Python object per value on either side), None (all
 #             null) or a list
-#   attempts, sizes   lists: the values of the flagged records' messages in turn (None: null)
+#   attempts, sizes   the values of the flagged records' messages in turn: a list (None: null), or one int
+#             when all are the same
 # The open file holds each record's RECORD values once (run-end encoded) and no column that is the same
 # for the whole file (v, cluster, broker) or follows from a row's place in it (event_id): OPEN_FORMAT in
 # its schema's metadata; the conversion at roll writes every column of arrow_schema().
@@ -311,17 +312,12 @@ class ChunkDecoder:
                     source[i], from_prev[i] = prev[3][j], True
                 else:
                     keep[i] = False
-            pool = own
-            if from_prev.any():
-                source = np.where(from_prev, source, source + len(prev[4][0]))
-                pool = [pa.concat_arrays([p, o]) for p, o in zip(prev[4], own, strict=True)]
             if not keep.all():
                 self.unresolved += int(counts[~keep].sum())
                 scalars = [s for s, k_ in zip(scalars, keep.tolist(), strict=True) if k_]
-                kept, source = counts[keep], source[keep]
-            rows = np.repeat(source - (np.cumsum(kept) - kept), kept) + np.arange(int(kept.sum()))
-            take = pa.array(rows)
-            columns = [c.take(take) for c in pool]
+                kept, source, from_prev = counts[keep], source[keep], from_prev[keep]
+            earlier = prev[4] if prev is not None else [None] * len(own)
+            columns = [_gather(o, p, source, from_prev, kept) for o, p in zip(own, earlier, strict=True)]
         if follows:
             self._prev = (first, is_ref, counts, own_start, own)
         flags = np.fromiter((s[8] for s in scalars), dtype=np.int8, count=len(scalars))
@@ -356,26 +352,56 @@ def _split(data: bytes, n: int):
     if width >= 0 and len(data) == n * (width + 1) - 1:
         raw = np.frombuffer(data, dtype=np.uint8)
         if not raw[width::width + 1].any():  # every separator where equal widths put it
-            grid = np.empty((n, width + 1), dtype=np.uint8)
-            grid.reshape(-1)[:-1] = raw
+            values = np.lib.stride_tricks.as_strided(raw, shape=(n, width), strides=(width + 1, 1))
             offsets = np.arange(n + 1, dtype=np.int32) * width
-            return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(grid[:, :width].copy()))
+            return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(np.ascontiguousarray(values)))
     whole = pa.StringArray.from_buffers(1, pa.py_buffer(np.array([0, len(data)], dtype=np.int32)), pa.py_buffer(data))
     return pc.split_pattern(whole, "\x00").flatten()
 
 
-def _spread(values: list, flagged, counts, n: int, kind):
-    """The values of the flagged records' messages as a column of all n messages (null elsewhere)."""
+def _gather(own, earlier, source, from_prev, counts):
+    """A column of records whose values start at `source` in this chunk's own values, or in the chunk
+    before's (`from_prev`): slices of runs when records are long, else one `take`."""
+    import numpy as np
+    import pyarrow as pa
+
+    n = int(counts.sum())
+    uses_prev = bool(from_prev.any())
+    if own.null_count == len(own) and (not uses_prev or earlier.null_count == len(earlier)):
+        return pa.nulls(n, own.type)
+    ends = source + counts
+    continued = np.zeros(len(source), dtype=bool)  # a record that goes on where the one before ended
+    continued[1:] = (source[1:] == ends[:-1]) & (from_prev[1:] == from_prev[:-1])
+    starts = np.flatnonzero(~continued)
+    if len(starts) * 32 <= n:
+        last = np.append(starts[1:], len(source)) - 1
+        return pa.concat_arrays([(earlier if from_prev[a] else own).slice(int(source[a]), int(ends[b] - source[a]))
+                                 for a, b in zip(starts.tolist(), last.tolist(), strict=True)])
+    pool = pa.concat_arrays([earlier, own]) if uses_prev else own
+    source = np.where(from_prev, source, source + len(earlier)) if uses_prev else source
+    return pool.take(pa.array(np.repeat(source - (np.cumsum(counts) - counts), counts) + np.arange(n)))
+
+
+def _spread(values, flagged, counts, n: int, kind):
+    """The values of the flagged records' messages (a list, or one int for all) as a column of all n
+    messages (null elsewhere)."""
     import numpy as np
     import pyarrow as pa
 
     rows = np.repeat(flagged.astype(bool), counts)
-    if len(values) != int(rows.sum()):
+    m = int(rows.sum())
+    if isinstance(values, int):
+        if m == n:
+            return pa.array(np.full(n, values, dtype=kind.to_pandas_dtype()), kind)
+        data = np.zeros(n, dtype=kind.to_pandas_dtype())
+        data[rows] = values
+        return pa.array(data, kind, mask=~rows)
+    if len(values) != m:
         raise ValueError("a shipped chunk's attempts or sizes do not match its records")
     if not values:
         return pa.nulls(n, kind)
     array = _array(values, kind)
-    if len(array) == n:
+    if m == n:
         return array
     return array.take(pa.array(np.cumsum(rows) - 1, mask=~rows))
 
@@ -491,9 +517,10 @@ class ParquetTraceWriter(BatchEmitMixin):
                 parts = [decoder.decode(_events_chunk(events), follows=False)] if events else []
                 parts += [decoder.decode(chunk) for chunk, _ in chunks]
                 self.dropped += decoder.unresolved - unresolved
-                batch = self._open_batch(parts) if parts else None
-                if batch is not None:
-                    self._write(batch)
+                for part in parts:  # a batch each: nothing is copied to join them
+                    batch = self._open_batch(part)
+                    if batch is not None:
+                        self._write(batch)
             finally:
                 if chunks:
                     with self._count_lock:
@@ -503,13 +530,12 @@ class ParquetTraceWriter(BatchEmitMixin):
             ):
                 self._roll()
 
-    def _open_batch(self, parts: list[tuple]):
-        """One record batch of the open file from decoded chunks: each record's values once, as runs."""
+    def _open_batch(self, part: tuple):
+        """A record batch of the open file from a decoded chunk: each record's values once, as runs."""
         import numpy as np
         import pyarrow as pa
 
-        scalars = parts[0][0] if len(parts) == 1 else [s for p in parts for s in p[0]]
-        counts = parts[0][1] if len(parts) == 1 else np.concatenate([p[1] for p in parts])
+        scalars, counts, columns = part
         if not counts.all():  # a record of no message has no run
             scalars = [s for s, n in zip(scalars, counts.tolist(), strict=True) if n]
             counts = counts[counts > 0]
@@ -519,9 +545,7 @@ class ParquetTraceWriter(BatchEmitMixin):
         per_record = list(zip(*scalars, strict=True))
         arrays = [pa.RunEndEncodedArray.from_arrays(run_ends, _array(list(values), self.schema.field(name).type.value_type))
                   for name, values in zip(RECORD, per_record, strict=False)]
-        for i in range(len(PER_MESSAGE)):
-            arrays.append(parts[0][2][i] if len(parts) == 1 else pa.concat_arrays([p[2][i] for p in parts]))
-        return pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        return pa.RecordBatch.from_arrays(arrays + list(columns), schema=self.schema)
 
     def _write(self, batch) -> None:
         if self._stream is None:
@@ -613,21 +637,28 @@ def _hex4():
     """The 4 lowercase hex digits of 0..65535, each as the uint32 of its 4 bytes."""
     import numpy as np
 
-    return np.frombuffer(b"".join(b"%04x" % i for i in range(65536)), dtype=np.uint32)
+    nibbles = np.arange(65536)[:, None] >> np.array([12, 8, 4, 0]) & 15
+    return np.ascontiguousarray(np.frombuffer(b"0123456789abcdef", dtype=np.uint8)[nibbles]).view(np.uint32).ravel()
 
 
 def event_ids(prefix: str, first: int, n: int):
     """n event ids from `first` on, 32 hex characters each: the writer's random prefix (16) and the counter
-    (16) (numpy: four table lookups of 4 hex digits per id)."""
+    (16), as 8 groups of 4 characters (numpy table lookups: the lowest group per id, the others once per
+    65,536 ids)."""
     import numpy as np
     import pyarrow as pa
 
-    seqs = np.arange(first, first + n, dtype=np.uint64)
-    data = np.empty((n, 8), dtype=np.uint32)  # 32 characters a row, as 8 groups of 4
+    data = np.empty((n, 8), dtype=np.uint32)
     data[:, :4] = np.frombuffer(prefix.encode(), dtype=np.uint32)
     hex4 = _hex4()
-    for i, shift in enumerate((48, 32, 16, 0)):
-        data[:, 4 + i] = hex4[(seqs >> np.uint64(shift)).astype(np.uint16)]
+    low = np.arange(first, first + n, dtype=np.uint64) & np.uint64(0xFFFF)
+    data[:, 7] = hex4[low.astype(np.uint16)]
+    start = 0
+    while start < n:  # the upper 48 bits are the same for a run of up to 65,536 ids
+        high = (first + start) >> 16
+        stop = min(n, start + 0x10000 - ((first + start) & 0xFFFF))
+        data[start:stop, 4:7] = hex4[[(high >> 32) & 0xFFFF, (high >> 16) & 0xFFFF, high & 0xFFFF]]
+        start = stop
     offsets = np.arange(0, 32 * (n + 1), 32, dtype=np.int32)
     return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
 

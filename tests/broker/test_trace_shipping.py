@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 
 from broker_core.client import Consumer, Message, Producer
 from broker_core.store import StoredMessage
-from broker_core.trace_process import MESSAGES, ROWS, ProcessTraceSink, columns
+from broker_core.trace_process import ENTRIES, MESSAGES, ROWS, ProcessTraceSink, columns
 from broker_core.trace_writer import OPEN_FORMAT, ParquetTraceWriter, read_trace_events
 from tests.broker.conftest import APP, wait_for
 from tests.broker.helpers import Received
@@ -61,6 +61,27 @@ def test_a_reference_to_a_record_the_writer_never_got_drops_its_rows_and_counts_
     writer.close()
     assert writer.dropped == 2
     assert [(e["event"], e["message_id"], e["attempt"]) for e in _rows(tmp_path)] == [("delivered", "m-3", 1)]
+
+
+def test_an_ack_frames_in_flight_entries_become_rows_with_their_attempts(tmp_path):
+    """`emit_attempts` takes a subscription's in-flight entries (message, attempt, deadline) as they are,
+    in the process sink's chunks and in a writer's own events."""
+    m1, m2 = _message(1, "m-1", key="k1"), _message(2, "m-2", business_id="b2")
+    entries = [(m1, 1, 1000.5), (m2, 3, 1000.7)]
+    writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60)
+    writer.add_chunk(columns([("acked", "t", 5, None, "h:2", "g", "c-1", entries, ENTRIES, None)]))
+    writer.emit_attempts("acked", "t", "g", entries, consumer="c-2", client_host="h:3", ts_us=6)
+    writer.close()
+    common = {"v": 1, "event": "acked", "topic": "t", "message_type": "normal", "group": "g", "cluster": "c",
+              "broker": "n1"}
+    one = {"message_id": "m-1", "key": "k1", "attempt": 1}
+    two = {"message_id": "m-2", "business_id": "b2", "attempt": 3}
+    assert _rows(tmp_path) == [
+        {**common, **one, "ts_us": 6, "consumer": "c-2", "client_host": "h:3"},  # a writer's events come first
+        {**common, **two, "ts_us": 6, "consumer": "c-2", "client_host": "h:3"},
+        {**common, **one, "ts_us": 5, "consumer": "c-1", "client_host": "h:2"},
+        {**common, **two, "ts_us": 5, "consumer": "c-1", "client_host": "h:2"},
+    ]
 
 
 def test_string_columns_ship_in_every_form_and_come_back_as_they_were(tmp_path):
