@@ -122,17 +122,24 @@ def summarize_table(events: pa.Table) -> pa.Table:
     ts = events["ts_us"].to_numpy()
     key = ts * RANK_BITS + rank
 
-    message = _message_figures(events, m, rank, ts, key)
-    published = _shift(message["produced"], np.floor_divide)
+    seg = Segments(starts)
+    produced, stored = np.isin(rank, PRODUCED), rank == R["stored"]
+    produced_key, has_produced = seg.min(key, produced)
+    published = pa.array(produced_key // RANK_BITS, _l, mask=~has_produced)
+    stored_ts, has_stored = seg.min(ts, stored)
+    tx_key, has_tx = seg.max(key, np.isin(rank, TRANSACTION))
+    size, size_valid = _ints(events["size"])
+    size, has_size = seg.max(size, size_valid & produced)
+    app, host, broker = (events[c].combine_chunks() for c in ("app_id", "client_host", "broker"))
     groups, states, deliveries = _groups(events, m, starts, rank, ts, key, published)
-    tx = message["tx"]
-    transaction_state = _kinds(tx)
-    own_state = np.where(np.isin(transaction_state, ["rolled_back", "prepared"]), transaction_state,
-                         np.where(message["stored_ts_us"].is_valid().to_numpy(zero_copy_only=False),
-                                  "stored", "published"))
-    no_groups = ~states.any(axis=1)
-    states[np.flatnonzero(no_groups), [STATES.index(s) for s in own_state[no_groups]]] = True
-    rows, cols = np.nonzero(states)
+
+    tx_rank = np.where(has_tx, tx_key % RANK_BITS, -1)
+    own_state = np.where(tx_rank == R["rolled_back"], STATES.index("rolled_back"),
+                         np.where(tx_rank == R["prepared"], STATES.index("prepared"),
+                                  np.where(has_stored, STATES.index("stored"), STATES.index("published"))))
+    no_groups = np.flatnonzero(~states.any(axis=1))
+    states[no_groups, own_state[no_groups]] = True
+    _rows, cols = np.nonzero(states)
     final_states = pa.ListArray.from_arrays(
         pa.array(np.r_[0, np.cumsum(states.sum(axis=1))].astype(np.int32)),
         pa.array(np.array(STATES, dtype=object)[cols], _s))
@@ -145,22 +152,22 @@ def summarize_table(events: pa.Table) -> pa.Table:
         fields=list(TIMELINE_TYPE.value_type)))
     columns = {
         "message_id": encoded.dictionary.take(pa.array(m[starts])),
-        **{f: message[f] for f in MESSAGE_FIELDS},
-        "app_id": pc.coalesce(message["producer_app"], message["any_app"]),
-        "producer_host": message["producer_host"],
-        "broker": pc.coalesce(message["producer_broker"], message["stored_broker"]),
-        "size": message["size"],
+        **{f: seg.max_string(events[f].combine_chunks()) for f in MESSAGE_FIELDS},
+        "app_id": pc.coalesce(seg.max_string(app, produced), seg.max_string(app)),
+        "producer_host": seg.max_string(host, produced),
+        "broker": pc.coalesce(seg.max_string(broker, produced), seg.max_string(broker, stored)),
+        "size": pa.array(size, _l, mask=~has_size),
         "first_ts_us": pa.array(first_ts, _l),
         "last_ts_us": pa.array(ts[offsets[1:] - 1], _l),
         "published_ts_us": published,
-        "stored_ts_us": message["stored_ts_us"],
-        "transaction_state": pa.array(transaction_state, _s),
+        "stored_ts_us": pa.array(stored_ts, _l, mask=~has_stored),
+        "transaction_state": pa.array(np.where(has_tx, KINDS[np.maximum(tx_rank, 0)], None), _s),
         "final_state": pa.array(final_state, _s),
         "final_states": final_states,
         "attempts": pa.array(deliveries, _i),
         "event_count": pa.array(np.diff(offsets), _i),
         "groups": groups,
-        "date": pc.strftime(pa.array(first_ts, pa.timestamp("us", "UTC")), "%Y-%m-%d"),
+        "date": _dates(first_ts),
         "timeline": timeline,
     }
     return pa.Table.from_arrays([columns[f.name] for f in SUMMARY_SCHEMA], schema=SUMMARY_SCHEMA)
@@ -187,102 +194,113 @@ def timeline_order(events: pa.Table) -> pa.Table:
     return events.filter(pa.concat_arrays([pa.array([True]), pc.invert(copy).combine_chunks()]))
 
 
-def _where(mask: np.ndarray, values) -> pa.Array:
-    """values where mask, else null."""
-    if isinstance(values, np.ndarray):
-        return pa.array(values, mask=~mask)
-    return pc.if_else(pa.array(mask), values, pa.scalar(None, values.type))
+class Segments:
+    """Runs of consecutive rows (a message's events, a group's steps), each starting at `starts`, and
+    reductions over each run with numpy (`where` picks the rows that count; a run with none is not valid)."""
+
+    def __init__(self, starts: np.ndarray):
+        self.starts = starts
+
+    def max(self, values: np.ndarray, where: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return (np.maximum.reduceat(np.where(where, values, _MIN64), self.starts),
+                np.logical_or.reduceat(where, self.starts))
+
+    def min(self, values: np.ndarray, where: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return (np.minimum.reduceat(np.where(where, values, _MAX64), self.starts),
+                np.logical_or.reduceat(where, self.starts))
+
+    def count(self, where: np.ndarray) -> np.ndarray:
+        return np.add.reduceat(where.astype(np.int64), self.starts)
+
+    def last(self, column: pa.Array) -> pa.Array:
+        """The last non-null value of each run."""
+        valid = column.is_valid().to_numpy(zero_copy_only=False)
+        index = np.maximum.reduceat(np.where(valid, np.arange(len(column)), -1), self.starts)
+        return column.take(pa.array(index, mask=index < 0))
+
+    def max_string(self, column: pa.Array, where: np.ndarray | None = None) -> pa.Array:
+        """The greatest string (by bytes, as Spark's max) of each run; null where the run has none."""
+        encoded = pc.dictionary_encode(column)
+        dictionary = encoded.dictionary
+        if len(dictionary) == 0:
+            return pa.nulls(len(self.starts), _s)
+        order = pc.sort_indices(dictionary).to_numpy()
+        rank_of = np.empty(len(order), np.int64)
+        rank_of[order] = np.arange(len(order))
+        codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False).astype(np.int64)
+        valid = codes >= 0 if where is None else (codes >= 0) & where
+        best = np.maximum.reduceat(np.where(valid, rank_of[np.maximum(codes, 0)], -1), self.starts)
+        return dictionary.take(pa.array(order)).take(pa.array(best, mask=best < 0))
 
 
-def _message_figures(events: pa.Table, m, rank, ts, key) -> dict[str, pa.Array]:
-    produced, stored = np.isin(rank, PRODUCED), rank == R["stored"]
-    figures = pa.table({
-        "_m": events["_m"],
-        **{f: events[f] for f in MESSAGE_FIELDS},
-        "produced": _where(produced, key), "stored_ts_us": _where(stored, ts),
-        "producer_app": _where(produced, events["app_id"]), "any_app": events["app_id"],
-        "producer_host": _where(produced, events["client_host"]),
-        "producer_broker": _where(produced, events["broker"]), "stored_broker": _where(stored, events["broker"]),
-        "size": _where(produced, events["size"]), "tx": _where(np.isin(rank, TRANSACTION), key),
-    })
-    mins = ("produced", "stored_ts_us")
-    out = figures.group_by("_m", use_threads=False).aggregate(
-        [(c, "min" if c in mins else "max") for c in figures.column_names if c != "_m"])
-    out = out.sort_by("_m")  # one row per message, in the order of `starts`
-    return {c: out[f"{c}_{'min' if c in mins else 'max'}"].combine_chunks() for c in figures.column_names if c != "_m"}
+_MIN64, _MAX64 = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+_STATE = {name: i for i, name in enumerate(STATES)}
+# a terminal step's state (by rank); -1 for the others
+_TERMINAL_STATE = np.array([_STATE.get(kind, -1) for kind in KINDS])
 
 
-def _shift(array: pa.Array, op) -> pa.Array:
-    """floor(key / RANK_BITS) of a key array (nulls kept)."""
-    values, valid = _ints(array)
-    return pa.array(op(values, RANK_BITS), _l, mask=~valid)
+def _dates(ts_us: np.ndarray) -> pa.Array:
+    """The UTC date (yyyy-MM-dd) of each microsecond time."""
+    days, where = np.unique(np.floor_divide(ts_us, 86_400_000_000), return_inverse=True)
+    return pa.array(days.astype("datetime64[D]").astype(str).astype(object)[where], _s)
 
 
-def _ints(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+def _ints(array) -> tuple[np.ndarray, np.ndarray]:
     """An int64 array's values (0 where null) and where they are valid. (numpy's view of an array with
     nulls is float64, which cannot hold a microsecond key exactly.)"""
     return (pc.fill_null(array, 0).to_numpy(zero_copy_only=False).astype(np.int64),
             array.is_valid().to_numpy(zero_copy_only=False))
 
 
-def _kinds(keys: pa.Array) -> np.ndarray:
-    """The kind of each key (None where null)."""
-    values, valid = _ints(keys)
-    return np.where(valid, KINDS[values % RANK_BITS], None)
-
-
 def _groups(events: pa.Table, m, starts, rank, ts, key, published: pa.Array):
-    """Per message: its groups' summaries (a list array), which states its groups are in (a boolean matrix,
-    columns STATES) and its deliveries in all."""
+    """Per message: its groups' summaries (a list array, groups by name), which states its groups are in (a
+    boolean matrix, columns STATES) and its deliveries in all."""
     n_messages = len(starts)
     states = np.zeros((n_messages, len(STATES)), dtype=bool)
     has_group = events["group"].is_valid().to_numpy(zero_copy_only=False)
     if not has_group.any():
         empty = pa.ListArray.from_arrays(pa.array(np.zeros(n_messages + 1, np.int32)), pa.array([], GROUP_TYPE))
         return empty, states, np.zeros(n_messages, np.int64)
+    # the steps of each (message, group) together, groups by name, each group's steps still in timeline order
+    message_of_row = np.repeat(np.arange(n_messages), np.diff(np.r_[starts, len(m)]))
     rows = np.flatnonzero(has_group)
-    g_rank, g_key, g_ts = rank[rows], key[rows], ts[rows]
-    take = pa.array(rows)
-    figures = pa.table({
-        "_m": events["_m"].take(take), "group": events["group"].take(take),
-        "decisive": _where(np.isin(g_rank, DECISIVE), g_key), "active": _where(np.isin(g_rank, ACTIVE), g_key),
-        "attempt": events["attempt"].take(take),
-        "deliveries": (g_rank == R["delivered"]).astype(np.int32), "nacks": (g_rank == R["nacked"]).astype(np.int32),
-        "timeouts": (g_rank == R["timed_out"]).astype(np.int32),
-        "first_delivered_us": _where(g_rank == R["delivered"], g_ts),
-        "consumer": events["consumer"].take(take), "detail": events["detail"].take(take),
-    })
-    # in timeline order, so "last" is the last non-null value of a group's steps
-    out = figures.group_by(["_m", "group"], use_threads=False).aggregate([
-        ("decisive", "max"), ("active", "max"), ("attempt", "max"), ("deliveries", "sum"), ("nacks", "sum"),
-        ("timeouts", "sum"), ("first_delivered_us", "min"), ("consumer", "last"), ("detail", "last"),
-    ]).sort_by([("_m", "ascending"), ("group", "ascending")])
-    decisive = out["decisive_max"].combine_chunks()
-    active = out["active_max"].combine_chunks()
-    d, d_valid = _ints(decisive)
-    a, a_valid = _ints(active)
+    names = pc.dictionary_encode(events["group"].combine_chunks().take(pa.array(rows)))
+    name_order = pc.sort_indices(names.dictionary).to_numpy()
+    name_rank = np.empty(len(name_order), np.int64)
+    name_rank[name_order] = np.arange(len(name_order))
+    by_group = message_of_row[rows] * len(name_order) + name_rank[names.indices.to_numpy()]
+    order = np.argsort(by_group, kind="stable")
+    rows, by_group = rows[order], by_group[order]
+    group_starts = np.flatnonzero(np.r_[True, by_group[1:] != by_group[:-1]])
+    seg = Segments(group_starts)
+    g_rank, g_key, take = rank[rows], key[rows], pa.array(rows)
+
+    d, d_valid = seg.max(g_key, np.isin(g_rank, DECISIVE))
+    a, a_valid = seg.max(g_key, np.isin(g_rank, ACTIVE))
+    attempt, attempt_valid = _ints(events["attempt"].combine_chunks().take(take))
+    attempts, _ = seg.max(attempt, attempt_valid)
+    delivered = g_rank == R["delivered"]
+    first_delivered, has_delivery = seg.min(ts[rows], delivered)
+    deliveries = seg.count(delivered)
     terminal = d_valid & np.isin(d % RANK_BITS, TERMINAL)
     live = a_valid & (~d_valid | (a > d))
-    state = np.where(terminal, KINDS[d % RANK_BITS],
-                     np.where(live, np.where(a % RANK_BITS == R["delivered"], "in_flight", "retrying"), "pending"))
-    # the message each group row belongs to: messages are in _m order, one row each
-    position = np.searchsorted(m[starts], out["_m"].to_numpy())
+    state = np.where(terminal, _TERMINAL_STATE[d % RANK_BITS],
+                     np.where(live, np.where(a % RANK_BITS == R["delivered"], _STATE["in_flight"], _STATE["retrying"]),
+                              _STATE["pending"]))
+    position = message_of_row[rows[group_starts]]
     published_us, p_valid = (values[position] for values in _ints(published))
     ended = d // RANK_BITS
-    deliveries = out["deliveries_sum"].to_numpy().astype(np.int64)
     group_rows = pa.StructArray.from_arrays([
-        out["group"].combine_chunks(), pa.array(state, _s),
-        pc.fill_null(out["attempt_max"], 0).combine_chunks().cast(_i), pa.array(deliveries, _i),
-        out["nacks_sum"].combine_chunks().cast(_i), out["timeouts_sum"].combine_chunks().cast(_i),
-        out["first_delivered_us_min"].combine_chunks().cast(_l),
+        names.dictionary.take(pa.array(name_order)).take(pa.array(by_group[group_starts] % len(name_order))),
+        pa.array(np.array(STATES, dtype=object)[state], _s),
+        pa.array(np.maximum(attempts, 0), _i), pa.array(deliveries, _i),
+        pa.array(seg.count(g_rank == R["nacked"]), _i), pa.array(seg.count(g_rank == R["timed_out"]), _i),
+        pa.array(first_delivered, _l, mask=~has_delivery),
         pa.array(ended, _l, mask=~terminal),
         pa.array(ended - published_us, _l, mask=~(terminal & p_valid)),
-        out["consumer_last"].combine_chunks(), out["detail_last"].combine_chunks(),
+        seg.last(events["consumer"].combine_chunks().take(take)), seg.last(events["detail"].combine_chunks().take(take)),
     ], fields=list(GROUP_TYPE))
     counts = np.bincount(position, minlength=n_messages)
     groups = pa.ListArray.from_arrays(pa.array(np.r_[0, np.cumsum(counts)].astype(np.int32)), group_rows)
-    for i, name in enumerate(STATES):
-        hit = state == name
-        if hit.any():
-            states[np.unique(position[hit]), i] = True
+    states[position, state] = True
     return groups, states, np.bincount(position, weights=deliveries, minlength=n_messages).astype(np.int64)
