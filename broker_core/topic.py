@@ -98,17 +98,18 @@ class Topic:
                 last_type, last_groups = message_type, routes(message_type)
             groups.append(last_groups)
         stored: list[list[StoredMessage]] = []
+        traced: list = []  # the sink's handle for the batch: `stored` names its `published` record
 
         def done(exc: BaseException | None) -> None:
-            self._stored(stored[0] if stored else [], size, exc, reply, client_host)
+            self._stored(stored[0] if stored else [], size, exc, reply, client_host, traced[0] if traced else None)
 
         stored.append(self.store.append(app_id, received_ms, arrays, groups, done))
-        if self.tracing:  # one record for the batch; `stored` ships the same list
-            self.trace.emit_messages("published", self.name, stored[0], app_id=app_id, client_host=client_host,
-                                     ts_us=received_ms * 1000)
+        if self.tracing:  # one record for the batch
+            traced.append(self.trace.emit_messages("published", self.name, stored[0], app_id=app_id,
+                                                   client_host=client_host, ts_us=received_ms * 1000))
 
     def _stored(self, messages: list[StoredMessage], size: int, exc: BaseException | None, reply: PublishReply,
-                client_host: str | None) -> None:
+                client_host: str | None, traced: object = None) -> None:
         if exc is not None or not messages:
             self.publish_failures += len(messages)
             reply(exc, 0, 0)
@@ -118,7 +119,7 @@ class Topic:
         reply(None, messages[0].seq, len(messages))
         if self.tracing:
             self.trace.emit_messages("stored", self.name, messages, app_id=messages[0].app_id,
-                                     client_host=client_host)
+                                     client_host=client_host, same_as=traced)
         # runs of messages owed to the same groups (routes() hands out one tuple per type)
         run: list[StoredMessage] = []
         run_groups = messages[0].groups

@@ -2,9 +2,9 @@
 
 The broker calls `sink.emit(...)` at each step; the sink must not block the event loop. On the hot
 paths (a publish batch, a delivery frame, an ack frame) it calls the batch methods instead, which
-take the broker's own lists as they are, so the per-event cost is a list append at most:
+take the broker's own lists as they are:
 
-    emit_messages(event, topic, messages, app_id=, client_host=, ts_us=)  messages: [StoredMessage]
+    emit_messages(event, topic, messages, app_id=, client_host=, ts_us=, same_as=)  messages: [StoredMessage]
     emit_group(event, topic, group, rows, consumer=, client_host=, ts_us=) rows: [(seq, attempt, fields)]
     emit_attempts(event, topic, group, entries, consumer=, client_host=, ts_us=)
                                                               entries: [(StoredMessage, attempt, ...)]
@@ -48,19 +48,19 @@ class TraceSink(Protocol):
     ) -> None: ...
 
     def emit_messages(self, event: str, topic: str, messages: list, *, app_id: str | None = None,
-                      client_host: str | None = None, ts_us: int | None = None) -> None:
-        """One event per StoredMessage (`size` is recorded on `published` and `prepared`). The sink may
-        keep `messages` until it ships them: the caller must not change the list afterwards."""
+                      client_host: str | None = None, ts_us: int | None = None, same_as: object = None) -> object:
+        """One event per StoredMessage (`size` is recorded on `published` and `prepared`). Returns a
+        handle (or None): a later call for the same list may pass it as `same_as`, so the sink may reuse
+        what it took from the messages (a publish batch's `stored` after its `published`)."""
 
     def emit_group(self, event: str, topic: str, group: str, rows: list, *, consumer: str | None = None,
                    client_host: str | None = None, ts_us: int | None = None) -> None:
-        """One per-group event per (seq, attempt, fields) row (fields: the message array). Same
-        ownership rule as `emit_messages`."""
+        """One per-group event per (seq, attempt, fields) row (fields: the message array)."""
 
     def emit_attempts(self, event: str, topic: str, group: str, entries: list, *, consumer: str | None = None,
                       client_host: str | None = None, ts_us: int | None = None) -> None:
         """One per-group event per (StoredMessage, attempt, ...) entry (a subscription's in-flight entries
-        as they are). Same ownership rule as `emit_messages`."""
+        as they are)."""
 
     def close(self) -> None: ...
 
@@ -71,7 +71,8 @@ SIZED = frozenset({"published", "prepared"})
 class BatchEmitMixin:
     """The batch methods of TraceSink through `self.emit`, one call per event."""
 
-    def emit_messages(self, event, topic, messages, *, app_id=None, client_host=None, ts_us=None) -> None:
+    def emit_messages(self, event, topic, messages, *, app_id=None, client_host=None, ts_us=None,
+                      same_as=None) -> None:
         ts_us = ts_us or time.time_ns() // 1000
         sized = event in SIZED
         for m in messages:

@@ -239,12 +239,15 @@ HAS_ATTEMPT, HAS_SIZE = 1, 2
 #   scalars   one tuple per record: RECORD, then flags (HAS_ATTEMPT, HAS_SIZE: `attempts` / `sizes` hold
 #             values for its messages)
 #   counts    how many messages each record has
-#   refs      (index in this chunk, number of an earlier record): a record of the same messages as that
-#             one (a publish batch's `stored` record and its `published` one), which ships no per-message
-#             values of its own; the earlier record is in this chunk or in the one before
+#   refs      (index in this chunk, [(number of an earlier record, offset, count), ...]): a record whose
+#             messages are those runs of earlier records' (a publish batch's `stored` record: its whole
+#             `published` record; a delivery or ack frame: runs of published records), which ships no
+#             ids, types, keys or business ids of its own; the earlier records are in this chunk or in the
+#             one before, and ship their own
 #   ids, types, keys, business_ids   the other records' messages' values in turn, each column as bytes
-#             (the values in UTF-8 joined by NUL: no Python object per value on either side), None (all
-#             null) or a list
+#             (the values in UTF-8 joined by NUL: no Python object per value on either side), as (bytes,
+#             [row, ...]) when those rows are null (empty in the bytes), None (all null), or a list (a
+#             value that is not a string or holds a NUL)
 #   attempts, sizes   the values of the flagged records' messages in turn: a list (None: null), or one int
 #             when all are the same
 # The open file holds each record's RECORD values once (run-end encoded) and no column that is the same
@@ -294,30 +297,34 @@ class ChunkDecoder:
         first, scalars, counts, refs, *strings, attempts, sizes = chunk
         k = len(scalars)
         counts = np.array(counts, dtype=np.int64).reshape(k)
+        named = dict(refs)
         is_ref = np.zeros(k, dtype=bool)
-        for i, _ in refs:
-            is_ref[i] = True
+        is_ref[list(named)] = True
         own_counts = np.where(is_ref, 0, counts)
         own_start = np.cumsum(own_counts) - own_counts
         own = [_strings(values, int(own_counts.sum())) for values in strings]
         columns, kept = own, counts
         if refs:
-            source, from_prev, keep = own_start.copy(), np.zeros(k, dtype=bool), np.ones(k, dtype=bool)
-            for i, number in refs:
-                j = number - first
-                if 0 <= j < i and not is_ref[j] and counts[j] == counts[i]:
-                    source[i] = own_start[j]
-                elif prev is not None and 0 <= (j := number - prev[0]) < len(prev[2]) and not prev[1][j] \
-                        and prev[2][j] == counts[i]:
-                    source[i], from_prev[i] = prev[3][j], True
-                else:
+            runs, keep = [], np.ones(k, dtype=bool)  # (from the chunk before, start, count) in row order
+            for i in range(k):
+                if not is_ref[i]:
+                    runs.append((False, own_start[i], counts[i]))
+                    continue
+                found = self._resolve(named[i], first, i, is_ref, counts, own_start, prev)
+                if found is None or sum(r[2] for r in found) != counts[i]:
                     keep[i] = False
+                else:
+                    runs += found
             if not keep.all():
                 self.unresolved += int(counts[~keep].sum())
+                flags = np.fromiter((s[8] for s in scalars), dtype=np.int8, count=k)
+                attempts = _drop(attempts, flags & HAS_ATTEMPT, counts, keep)
+                sizes = _drop(sizes, flags & HAS_SIZE, counts, keep)
                 scalars = [s for s, k_ in zip(scalars, keep.tolist(), strict=True) if k_]
-                kept, source, from_prev = counts[keep], source[keep], from_prev[keep]
+                kept = counts[keep]
             earlier = prev[4] if prev is not None else [None] * len(own)
-            columns = [_gather(o, p, source, from_prev, kept) for o, p in zip(own, earlier, strict=True)]
+            runs = np.array(runs, dtype=np.int64).reshape(-1, 3)
+            columns = [_gather(o, p, runs, int(kept.sum())) for o, p in zip(own, earlier, strict=True)]
         if follows:
             self._prev = (first, is_ref, counts, own_start, own)
         flags = np.fromiter((s[8] for s in scalars), dtype=np.int8, count=len(scalars))
@@ -326,17 +333,53 @@ class ChunkDecoder:
                    _spread(sizes, flags & HAS_SIZE, kept, n, pa.int64())]
         return scalars, kept, columns
 
+    @staticmethod
+    def _resolve(runs, first, i, is_ref, counts, own_start, prev):
+        """(from the chunk before, start in its own values, count) of each named (record, offset, count), or
+        None if one is not a record of this chunk before `i` or of the chunk before with its own values."""
+        found = []
+        for number, offset, count in runs:
+            j = number - first
+            if 0 <= j < i and not is_ref[j] and offset + count <= counts[j]:
+                found.append((False, own_start[j] + offset, count))
+            elif prev is not None and 0 <= (j := number - prev[0]) < len(prev[2]) and not prev[1][j] \
+                    and offset + count <= prev[2][j]:
+                found.append((True, prev[3][j] + offset, count))
+            else:
+                return None
+        return found
+
 
 def _strings(values, n: int):
-    """A shipped string column as an Arrow string array of n values."""
+    """A shipped string column (None, bytes, (bytes, null rows) or a list) as an Arrow string array of n
+    values."""
+    import numpy as np
     import pyarrow as pa
+    import pyarrow.compute as pc
 
     if values is None:
         return pa.nulls(n, pa.string())
+    nulls = None
+    if isinstance(values, tuple):
+        values, nulls = values
     array = _split(values, n) if isinstance(values, bytes) else _array(values, pa.string())
     if len(array) != n:
         raise ValueError(f"a shipped column has {len(array)} values for {n} messages")
+    if nulls:
+        null = np.zeros(n, dtype=bool)
+        null[nulls] = True
+        array = pc.if_else(pa.array(null), pa.scalar(None, pa.string()), array)
     return array
+
+
+def _drop(values, flagged, counts, keep):
+    """A chunk's attempts or sizes without those of the records not kept."""
+    import numpy as np
+
+    if not isinstance(values, list):
+        return values  # one value for all
+    rows = np.repeat(keep[flagged.astype(bool)], counts[flagged.astype(bool)])
+    return [v for v, k in zip(values, rows.tolist(), strict=True) if k]
 
 
 def _split(data: bytes, n: int):
@@ -359,27 +402,27 @@ def _split(data: bytes, n: int):
     return pc.split_pattern(whole, "\x00").flatten()
 
 
-def _gather(own, earlier, source, from_prev, counts):
-    """A column of records whose values start at `source` in this chunk's own values, or in the chunk
-    before's (`from_prev`): slices of runs when records are long, else one `take`."""
+def _gather(own, earlier, runs, n: int):
+    """A column of n values taken in runs (from the chunk before, start, count) from this chunk's own
+    values or the chunk before's: slices when the runs are long, else one `take`."""
     import numpy as np
     import pyarrow as pa
 
-    n = int(counts.sum())
+    from_prev, start, count = runs[:, 0].astype(bool), runs[:, 1], runs[:, 2]
     uses_prev = bool(from_prev.any())
     if own.null_count == len(own) and (not uses_prev or earlier.null_count == len(earlier)):
         return pa.nulls(n, own.type)
-    ends = source + counts
-    continued = np.zeros(len(source), dtype=bool)  # a record that goes on where the one before ended
-    continued[1:] = (source[1:] == ends[:-1]) & (from_prev[1:] == from_prev[:-1])
-    starts = np.flatnonzero(~continued)
-    if len(starts) * 32 <= n:
-        last = np.append(starts[1:], len(source)) - 1
-        return pa.concat_arrays([(earlier if from_prev[a] else own).slice(int(source[a]), int(ends[b] - source[a]))
-                                 for a, b in zip(starts.tolist(), last.tolist(), strict=True)])
+    end = start + count
+    continued = np.zeros(len(start), dtype=bool)  # a run that goes on where the one before ended
+    continued[1:] = (start[1:] == end[:-1]) & (from_prev[1:] == from_prev[:-1])
+    heads = np.flatnonzero(~continued)
+    if len(heads) * 32 <= n:
+        lasts = np.append(heads[1:], len(start)) - 1
+        return pa.concat_arrays([(earlier if from_prev[a] else own).slice(int(start[a]), int(end[b] - start[a]))
+                                 for a, b in zip(heads.tolist(), lasts.tolist(), strict=True)])
     pool = pa.concat_arrays([earlier, own]) if uses_prev else own
-    source = np.where(from_prev, source, source + len(earlier)) if uses_prev else source
-    return pool.take(pa.array(np.repeat(source - (np.cumsum(counts) - counts), counts) + np.arange(n)))
+    start = np.where(from_prev, start, start + len(earlier)) if uses_prev else start
+    return pool.take(pa.array(np.repeat(start - (np.cumsum(count) - count), count) + np.arange(n)))
 
 
 def _spread(values, flagged, counts, n: int, kind):

@@ -1,6 +1,8 @@
-"""What the broker ships to its trace process and what comes out: a column as one bytes object (or a list
-when it cannot be), a publish batch's `stored` record naming its `published` one (in the same chunk or
-the one before), the open file's compact batches, and a real broker's rows for every step of a batch."""
+"""What the broker ships to its trace process and what comes out: a column as one bytes object per chunk
+(null rows apart, a list when it cannot be joined), records naming the messages of earlier records (a
+publish batch's `stored` its `published` record, a delivery or ack frame runs of published records, in
+the same chunk or the one before), the open file's compact batches, and a real broker's rows for every
+step of a batch."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import pyarrow.parquet as pq
 
 from broker_core.client import Consumer, Message, Producer
 from broker_core.store import StoredMessage
-from broker_core.trace_process import ENTRIES, MESSAGES, ROWS, ProcessTraceSink, columns
+from broker_core.trace_process import ChunkShipper, ProcessTraceSink
 from broker_core.trace_writer import OPEN_FORMAT, ParquetTraceWriter, read_trace_events
 from tests.broker.conftest import APP, wait_for
 from tests.broker.helpers import Received
@@ -28,15 +30,26 @@ def _rows(folder):
     return rows
 
 
+def _written(tmp_path, *chunks, **writer_options):
+    writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60, **writer_options)
+    for chunk in chunks:
+        writer.add_chunk(chunk)
+    writer.close()
+    return writer
+
+
 def test_a_stored_record_naming_a_published_one_of_the_chunk_before_gets_its_fields(tmp_path):
     batch = [_message(1, "m-1", key="k1", business_id="b1", message_type="order.created"),
              _message(2, "m-22", body=b"1234567", business_id="b2")]
-    published = columns([("published", "orders", 100, "shop", "h:1", None, None, batch, MESSAGES, None)], 0)
-    stored = columns([("stored", "orders", 150, "shop", "h:1", None, None, batch, MESSAGES, 0)], 1)
-    assert stored[3] == [(0, 0)] and not any(stored[4:8])  # a reference, no values of its own
+    shipper = ChunkShipper()
+    handle = shipper.emit_messages("published", "orders", batch, app_id="shop", client_host="h:1", ts_us=100)
+    published = shipper.take()
+    shipper.emit_messages("stored", "orders", batch, app_id="shop", client_host="h:1", ts_us=150, same_as=handle)
+    stored = shipper.take()
+    assert stored[3] == [(0, [(0, 0, 2)])] and not any(stored[4:8])  # names record 0, no values of its own
     writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60)
     writer.add_chunk(published)
-    writer.flush()  # the reference is resolved in a later flush too
+    writer.flush()  # the name is resolved in a later flush too
     writer.add_chunk(stored)
     writer.close()
     common = {"v": 1, "topic": "orders", "cluster": "c", "broker": "n1", "app_id": "shop", "client_host": "h:1"}
@@ -51,25 +64,92 @@ def test_a_stored_record_naming_a_published_one_of_the_chunk_before_gets_its_fie
     assert writer.dropped == 0
 
 
-def test_a_reference_to_a_record_the_writer_never_got_drops_its_rows_and_counts_them(tmp_path):
+def test_a_handle_older_than_the_chunk_before_is_not_named(tmp_path):
+    batch = [_message(1, "m-1", key="k1")]
+    shipper = ChunkShipper()
+    handle = shipper.emit_messages("published", "t", batch, ts_us=1)
+    chunks = [shipper.take()]
+    shipper.emit("nacked", message_id="m-0", topic="t", message_type="normal", ts_us=2)
+    chunks.append(shipper.take())  # the child keeps one chunk back: record 0 is gone by now
+    shipper.emit_messages("stored", "t", batch, ts_us=3, same_as=handle)
+    chunks.append(shipper.take())
+    assert chunks[2][3] == [] and chunks[2][4] == b"m-1"
+    _written(tmp_path, *chunks)
+    assert [(e["event"], e["message_id"], e.get("key")) for e in _rows(tmp_path)] == [
+        ("published", "m-1", "k1"), ("nacked", "m-0", None), ("stored", "m-1", "k1")]
+
+
+def test_delivery_and_ack_frames_of_published_seq_runs_name_those_records(tmp_path):
+    """A frame whose seqs are a run of published messages (across batches, and across chunks) ships only
+    its attempts; any other frame ships its messages' values."""
+    batches = [[_message(1, "m-1", key="k1"), _message(2, "m-2", message_type="order.paid")],
+               [_message(3, "m-3", business_id="b3"), _message(4, "m-4")]]
+    shipper = ChunkShipper()
+    for i, batch in enumerate(batches):
+        shipper.emit_messages("published", "t", batch, app_id="shop", client_host="h:1", ts_us=10 + i)
+    shipper.emit_messages("published", "other", [_message(3, "x-3")], app_id="shop", client_host="h:1", ts_us=12)
+    published = shipper.take()
+    everything = batches[0] + batches[1]
+    shipper.emit_group("delivered", "t", "g", [(m.seq, 1, m.fields) for m in everything[1:]], consumer="c-1",
+                       client_host="h:2", ts_us=20)
+    shipper.emit_attempts("acked", "t", "g", [(m, 1, 0.0) for m in everything[1:3]], consumer="c-1",
+                          client_host="h:2", ts_us=30)
+    shipper.emit_group("delivered", "t", "g", [(4, 2, everything[3].fields), (3, 2, everything[2].fields)],
+                       consumer="c-2", client_host="h:2", ts_us=40)  # not in seq order: its own values
+    frames = shipper.take()
+    assert frames[3] == [(0, [(0, 1, 1), (1, 0, 2)]), (1, [(0, 1, 1), (1, 0, 1)])]  # record 0 from 1 on, then 1
+    assert frames[4] == b"m-4\0m-3" and frames[8] == [1, 1, 1, 1, 1, 2, 2]
+    _written(tmp_path, published, frames)
+    got = [(e["event"], e["message_id"], e["message_type"], e.get("key"), e.get("business_id"), e.get("attempt"),
+            e.get("consumer")) for e in _rows(tmp_path) if e["event"] != "published"]
+    assert got == [("delivered", "m-2", "order.paid", None, None, 1, "c-1"),
+                   ("delivered", "m-3", "normal", None, "b3", 1, "c-1"),
+                   ("delivered", "m-4", "normal", None, None, 1, "c-1"),
+                   ("acked", "m-2", "order.paid", None, None, 1, "c-1"),
+                   ("acked", "m-3", "normal", None, "b3", 1, "c-1"),
+                   ("delivered", "m-4", "normal", None, None, 2, "c-2"),
+                   ("delivered", "m-3", "normal", None, "b3", 2, "c-2")]
+
+
+def test_records_naming_a_chunk_the_writer_never_got_are_dropped_and_counted(tmp_path):
     batch = [_message(1, "m-1"), _message(2, "m-2")]
-    writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60)
-    # chunk 0 (the published record) was lost; chunk 1 names it, then goes on
-    writer.add_chunk(columns([("stored", "t", 150, None, None, None, None, batch, MESSAGES, 0),
-                              ("delivered", "t", 160, None, "h:2", "g", "c-1", [(3, 1, _message(3, "m-3").fields)],
-                               ROWS, None)], 1))
-    writer.close()
-    assert writer.dropped == 2
-    assert [(e["event"], e["message_id"], e["attempt"]) for e in _rows(tmp_path)] == [("delivered", "m-3", 1)]
+    shipper = ChunkShipper()
+    handle = shipper.emit_messages("published", "t", batch, ts_us=100)
+    shipper.take()  # chunk 0 is lost on its way; the next one names it, then goes on
+    shipper.emit_messages("stored", "t", batch, ts_us=150, same_as=handle)
+    shipper.emit_attempts("acked", "t", "g", [(batch[0], 3, 0.0)], consumer="c-1", client_host="h:2", ts_us=155)
+    shipper.emit_group("delivered", "t", "g", [(9, 2, _message(9, "m-9").fields)], consumer="c-1",
+                       client_host="h:2", ts_us=160)
+    writer = _written(tmp_path, shipper.take())
+    assert writer.dropped == 3
+    assert [(e["event"], e["message_id"], e["attempt"]) for e in _rows(tmp_path)] == [("delivered", "m-9", 2)]
+
+
+def test_a_dropped_chunk_is_never_named(tmp_path):
+    first, second = [_message(1, "m-1")], [_message(2, "m-2")]
+    shipper = ChunkShipper()
+    handle = shipper.emit_messages("published", "t", first, ts_us=1)
+    assert shipper.drop() == 1  # the child fell behind: never sent
+    shipper.emit_messages("stored", "t", first, ts_us=2, same_as=handle)
+    shipper.emit_group("delivered", "t", "g", [(1, 1, first[0].fields)], ts_us=3)
+    shipper.emit_messages("published", "t", second, ts_us=4)
+    shipper.emit_group("delivered", "t", "g", [(2, 1, second[0].fields)], ts_us=5)
+    chunk = shipper.take()
+    assert chunk[3] == [(3, [(3, 0, 1)])]  # only the delivery of a published record the child gets
+    _written(tmp_path, chunk)
+    assert [(e["event"], e["message_id"]) for e in _rows(tmp_path)] == [
+        ("stored", "m-1"), ("delivered", "m-1"), ("published", "m-2"), ("delivered", "m-2")]
 
 
 def test_an_ack_frames_in_flight_entries_become_rows_with_their_attempts(tmp_path):
     """`emit_attempts` takes a subscription's in-flight entries (message, attempt, deadline) as they are,
-    in the process sink's chunks and in a writer's own events."""
+    in the shipper and in a writer's own events."""
     m1, m2 = _message(1, "m-1", key="k1"), _message(2, "m-2", business_id="b2")
     entries = [(m1, 1, 1000.5), (m2, 3, 1000.7)]
+    shipper = ChunkShipper()
+    shipper.emit_attempts("acked", "t", "g", entries, consumer="c-1", client_host="h:2", ts_us=5)
     writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60)
-    writer.add_chunk(columns([("acked", "t", 5, None, "h:2", "g", "c-1", entries, ENTRIES, None)]))
+    writer.add_chunk(shipper.take())
     writer.emit_attempts("acked", "t", "g", entries, consumer="c-2", client_host="h:3", ts_us=6)
     writer.close()
     common = {"v": 1, "event": "acked", "topic": "t", "message_type": "normal", "group": "g", "cluster": "c",
@@ -85,56 +165,63 @@ def test_an_ack_frames_in_flight_entries_become_rows_with_their_attempts(tmp_pat
 
 
 def test_string_columns_ship_in_every_form_and_come_back_as_they_were(tmp_path):
-    messages = [
-        _message(1, "id-1", message_type="ab", key="", business_id="x\0y"),  # a NUL inside: shipped as a list
-        _message(2, "id-2", message_type="c", key="", business_id="z"),
-    ]
-    second = [_message(3, "id-3", message_type="def", key=None), _message(4, "id-4", message_type="gh", key="k4")]
-    chunk = columns([("published", "t", 1, "shop", None, None, None, messages, MESSAGES, None),
-                     ("published", "t", 2, "shop", None, None, None, second, MESSAGES, None)])
+    shipper = ChunkShipper()
+    shipper.emit_messages("published", "t", [
+        _message(1, "id-1", message_type="ab", key="", business_id="z1"),
+        _message(2, "id-2", message_type="c", key="", business_id="z2"),
+    ], ts_us=1)
+    shipper.emit_messages("published", "t", [
+        _message(3, "id-3", message_type="def", key=None), _message(4, "id-4", message_type="gh", key="k4"),
+    ], ts_us=2)
+    chunk = shipper.take()
     ids, types, keys, bids = chunk[4:8]
     assert ids == b"id-1\0id-2\0id-3\0id-4"  # equal widths
     assert types == b"ab\0c\0def\0gh"  # as long as four of width 2, but split by the separators
-    assert keys == ["", "", None, "k4"] and bids == ["x\0y", "z", None, None]  # nulls / a NUL: lists
-    one = [_message(5, "id-5", message_type="zahlung.eingegangen-ü")]
-    nulls = columns([("published", "t", 3, None, None, None, None, one, MESSAGES, None)], 2)
-    assert nulls[5] == "zahlung.eingegangen-ü".encode() and nulls[6] is None and nulls[7] is None  # all null
-    writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60)
-    writer.add_chunk(chunk)
-    writer.add_chunk(nulls)
-    writer.close()
+    assert keys == (b"\0\0\0k4", [2]) and bids == (b"z1\0z2\0\0", [2, 3])  # null rows apart
+    shipper.emit_messages("published", "t", [_message(5, "id-5", message_type="zahlung.eingegangen-ü")], ts_us=3)
+    shipper.emit_messages("published", "t", [_message(6, "id-6", business_id="x\0y")], ts_us=4)
+    odd = shipper.take()
+    assert odd[5] == "zahlung.eingegangen-ü\0normal".encode() and odd[6] is None  # all null
+    assert odd[7] == [None, "x\0y"]  # a NUL inside: a list
+    _written(tmp_path, chunk, odd)
     got = [(e["message_id"], e["message_type"], e.get("key"), e.get("business_id")) for e in _rows(tmp_path)]
-    assert got == [("id-1", "ab", "", "x\0y"), ("id-2", "c", "", "z"), ("id-3", "def", None, None),
-                   ("id-4", "gh", "k4", None), ("id-5", "zahlung.eingegangen-ü", None, None)]
+    assert got == [("id-1", "ab", "", "z1"), ("id-2", "c", "", "z2"), ("id-3", "def", None, None),
+                   ("id-4", "gh", "k4", None), ("id-5", "zahlung.eingegangen-ü", None, None),
+                   ("id-6", "normal", None, "x\0y")]
 
 
 def test_a_key_column_of_empty_strings_only(tmp_path):
-    messages = [_message(1, "m-1", key=""), _message(2, "m-2", key=""), _message(3, "m-3", key="")]
-    chunk = columns([("stored", "t", 1, None, None, None, None, messages, MESSAGES, None)])
+    shipper = ChunkShipper()
+    shipper.emit_messages("stored", "t", [_message(1, "m-1", key=""), _message(2, "m-2", key=""),
+                                          _message(3, "m-3", key="")], ts_us=1)
+    chunk = shipper.take()
     assert chunk[6] == b"\0\0"
-    writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60)
-    writer.add_chunk(chunk)
-    writer.close()
+    _written(tmp_path, chunk)
     assert [(e["message_id"], e["key"]) for e in _rows(tmp_path)] == [("m-1", ""), ("m-2", ""), ("m-3", "")]
 
 
 def test_the_sink_names_published_records_across_intervals_and_not_after_a_dropped_chunk(tmp_path):
-    """The real sink and trace process: a `stored` batch shipped an interval after its `published` one
-    names it; once the child fell behind and a chunk was dropped, nothing names that chunk's records."""
+    """The real sink and trace process: a `stored` batch and a delivery frame shipped an interval after
+    their `published` batch name it; once the child fell behind and a chunk was dropped, nothing names
+    that chunk's records."""
     first = [_message(1, "m-1", key="k1", business_id="b1"), _message(2, "m-2")]
     second = [_message(3, "m-3", business_id="b3"), _message(4, "m-4", key="k4")]
 
     async def main():
         sink = await ProcessTraceSink(tmp_path, node_id="n1", cluster="c", ship_interval_s=3600).start()
-        sink.emit_messages("published", "t", first, app_id="shop", client_host="h", ts_us=10)
+        handle = sink.emit_messages("published", "t", first, app_id="shop", client_host="h", ts_us=10)
         sink.ship()
-        sink.emit_messages("stored", "t", first, app_id="shop", client_host="h", ts_us=11)
+        sink.emit_messages("stored", "t", first, app_id="shop", client_host="h", ts_us=11, same_as=handle)
+        sink.emit_group("delivered", "t", "g", [(m.seq, 1, m.fields) for m in first], consumer="c-1",
+                        client_host="h2", ts_us=11)
         sink.ship()
         limit, sink.max_buffer_bytes = sink.max_buffer_bytes, -1  # as if the child were far behind
-        sink.emit_messages("published", "t", second, app_id="shop", client_host="h", ts_us=12)
+        handle = sink.emit_messages("published", "t", second, app_id="shop", client_host="h", ts_us=12)
         sink.ship()
         sink.max_buffer_bytes = limit
-        sink.emit_messages("stored", "t", second, app_id="shop", client_host="h", ts_us=13)
+        sink.emit_messages("stored", "t", second, app_id="shop", client_host="h", ts_us=13, same_as=handle)
+        sink.emit_attempts("acked", "t", "g", [(m, 1, 0.0) for m in second], consumer="c-1", client_host="h2",
+                           ts_us=14)
         sink.close()
         await sink.wait_closed()
         return sink.dropped
@@ -142,14 +229,20 @@ def test_the_sink_names_published_records_across_intervals_and_not_after_a_dropp
     assert asyncio.run(main()) == 2
     common = {"v": 1, "topic": "t", "message_type": "normal", "cluster": "c", "broker": "n1", "app_id": "shop",
               "client_host": "h"}
+    group = {"v": 1, "topic": "t", "message_type": "normal", "cluster": "c", "broker": "n1", "client_host": "h2",
+             "group": "g", "consumer": "c-1", "attempt": 1}
     assert _rows(tmp_path) == [
         {**common, "event": "published", "ts_us": 10, "message_id": "m-1", "key": "k1", "business_id": "b1",
          "size": 5},
         {**common, "event": "published", "ts_us": 10, "message_id": "m-2", "size": 5},
         {**common, "event": "stored", "ts_us": 11, "message_id": "m-1", "key": "k1", "business_id": "b1"},
         {**common, "event": "stored", "ts_us": 11, "message_id": "m-2"},
+        {**group, "event": "delivered", "ts_us": 11, "message_id": "m-1", "key": "k1", "business_id": "b1"},
+        {**group, "event": "delivered", "ts_us": 11, "message_id": "m-2"},
         {**common, "event": "stored", "ts_us": 13, "message_id": "m-3", "business_id": "b3"},
         {**common, "event": "stored", "ts_us": 13, "message_id": "m-4", "key": "k4"},
+        {**group, "event": "acked", "ts_us": 14, "message_id": "m-3", "business_id": "b3"},
+        {**group, "event": "acked", "ts_us": 14, "message_id": "m-4", "key": "k4"},
     ]
 
 

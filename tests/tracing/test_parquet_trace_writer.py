@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from broker_core.store import StoredMessage
-from broker_core.trace_process import MESSAGES, ROWS, ProcessTraceSink, columns
+from broker_core.trace_process import ChunkShipper, ProcessTraceSink
 from broker_core.trace_writer import ParquetTraceWriter, arrow_schema, read_trace_events
 
 
@@ -79,16 +79,19 @@ def test_emitted_events_are_written_as_parquet_in_closed_files(tmp_path):
 def test_shipped_records_expand_to_one_row_per_message_in_their_order(tmp_path):
     m1, m2 = _message(1, "m-1", key="k1", business_id="b1"), _message(2, "m-2", body=b"1234567")
     messages = [m1, m2]
-    records = [
-        ("published", "orders", 100, "shop", "10.0.0.1:1", None, None, messages, MESSAGES, None),
-        ("stored", "orders", 150, "shop", "10.0.0.1:1", None, None, messages, MESSAGES, 0),  # names record 0
-        ("nacked", 300, "m-1", "orders", "normal", "k1", "b1", None, "10.0.0.2:2", "billing", "c-1", 1, "busy", None),
-        ("delivered", "orders", 200, None, "10.0.0.2:2", "billing", "c-1", [(1, 1, m1.fields), (2, 3, m2.fields)],
-         ROWS, None),
-    ]
-    shipped = columns(records)
-    assert shipped[2] == [2, 2, 1, 2] and shipped[3] == [(1, 0)]  # one count per record; `stored` ships no values
-    assert shipped[4] == b"m-1\0m-2\0m-1\0m-1\0m-2"  # one bytes object per per-message column
+    shipper = ChunkShipper()
+    published = shipper.emit_messages("published", "orders", messages, app_id="shop", client_host="10.0.0.1:1",
+                                      ts_us=100)
+    shipper.emit_messages("stored", "orders", messages, app_id="shop", client_host="10.0.0.1:1", ts_us=150,
+                          same_as=published)  # the same list
+    shipper.emit("nacked", message_id="m-1", topic="orders", message_type="normal", key="k1", business_id="b1",
+                 client_host="10.0.0.2:2", group="billing", consumer="c-1", attempt=1, detail="busy", ts_us=300)
+    shipper.emit_group("delivered", "orders", "billing", [(1, 1, m1.fields), (2, 3, m2.fields)], consumer="c-1",
+                       client_host="10.0.0.2:2", ts_us=200)
+    shipped = shipper.take()
+    assert shipped[2] == [2, 2, 1, 2]  # one count per record
+    assert shipped[3] == [(1, [(0, 0, 2)]), (3, [(0, 0, 2)])]  # `stored` and `delivered` name record 0's messages
+    assert shipped[4] == b"m-1\0m-2\0m-1"  # one bytes object per per-message column
     writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60)
     writer.add_chunk(shipped)
     writer.close()
@@ -169,8 +172,11 @@ def test_an_old_json_lines_file_left_open_is_closed_too(tmp_path):
 def test_when_the_memory_bound_is_reached_batches_are_dropped_and_counted(tmp_path):
     writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60, max_pending=3)
     messages = [_message(1, "m-1"), _message(2, "m-2")]
-    writer.add_chunk(columns([("stored", "t", 1, None, None, None, None, messages, MESSAGES, None)], 0))
-    writer.add_chunk(columns([("stored", "t", 1, None, None, None, None, messages, MESSAGES, None)], 1))  # would make 4
+    shipper = ChunkShipper()
+    shipper.emit_messages("stored", "t", messages, ts_us=1)
+    writer.add_chunk(shipper.take())
+    shipper.emit_messages("stored", "t", messages, ts_us=1)
+    writer.add_chunk(shipper.take())  # would make 4
     writer.emit("stored", message_id="m-3", topic="t", message_type="normal")
     writer.emit("stored", message_id="m-4", topic="t", message_type="normal")
     assert writer.dropped == 3
@@ -209,10 +215,12 @@ def test_the_trace_process_writes_a_shipped_chunk_in_either_format(tmp_path, fil
     from broker_core.trace_process import LENGTH
 
     m1, m2 = _message(1, "m-1", key="k1"), _message(2, "m-2")
-    chunk = columns([("published", "orders", 90, "shop", None, None, None, [m1, m2], MESSAGES, None),
-                     ("stored", "orders", 100, "shop", None, None, None, [m1, m2], MESSAGES, 0),
-                     ("acked", "orders", 200, None, "10.0.0.2:2", "billing", "c-1", [(1, 2, m2.fields)], ROWS, None)])
-    data = pickle.dumps(chunk)
+    shipper = ChunkShipper()
+    published = shipper.emit_messages("published", "orders", [m1, m2], app_id="shop", ts_us=90)
+    shipper.emit_messages("stored", "orders", [m1, m2], app_id="shop", ts_us=100, same_as=published)
+    shipper.emit_attempts("acked", "orders", "billing", [(m2, 2, 0.0)], consumer="c-1", client_host="10.0.0.2:2",
+                          ts_us=200)
+    data = pickle.dumps(shipper.take())
     child = subprocess.run([sys.executable, "-m", "broker_core.trace_process", str(tmp_path), "n1", "c", file_format,
                             "0"], input=LENGTH.pack(len(data)) + data, timeout=60)
     assert child.returncode == 0
