@@ -2,12 +2,13 @@
 
 The broker side does as little per event as it can: `emit` and the batch methods (`emit_messages` for a
 publish batch, `emit_group` for a delivery frame, `emit_attempts` for an ack frame's in-flight entries)
-append one record to a `ChunkShipper`, holding the broker's own list. Once per `ship_interval_s` the
-records become one chunk (trace_writer's CHUNK: per per-message column the values of all records joined
-into one bytes object, so neither side makes a Python object per value), pickled and written to the
-child's stdin through a non-blocking asyncio pipe. A record whose messages the child already has names
-them instead of shipping their values: a publish batch's `stored` record its `published` record (the
-handle `emit_messages` returned), a delivery or ack frame the runs of published records its seqs make.
+add one record to a `ChunkShipper`, which takes its messages' values at once, a few C-level passes
+(itemgetter, join) per record and column. Once per `ship_interval_s` the records become one chunk
+(trace_writer's CHUNK: per per-message column the values of all records joined into one bytes object,
+so neither side makes a Python object per value), pickled and written to the child's stdin through a
+non-blocking asyncio pipe. A record whose messages the child already has names them instead of
+shipping their values: a publish batch's `stored` record its `published` record (the handle
+`emit_messages` returned), a delivery or ack frame the runs of published records its seqs make.
 The child (`python -m broker_core.trace_process DIR NODE_ID CLUSTER [parquet|jsonl] [NICE]`, at a lower
 priority: `nice`, default 10) hands the chunk as it is to `ParquetTraceWriter.add_chunk` (the default),
 or expands it into `JsonlTraceWriter.emit` calls (the older format). Tracing never blocks the broker:
@@ -25,7 +26,7 @@ import struct
 import subprocess
 import sys
 from bisect import bisect_left, bisect_right
-from operator import attrgetter, itemgetter
+from operator import attrgetter, countOf, itemgetter
 from pathlib import Path
 from time import time_ns
 
@@ -125,174 +126,201 @@ class ProcessTraceSink:
 class ChunkShipper:
     """Trace records as trace_writer CHUNKs, one per `take()`: the sink methods (TraceSink) without I/O.
 
-    A record holds the broker's list until the chunk is taken; its per-message values are taken from the
-    messages then, column by column over the whole chunk. Records are numbered across chunks; a record
-    may name records of its own chunk and of the last one taken (the child keeps one chunk back), never
-    of one dropped."""
+    A record's per-message values are taken when it is emitted, while the publish or delivery path has
+    just touched its messages (the same work on messages gone cold by the end of the interval costs
+    about three times as much), as one NUL-joined string per record and column; no list of the broker's
+    is kept. Records are numbered across chunks; a record may name records of its own chunk and of the
+    last one taken (the child keeps one chunk back), never of one dropped."""
 
     def __init__(self) -> None:
-        self._records: list[tuple] = []
-        self._first = 0  # the number of the first record not taken or dropped yet
+        self._chunk = _Chunk(0)
         self._floor = 0  # the first record a new record may name
-        # per topic, the seq runs of published records of the last chunk taken: (first seqs, counts, numbers)
+        # per topic, the seq runs of nameable published records: (first seqs, counts, record numbers)
         self._runs: dict[str, tuple[list, list, list]] = {}
 
     @property
     def records(self) -> int:
         """Records since the last take() or drop()."""
-        return len(self._records)
+        return len(self._chunk.counts)
 
     def emit(self, event: str, *, message_id, topic, message_type, key=None, business_id=None, app_id=None,
              client_host=None, group=None, consumer=None, attempt=None, detail=None, size=None,
              ts_us=None) -> None:
-        self._records.append((event, ts_us or time_ns() // 1000, message_id, topic, message_type, key, business_id,
-                              app_id, client_host, group, consumer, attempt, detail, size))
+        self._chunk.own((event, topic, ts_us or time_ns() // 1000, app_id, client_host, group, consumer, detail,
+                         HAS_ATTEMPT | HAS_SIZE), [(message_id, message_type, key, business_id)], [attempt], [size])
 
     def emit_messages(self, event: str, topic: str, messages: list, *, app_id=None, client_host=None, ts_us=None,
                       same_as=None) -> int | None:
-        number = self._first + len(self._records)
-        named = same_as if same_as is not None and same_as >= self._floor and event not in SIZED else None
-        self._records.append((event, topic, ts_us or time_ns() // 1000, app_id, client_host, None, None,
-                              messages, MESSAGES, named))
-        return number if named is None else None
+        chunk = self._chunk
+        number = chunk.first + len(chunk.counts)
+        n = len(messages)
+        sized = event in SIZED
+        scalars = (event, topic, ts_us or time_ns() // 1000, app_id, client_host, None, None, None,
+                   HAS_SIZE if sized else 0)
+        if same_as is not None and same_as >= self._floor and not sized:
+            chunk.named(scalars, n, [(same_as, 0, n)])
+            return None
+        fields = list(map(_fields, messages))
+        chunk.own(scalars, fields, None, map(len, map(_body, fields)) if sized else None)
+        if event == "published" and n:
+            starts, counts, numbers = self._runs.setdefault(topic, ([], [], []))
+            first_seq = messages[0].seq  # a batch's seqs follow each other (the store appends it whole)
+            if starts and first_seq < starts[-1] + counts[-1]:  # seqs started again (a new store)
+                del starts[:], counts[:], numbers[:]
+            starts.append(first_seq)
+            counts.append(n)
+            numbers.append(number)
+        return number
 
     def emit_group(self, event: str, topic: str, group: str, rows: list, *, consumer=None, client_host=None,
                    ts_us=None) -> None:
-        self._records.append((event, topic, ts_us or time_ns() // 1000, None, client_host, group, consumer,
-                              rows, ROWS, None))
+        scalars = (event, topic, ts_us or time_ns() // 1000, None, client_host, group, consumer, None, HAS_ATTEMPT)
+        named = self._named(topic, list(map(_row_seq, rows)))
+        if named is not None:
+            self._chunk.named(scalars, len(rows), named, map(_row_attempt, rows))
+        else:
+            self._chunk.own(scalars, list(map(_row_fields, rows)), map(_row_attempt, rows))
 
     def emit_attempts(self, event: str, topic: str, group: str, entries: list, *, consumer=None, client_host=None,
                       ts_us=None) -> None:
-        self._records.append((event, topic, ts_us or time_ns() // 1000, None, client_host, group, consumer,
-                              entries, ENTRIES, None))
+        scalars = (event, topic, ts_us or time_ns() // 1000, None, client_host, group, consumer, None, HAS_ATTEMPT)
+        named = self._named(topic, list(map(_seq, map(_entry_message, entries))))
+        if named is not None:
+            self._chunk.named(scalars, len(entries), named, map(_row_attempt, entries))
+        else:
+            self._chunk.own(scalars, list(map(_fields, map(_entry_message, entries))), map(_row_attempt, entries))
+
+    def _named(self, topic: str, seqs: list[int]) -> list | None:
+        """(record number, offset, count) of the published records holding `seqs` in that order; None if
+        they are not one run of seqs, or not all among the nameable records."""
+        runs = self._runs.get(topic)
+        if runs is None or not seqs:
+            return None
+        starts, counts, numbers = runs
+        seq, left = seqs[0], len(seqs)
+        if seqs[-1] - seq != left - 1 or seqs != list(range(seq, seq + left)):
+            return None
+        j = bisect_right(starts, seq) - 1
+        named = []
+        while left:
+            if j < 0 or j >= len(starts) or not starts[j] <= seq < starts[j] + counts[j]:
+                return None
+            offset = seq - starts[j]
+            take = min(counts[j] - offset, left)
+            named.append((numbers[j], offset, take))
+            seq, left, j = seq + take, left - take, j + 1
+        return named
 
     def take(self) -> tuple:
         """The chunk of the records since the last take (or drop); they stay nameable until the next take."""
-        records, first = self._records, self._first
-        self._records, self._first = [], first + len(records)
-        chunk = _chunk(records, first, self._runs)
-        self._floor = first
-        self._prune()
-        return chunk
+        chunk = self._chunk
+        self._restart(chunk.first, chunk.first + len(chunk.counts))
+        return chunk.build()
 
     def drop(self) -> int:
         """Forget the records since the last take (the child will never get them); returns their events."""
-        records, self._records = self._records, []
-        self._first += len(records)
-        self._floor = self._first
-        self._prune()
-        return sum(len(r[7]) if len(r) == 10 else 1 for r in records)
+        chunk = self._chunk
+        end = chunk.first + len(chunk.counts)
+        self._restart(end, end)
+        return sum(chunk.counts)
 
-    def _prune(self) -> None:
+    def _restart(self, floor: int, first: int) -> None:
+        self._floor = floor
+        self._chunk = _Chunk(first)
         for topic, (starts, counts, numbers) in list(self._runs.items()):
-            keep = bisect_left(numbers, self._floor)
+            keep = bisect_left(numbers, floor)
             if keep == len(numbers):
                 del self._runs[topic]
             elif keep:
                 self._runs[topic] = (starts[keep:], counts[keep:], numbers[keep:])
 
 
-# what a batch record holds: StoredMessages, (seq, attempt, fields) rows, or (StoredMessage, attempt, ...) entries
-MESSAGES, ROWS, ENTRIES = 0, 1, 2
+class _Chunk:
+    """The records of one chunk as they come: per string column, one part per record that ships its own
+    values (see `_part`)."""
+
+    def __init__(self, first: int) -> None:
+        self.first = first
+        self.scalars: list[tuple] = []
+        self.counts: list[int] = []
+        self.refs: list[tuple] = []
+        self.parts: list[list] = [[] for _ in _STRING_COLUMNS]
+        self.attempts: list = []
+        self.sizes: list = []
+
+    def own(self, scalars: tuple, fields: list, attempts=None, sizes=None) -> None:
+        n = len(fields)
+        self.scalars.append(scalars)
+        self.counts.append(n)
+        if n:
+            for parts, get in zip(self.parts, _STRING_COLUMNS, strict=True):
+                parts.append((_part(fields, get, n), n))
+        if attempts is not None:
+            self.attempts += attempts
+        if sizes is not None:
+            self.sizes += sizes
+
+    def named(self, scalars: tuple, n: int, runs: list, attempts=None) -> None:
+        self.refs.append((len(self.counts), runs))
+        self.scalars.append(scalars)
+        self.counts.append(n)
+        if attempts is not None:
+            self.attempts += attempts
+
+    def build(self) -> tuple:
+        return (self.first, self.scalars, self.counts, self.refs, *map(_column, self.parts), _ints(self.attempts),
+                _ints(self.sizes))
 
 
-def _chunk(records: list[tuple], first: int, runs: dict) -> tuple:
-    """Records (numbered from `first`) as one CHUNK. Per record a tuple and a list extension or two; per
-    message a few C-level passes (itemgetter, join), no Python object. `runs` (per topic, the published
-    records' seq runs of the chunk before) gets this chunk's: a delivery or ack frame whose seqs are a
-    run of published messages names those records (a seq compare per message instead of four columns)."""
-    scalars, counts, refs = [], [], []
-    fields: list = []  # the message arrays (or, for emit's events, (id, type, key, business id)) in turn
-    attempts, sizes = [], []
-    for i, record in enumerate(records):
-        if len(record) != 10:  # one event from emit()
-            (event, ts_us, message_id, topic, message_type, key, business_id, app_id, client_host, group, consumer,
-             attempt, detail, size) = record
-            scalars.append((event, topic, ts_us, app_id, client_host, group, consumer, detail,
-                            HAS_ATTEMPT | HAS_SIZE))
-            counts.append(1)
-            fields.append((message_id, message_type, key, business_id))
-            attempts.append(attempt)
-            sizes.append(size)
-            continue
-        event, topic, ts_us, app_id, client_host, group, consumer, items, kind, named = record
-        n = len(items)
-        counts.append(n)
-        if named is not None:
-            scalars.append((event, topic, ts_us, app_id, client_host, group, consumer, None, 0))
-            refs.append((i, [(named, 0, n)]))
-        elif kind != MESSAGES:  # ROWS or ENTRIES: an attempt each
-            scalars.append((event, topic, ts_us, app_id, client_host, group, consumer, None, HAS_ATTEMPT))
-            attempts += map(_row_attempt, items)
-            seqs = list(map(_row_seq, items)) if kind == ROWS else list(map(_seq, map(_entry_message, items)))
-            named = _published(runs.get(topic), seqs)
-            if named is not None:
-                refs.append((i, named))
-                continue
-            fields += map(_row_fields, items) if kind == ROWS else map(_fields, map(_entry_message, items))
-        elif event in SIZED:
-            scalars.append((event, topic, ts_us, app_id, client_host, group, consumer, None, HAS_SIZE))
-            arrays = list(map(_fields, items))
-            fields += arrays
-            sizes += map(len, map(_body, arrays))
-            if event == "published" and n:
-                starts, run_counts, numbers = runs.setdefault(topic, ([], [], []))
-                if starts and items[0].seq < starts[-1] + run_counts[-1]:  # seqs started again (a new store)
-                    del starts[:], run_counts[:], numbers[:]
-                starts.append(items[0].seq)  # a batch's seqs follow each other (the store appends it whole)
-                run_counts.append(n)
-                numbers.append(first + i)
-        else:
-            scalars.append((event, topic, ts_us, app_id, client_host, group, consumer, None, 0))
-            fields += map(_fields, items)
-    return (first, scalars, counts, refs, *(_joined(list(map(get, fields))) for get in _STRING_COLUMNS),
-            _ints(attempts), _ints(sizes))
-
-
-def _published(runs: tuple[list, list, list] | None, seqs: list[int]) -> list | None:
-    """(record number, offset, count) of the published records holding `seqs` in that order; None if
-    they are not one run of seqs, or not all among `runs`."""
-    if runs is None or not seqs:
-        return None
-    starts, counts, numbers = runs
-    seq, left = seqs[0], len(seqs)
-    if seqs[-1] - seq != left - 1 or seqs != list(range(seq, seq + left)):
-        return None
-    j = bisect_right(starts, seq) - 1
-    named = []
-    while left:
-        if j < 0 or j >= len(starts) or not starts[j] <= seq < starts[j] + counts[j]:
-            return None
-        offset = seq - starts[j]
-        take = min(counts[j] - offset, left)
-        named.append((numbers[j], offset, take))
-        seq, left, j = seq + take, left - take, j + 1
-    return named
-
-
-def _joined(values: list):
-    """A string column as shipped (trace_writer's CHUNK): None if all null; the values as UTF-8 joined by
-    NUL, with the rows that are null (empty there) when some are; the list itself when some value is not
-    a string or holds a NUL."""
-    nulls = None
+def _part(fields: list, get, n: int):
+    """One record's values of a string column: joined by NUL; n when all are null; else the list (some
+    null, or not strings, or holding a NUL)."""
+    if get(fields[0]) is None:
+        return n if countOf(map(get, fields), None) == n else list(map(get, fields))
     try:
-        joined = "\0".join(values)
+        joined = "\0".join(map(get, fields))
     except TypeError:
-        count = values.count(None)
-        if count == len(values):
-            return None
-        nulls = [i for i, value in enumerate(values) if value is None]
-        try:
-            joined = "\0".join(["" if value is None else value for value in values])
-        except TypeError:
-            return values
-    if joined.count("\0") != len(values) - 1:
-        return values
+        return list(map(get, fields))
+    return joined if joined.count("\0") == n - 1 else list(map(get, fields))
+
+
+def _column(parts: list):
+    """A string column as shipped (trace_writer's CHUNK): None if all null; the values as UTF-8 joined by
+    NUL, with the rows that are null (empty there) when some are; the list of values when one is not a
+    string or holds a NUL."""
+    kinds = {type(part) for part, _ in parts}
+    if kinds <= {int}:
+        return None
+    if kinds == {str}:
+        pieces, nulls = [part for part, _ in parts], None
+    else:
+        pieces, nulls, row = [], [], 0
+        for part, n in parts:
+            if type(part) is str:
+                pieces.append(part)
+            elif type(part) is int:
+                pieces.append("\0" * (n - 1))
+                nulls += range(row, row + n)
+            else:
+                for j, value in enumerate(part):
+                    if value is None:
+                        nulls.append(row + j)
+                    elif type(value) is not str or "\0" in value:
+                        return _values(parts)
+                pieces.append("\0".join(["" if value is None else value for value in part]))
+            row += n
     try:
-        data = joined.encode()
+        data = "\0".join(pieces).encode()
     except UnicodeEncodeError:
-        return values
+        return _values(parts)
     return (data, nulls) if nulls else data
+
+
+def _values(parts: list) -> list:
+    values: list = []
+    for part, n in parts:
+        values += part.split("\0") if type(part) is str else [None] * n if type(part) is int else part
+    return values
 
 
 def _ints(values: list):
