@@ -1,12 +1,14 @@
 """Broker throughput with tracing on vs off, as ratios from one run (bench/broker_bench.py run alternately).
 
-    .venv/bin/python bench/broker_trace_ratio.py [--messages 100000] [--rounds 2] [--jsonl]
+    .venv/bin/python bench/broker_trace_ratio.py [--messages 100000] [--rounds 3] [--jsonl]
 
 Each round runs the broker bench once with `--no-trace` and once with `--trace` (the broker's trace
 process writes Parquet files, broker_core.trace_writer.ParquetTraceWriter); with `--jsonl` also once
 with the older JSON-lines files (SWITCHYARD_BROKER_TRACE_FORMAT=jsonl), to compare the two in the
-same run. The figures are the medians over the rounds (and the range), the ratio is on/off (target
-≥ 0.9); CPU per message is given for the broker process and for its trace writer process. The
+same run. Rounds alternate which mode runs first (off, on, on, off, ...), so a load that rises or falls
+through the run weighs on both alike. Printed: per round the 1-minute load average and the on/off ratio
+of each phase; then per phase the median rates, the ratio of the medians and the median of the round
+ratios (target ≥ 0.9); CPU per message of the broker process and of its trace writer process. The
 machine is shared: the CPU figures move less than the rates. Prints figures only.
 """
 
@@ -36,23 +38,29 @@ def one(messages: int, mode: str) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--messages", type=int, default=100_000)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jsonl", action="store_true", help="also run with the older JSON-lines trace files")
     args = parser.parse_args()
     modes = ["off", "parquet"] + (["jsonl"] if args.jsonl else [])
     runs: dict[str, list[dict]] = {m: [] for m in modes}
-    for _ in range(args.rounds):
-        for mode in modes:
+    print(f"broker throughput, tracing off vs on ({args.messages:,} messages of 1 KiB, {args.rounds} rounds)")
+    for r in range(args.rounds):
+        load = os.getloadavg()[0]
+        for mode in modes if r % 2 == 0 else modes[::-1]:
             runs[mode].append(one(args.messages, mode))
-    print(f"broker throughput, tracing off vs on ({args.messages:,} messages of 1 KiB, median of {args.rounds}; "
-          f"ratios per round in brackets):")
+        print(f"  round {r + 1} (load {load:.2f}):" + "".join(
+            f"  {label} " + " ".join(f"{runs[m][-1][name] / runs['off'][-1][name]:.2f}" for m in modes[1:])
+            for name, label in PHASES), flush=True)
+    print("  phase                  off (median)   " + "   ".join(
+        f"{m} (median)  ratio of medians  median of round ratios" for m in modes[1:]))
     for name, label in PHASES:
         off = [r[name] for r in runs["off"]]
-        line = f"  {label:22s} off {statistics.median(off):>8,.0f}/s"
+        line = f"  {label:22s} {statistics.median(off):>9,.0f}/s"
         for mode in modes[1:]:
             on = [r[name] for r in runs[mode]]
-            ratios = ", ".join(f"{a / b:.2f}" for a, b in zip(on, off, strict=True))
-            line += f"  {mode} {statistics.median(on):>8,.0f}/s ratio {statistics.median(on) / statistics.median(off):.2f} [{ratios}]"
+            ratios = [a / b for a, b in zip(on, off, strict=True)]
+            line += (f"   {statistics.median(on):>9,.0f}/s  {statistics.median(on) / statistics.median(off):15.2f}"
+                     f"  {statistics.median(ratios):22.2f}")
         print(line)
     print("  CPU per message (µs), median: broker process / trace writer process")
     for name, label in PHASES:

@@ -286,10 +286,9 @@ class ChunkDecoder:
         self.unresolved = 0
         self._prev = None  # (first, is_ref, counts, own_start, own columns) of the last chunk
 
-    def decode(self, chunk: tuple, *, follows: bool = True) -> tuple[list, object, list]:
+    def decode(self, chunk: tuple) -> tuple[list, object, list]:
         """(scalars, counts, columns): the records' scalar tuples, their message counts (numpy), and an
-        Arrow array per PER_MESSAGE column with a value for each message of the records in turn.
-        `follows=False`: a chunk that is not in the shipped sequence (events from `emit`)."""
+        Arrow array per PER_MESSAGE column with a value for each message of the records in turn."""
         import numpy as np
         import pyarrow as pa
 
@@ -325,8 +324,7 @@ class ChunkDecoder:
             earlier = prev[4] if prev is not None else [None] * len(own)
             runs = np.array(runs, dtype=np.int64).reshape(-1, 3)
             columns = [_gather(o, p, runs, int(kept.sum())) for o, p in zip(own, earlier, strict=True)]
-        if follows:
-            self._prev = (first, is_ref, counts, own_start, own)
+        self._prev = (first, is_ref, counts, own_start, own)
         flags = np.fromiter((s[8] for s in scalars), dtype=np.int8, count=len(scalars))
         n = int(kept.sum())
         columns = [*columns, _spread(attempts, flags & HAS_ATTEMPT, kept, n, pa.int32()),
@@ -449,13 +447,6 @@ def _spread(values, flagged, counts, n: int, kind):
     return array.take(pa.array(np.cumsum(rows) - 1, mask=~rows))
 
 
-def _events_chunk(events: list[tuple]) -> tuple:
-    """EVENT_TUPLE tuples (from `emit`) as a chunk of one record each."""
-    scalars = [(e[0], e[3], e[1], e[7], e[8], e[9], e[10], e[12], HAS_ATTEMPT | HAS_SIZE) for e in events]
-    c = list(zip(*events, strict=True))
-    return 0, scalars, [1] * len(events), [], list(c[2]), list(c[4]), list(c[5]), list(c[6]), list(c[11]), list(c[13])
-
-
 class ParquetTraceWriter(BatchEmitMixin):
     """Trace sink for one broker node writing Parquet files (see the module's docstring).
 
@@ -555,10 +546,11 @@ class ParquetTraceWriter(BatchEmitMixin):
             events = [pending.popleft() for _ in range(len(pending))]
             chunks = [shipped.popleft() for _ in range(len(shipped))]
             try:
+                if events:
+                    self._write(self._event_batch(events))
                 decoder = self._decoder
                 unresolved = decoder.unresolved
-                parts = [decoder.decode(_events_chunk(events), follows=False)] if events else []
-                parts += [decoder.decode(chunk) for chunk, _ in chunks]
+                parts = [decoder.decode(chunk) for chunk, _ in chunks]
                 self.dropped += decoder.unresolved - unresolved
                 for part in parts:  # a batch each: nothing is copied to join them
                     batch = self._open_batch(part)
@@ -572,6 +564,19 @@ class ParquetTraceWriter(BatchEmitMixin):
                 roll or self._sink.tell() >= self.max_bytes or time.monotonic() - self._file_opened >= self.max_age_s
             ):
                 self._roll()
+
+    def _event_batch(self, events: list[tuple]):
+        """A record batch of the open file from EVENT_TUPLE tuples (`emit`): a run of one row each."""
+        import numpy as np
+        import pyarrow as pa
+
+        columns = dict(zip(EVENT_TUPLE, zip(*events, strict=True), strict=True))
+        run_ends = pa.array(np.arange(1, len(events) + 1, dtype=np.int32))
+        schema = self.schema
+        arrays = [pa.RunEndEncodedArray.from_arrays(run_ends, _array(list(columns[name]), schema.field(name).type.value_type))
+                  for name in RECORD]
+        arrays += [_array(list(columns[name]), schema.field(name).type) for name in PER_MESSAGE]
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     def _open_batch(self, part: tuple):
         """A record batch of the open file from a decoded chunk: each record's values once, as runs."""
