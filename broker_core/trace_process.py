@@ -147,7 +147,8 @@ class ChunkShipper:
              client_host=None, group=None, consumer=None, attempt=None, detail=None, size=None,
              ts_us=None) -> None:
         self._chunk.own((event, topic, ts_us or time_ns() // 1000, app_id, client_host, group, consumer, detail,
-                         HAS_ATTEMPT | HAS_SIZE), [(message_id, message_type, key, business_id)], [attempt], [size])
+                         HAS_ATTEMPT | HAS_SIZE), [(message_id, message_type, key, business_id)], lambda: (attempt,),
+                        lambda: (size,))
 
     def emit_messages(self, event: str, topic: str, messages: list, *, app_id=None, client_host=None, ts_us=None,
                       same_as=None) -> int | None:
@@ -161,7 +162,7 @@ class ChunkShipper:
             chunk.named(scalars, n, [(same_as, 0, n)])
             return None
         fields = list(map(_fields, messages))
-        chunk.own(scalars, fields, None, map(len, map(_body, fields)) if sized else None)
+        chunk.own(scalars, fields, None, (lambda: map(len, map(_body, fields))) if sized else None)
         if event == "published" and n:
             starts, counts, numbers = self._runs.setdefault(topic, ([], [], []))
             first_seq = messages[0].seq  # a batch's seqs follow each other (the store appends it whole)
@@ -177,18 +178,18 @@ class ChunkShipper:
         scalars = (event, topic, ts_us or time_ns() // 1000, None, client_host, group, consumer, None, HAS_ATTEMPT)
         named = self._named(topic, list(map(_row_seq, rows)))
         if named is not None:
-            self._chunk.named(scalars, len(rows), named, map(_row_attempt, rows))
+            self._chunk.named(scalars, len(rows), named, lambda: map(_row_attempt, rows))
         else:
-            self._chunk.own(scalars, list(map(_row_fields, rows)), map(_row_attempt, rows))
+            self._chunk.own(scalars, list(map(_row_fields, rows)), lambda: map(_row_attempt, rows))
 
     def emit_attempts(self, event: str, topic: str, group: str, entries: list, *, consumer=None, client_host=None,
                       ts_us=None) -> None:
         scalars = (event, topic, ts_us or time_ns() // 1000, None, client_host, group, consumer, None, HAS_ATTEMPT)
         named = self._named(topic, list(map(_seq, map(_entry_message, entries))))
         if named is not None:
-            self._chunk.named(scalars, len(entries), named, map(_row_attempt, entries))
+            self._chunk.named(scalars, len(entries), named, lambda: map(_row_attempt, entries))
         else:
-            self._chunk.own(scalars, list(map(_fields, map(_entry_message, entries))), map(_row_attempt, entries))
+            self._chunk.own(scalars, list(map(_fields, map(_entry_message, entries))), lambda: map(_row_attempt, entries))
 
     def _named(self, topic: str, seqs: list[int]) -> list | None:
         """(record number, offset, count) of the published records holding `seqs` in that order; None if
@@ -249,6 +250,7 @@ class _Chunk:
         self.sizes: list = []
 
     def own(self, scalars: tuple, fields: list, attempts=None, sizes=None) -> None:
+        """A record shipping its messages' values (`attempts`, `sizes`: see `_run`)."""
         n = len(fields)
         self.scalars.append(scalars)
         self.counts.append(n)
@@ -256,27 +258,39 @@ class _Chunk:
             for parts, get in zip(self.parts, _STRING_COLUMNS, strict=True):
                 parts.append((_part(fields, get, n), n))
         if attempts is not None:
-            self.attempts += attempts
+            self.attempts.append(_run(attempts, n))
         if sizes is not None:
-            self.sizes += sizes
+            self.sizes.append(_run(sizes, n))
 
     def named(self, scalars: tuple, n: int, runs: list, attempts=None) -> None:
         self.refs.append((len(self.counts), runs))
         self.scalars.append(scalars)
         self.counts.append(n)
         if attempts is not None:
-            self.attempts += attempts
+            self.attempts.append(_run(attempts, n))
 
     def build(self) -> tuple:
         return (self.first, self.scalars, self.counts, self.refs, *map(_column, self.parts), _ints(self.attempts),
                 _ints(self.sizes))
 
 
+def _run(values, n: int):
+    """A record's n attempts or sizes (`values()` iterates them, again on each call): (value, count) when
+    all are the same int (counted without a list), else the list."""
+    first = next(iter(values()), None)
+    if type(first) is int and countOf(values(), first) == n:
+        return first, n
+    return list(values())
+
+
 def _part(fields: list, get, n: int):
     """One record's values of a string column: joined by NUL; n when all are null; else the list (some
     null, or not strings, or holding a NUL)."""
-    if get(fields[0]) is None:
+    first = get(fields[0])
+    if first is None:
         return n if countOf(map(get, fields), None) == n else list(map(get, fields))
+    if get(fields[-1]) == first and type(first) is str and "\0" not in first and countOf(map(get, fields), first) == n:
+        return "\0".join([first] * n)  # one value for all (a batch of one message type): no join of n objects
     try:
         joined = "\0".join(map(get, fields))
     except TypeError:
@@ -323,10 +337,14 @@ def _values(parts: list) -> list:
     return values
 
 
-def _ints(values: list):
-    """An int column as shipped: the one value all have (attempt 1, a batch of equal bodies), or the list."""
-    if values and type(values[0]) is int and values.count(values[0]) == len(values):
-        return values[0]
+def _ints(runs: list):
+    """An int column as shipped, from the records' runs: the one value all have (attempt 1, a batch of
+    equal bodies), or the list of values."""
+    if runs and all(type(r) is tuple for r in runs) and len({r[0] for r in runs}) == 1:
+        return runs[0][0]
+    values: list = []
+    for r in runs:
+        values += [r[0]] * r[1] if type(r) is tuple else r
     return values
 
 
