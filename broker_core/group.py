@@ -331,7 +331,7 @@ class Group:
                 traced.append(entry)  # as it is: no tuple per message only for tracing
         if traced:
             self.trace.emit_attempts("acked", self.topic, self.name, traced, consumer=sub.conn.consumer_id,
-                                     client_host=sub.conn.peer)
+                                     client_host=sub.conn.peer, seqs=seqs if len(traced) == len(seqs) else None)
         self.acked += len(done)
         if self.mode == "broadcast" and sub.lane is not self.main:
             for m in done:

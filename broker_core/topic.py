@@ -106,7 +106,7 @@ class Topic:
         stored.append(self.store.append(app_id, received_ms, arrays, groups, done))
         if self.tracing:  # one record for the batch
             traced.append(self.trace.emit_messages("published", self.name, stored[0], app_id=app_id,
-                                                   client_host=client_host, ts_us=received_ms * 1000))
+                                                   client_host=client_host, ts_us=received_ms * 1000, arrays=arrays))
 
     def _stored(self, messages: list[StoredMessage], size: int, exc: BaseException | None, reply: PublishReply,
                 client_host: str | None, traced: object = None) -> None:

@@ -4,10 +4,14 @@ The broker calls `sink.emit(...)` at each step; the sink must not block the even
 paths (a publish batch, a delivery frame, an ack frame) it calls the batch methods instead, which
 take the broker's own lists as they are:
 
-    emit_messages(event, topic, messages, app_id=, client_host=, ts_us=, same_as=)  messages: [StoredMessage]
+    emit_messages(event, topic, messages, app_id=, client_host=, ts_us=, same_as=, arrays=)
+                                                              messages: [StoredMessage]
     emit_group(event, topic, group, rows, consumer=, client_host=, ts_us=) rows: [(seq, attempt, fields)]
-    emit_attempts(event, topic, group, entries, consumer=, client_host=, ts_us=)
+    emit_attempts(event, topic, group, entries, consumer=, client_host=, ts_us=, seqs=)
                                                               entries: [(StoredMessage, attempt, ...)]
+
+A caller that already holds the messages' arrays (`arrays`) or seqs (`seqs`) passes them, so the sink
+need not take them from each message again.
 
 `NullTraceSink` records nothing; `broker_core.trace_process.ProcessTraceSink` ships them to a child
 process that writes the rolling files (`broker_core.trace_writer`). A sink that only has `emit` gets
@@ -48,19 +52,21 @@ class TraceSink(Protocol):
     ) -> None: ...
 
     def emit_messages(self, event: str, topic: str, messages: list, *, app_id: str | None = None,
-                      client_host: str | None = None, ts_us: int | None = None, same_as: object = None) -> object:
-        """One event per StoredMessage (`size` is recorded on `published` and `prepared`). Returns a
-        handle (or None): a later call for the same list may pass it as `same_as`, so the sink may reuse
-        what it took from the messages (a publish batch's `stored` after its `published`)."""
+                      client_host: str | None = None, ts_us: int | None = None, same_as: object = None,
+                      arrays: list | None = None) -> object:
+        """One event per StoredMessage (`size` is recorded on `published` and `prepared`; `arrays`: their
+        message arrays, in order). Returns a handle (or None): a later call for the same list may pass
+        it as `same_as`, so the sink may reuse what it took from the messages (a publish batch's
+        `stored` after its `published`)."""
 
     def emit_group(self, event: str, topic: str, group: str, rows: list, *, consumer: str | None = None,
                    client_host: str | None = None, ts_us: int | None = None) -> None:
         """One per-group event per (seq, attempt, fields) row (fields: the message array)."""
 
     def emit_attempts(self, event: str, topic: str, group: str, entries: list, *, consumer: str | None = None,
-                      client_host: str | None = None, ts_us: int | None = None) -> None:
+                      client_host: str | None = None, ts_us: int | None = None, seqs: list | None = None) -> None:
         """One per-group event per (StoredMessage, attempt, ...) entry (a subscription's in-flight entries
-        as they are)."""
+        as they are; `seqs`: their messages' seqs, in order)."""
 
     def close(self) -> None: ...
 
@@ -72,7 +78,7 @@ class BatchEmitMixin:
     """The batch methods of TraceSink through `self.emit`, one call per event."""
 
     def emit_messages(self, event, topic, messages, *, app_id=None, client_host=None, ts_us=None,
-                      same_as=None) -> None:
+                      same_as=None, arrays=None) -> None:
         ts_us = ts_us or time.time_ns() // 1000
         sized = event in SIZED
         for m in messages:
@@ -88,7 +94,8 @@ class BatchEmitMixin:
                       business_id=f[M_BUSINESS_ID], group=group, consumer=consumer, client_host=client_host,
                       attempt=attempt, ts_us=ts_us)
 
-    def emit_attempts(self, event, topic, group, entries, *, consumer=None, client_host=None, ts_us=None) -> None:
+    def emit_attempts(self, event, topic, group, entries, *, consumer=None, client_host=None, ts_us=None,
+                      seqs=None) -> None:
         self.emit_group(event, topic, group, [(m.seq, e[1], m.fields) for e in entries for m in (e[0],)],
                         consumer=consumer, client_host=client_host, ts_us=ts_us)
 

@@ -151,7 +151,7 @@ class ChunkShipper:
                         lambda: (size,))
 
     def emit_messages(self, event: str, topic: str, messages: list, *, app_id=None, client_host=None, ts_us=None,
-                      same_as=None) -> int | None:
+                      same_as=None, arrays=None) -> int | None:
         chunk = self._chunk
         number = chunk.first + len(chunk.counts)
         n = len(messages)
@@ -161,7 +161,7 @@ class ChunkShipper:
         if same_as is not None and same_as >= self._floor and not sized:
             chunk.named(scalars, n, [(same_as, 0, n)])
             return None
-        fields = list(map(_fields, messages))
+        fields = arrays if arrays is not None else list(map(_fields, messages))
         chunk.own(scalars, fields, None, (lambda: map(len, map(_body, fields))) if sized else None)
         if event == "published" and n:
             starts, counts, numbers = self._runs.setdefault(topic, ([], [], []))
@@ -183,9 +183,9 @@ class ChunkShipper:
             self._chunk.own(scalars, list(map(_row_fields, rows)), lambda: map(_row_attempt, rows))
 
     def emit_attempts(self, event: str, topic: str, group: str, entries: list, *, consumer=None, client_host=None,
-                      ts_us=None) -> None:
+                      ts_us=None, seqs=None) -> None:
         scalars = (event, topic, ts_us or time_ns() // 1000, None, client_host, group, consumer, None, HAS_ATTEMPT)
-        named = self._named(topic, list(map(_seq, map(_entry_message, entries))))
+        named = self._named(topic, seqs if seqs is not None else list(map(_seq, map(_entry_message, entries))))
         if named is not None:
             self._chunk.named(scalars, len(entries), named, lambda: map(_row_attempt, entries))
         else:
