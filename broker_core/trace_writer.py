@@ -1,7 +1,7 @@
 """Trace writers: rolling trace files of one broker node (docs/trace-events.md).
 
 `ParquetTraceWriter` (what brokers write) builds Arrow record batches column-wise from whole shipped
-batches (`add_shipped`, from `broker_core.trace_process`) or from `emit` calls, appends them to the
+chunks (`add_chunk`, from `broker_core.trace_process`) or from `emit` calls, appends them to the
 open file `trace-<node>-<UTC time>-<seq>.arrows.open` (an Arrow IPC stream: a torn last batch is cut
 on recovery, like a torn JSON line), and when that file reaches `max_bytes` or `max_age_s` converts it
 to `trace-...-<seq>.parquet` (written as `.parquet.tmp`, fsynced, renamed; then the open file is
