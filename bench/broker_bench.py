@@ -53,14 +53,16 @@ BODY = b"x" * 1024
 WINDOW = 2000
 
 
-def start_broker(zk: str, data_dir: Path, fsync: str, trace: bool) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "broker_core", "--cluster", "bench", "--zk", zk, "--data-dir", str(data_dir),
-            "--port", str(BROKER_PORT), "--metrics-port", str(BROKER_PORT + 1), "--fsync", fsync,
+def start_broker(zk: str, data_dir: Path, fsync: str, trace: bool, port: int = BROKER_PORT,
+                 cluster: str = "bench") -> subprocess.Popen:
+    """A broker process on `port` (its metrics on port + 1), logging to data_dir/../broker.log."""
+    argv = [sys.executable, "-m", "broker_core", "--cluster", cluster, "--zk", zk, "--data-dir", str(data_dir),
+            "--port", str(port), "--metrics-port", str(port + 1), "--fsync", fsync,
             "--log-level", "WARNING", "--trace" if trace else "--no-trace"]
     log = open(data_dir.parent / "broker.log", "ab")
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 30
-    while not port_open(BROKER_PORT):
+    while not port_open(port):
         if proc.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"the broker did not start; see {data_dir.parent / 'broker.log'}")
         time.sleep(0.05)
@@ -72,7 +74,7 @@ def broker_stats() -> dict:
         return json.loads(r.read())
 
 
-async def publish_pipelined(producer: AsyncProducer, count: int) -> float:
+async def publish_pipelined(producer: AsyncProducer, count: int, topic: str = TOPIC) -> float:
     """send_nowait for each message, keeping at most WINDOW of them unacknowledged."""
     state = {"outstanding": 0, "left": count}
     room = asyncio.Event()
@@ -95,18 +97,18 @@ async def publish_pipelined(producer: AsyncProducer, count: int) -> float:
             room.clear()
             await room.wait()
         state["outstanding"] += 1
-        send(TOPIC, BODY).add_done_callback(acked)
+        send(topic, BODY).add_done_callback(acked)
     await finished.wait()
     return count / (time.perf_counter() - started)
 
 
-async def publish_many(producer: AsyncProducer, count: int, per_call: int = 100) -> float:
+async def publish_many(producer: AsyncProducer, count: int, per_call: int = 100, topic: str = TOPIC) -> float:
     window = asyncio.Semaphore(WINDOW // per_call)
     tasks = []
 
     async def one() -> None:
         try:
-            await producer.send_many(TOPIC, [BODY] * per_call)
+            await producer.send_many(topic, [BODY] * per_call)
         finally:
             window.release()
 
@@ -118,7 +120,8 @@ async def publish_many(producer: AsyncProducer, count: int, per_call: int = 100)
     return (count // per_call) * per_call / (time.perf_counter() - started)
 
 
-async def end_to_end(producer: AsyncProducer, kwargs: dict, count: int) -> tuple[float, float]:
+async def end_to_end(producer: AsyncProducer, kwargs: dict, count: int, topic: str = TOPIC,
+                     group: str = GROUP) -> tuple[float, float]:
     received = [0]
     done = asyncio.Event()
 
@@ -127,10 +130,10 @@ async def end_to_end(producer: AsyncProducer, kwargs: dict, count: int) -> tuple
         if received[0] >= count:
             done.set()
 
-    consumer = AsyncConsumer(TOPIC, GROUP, handle, credit=5000, **kwargs)
+    consumer = AsyncConsumer(topic, group, handle, credit=5000, **kwargs)
     await consumer.start()
     started = time.perf_counter()
-    publish_rate = await publish_pipelined(producer, count)
+    publish_rate = await publish_pipelined(producer, count, topic)
     await asyncio.wait_for(done.wait(), 120)
     elapsed = time.perf_counter() - started
     await consumer.stop()

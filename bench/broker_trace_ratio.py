@@ -1,76 +1,241 @@
-"""Broker throughput with tracing on vs off, as ratios from one run (bench/broker_bench.py run alternately).
+"""Broker throughput with tracing on vs off, as ratios from one run: two brokers side by side, driven in turns.
 
-    .venv/bin/python bench/broker_trace_ratio.py [--messages 100000] [--rounds 3] [--jsonl]
+    .venv/bin/python bench/broker_trace_ratio.py [--messages 50000] [--pairs 8] [--fsync batch]
 
-Each round runs the broker bench once with `--no-trace` and once with `--trace` (the broker's trace
-process writes Parquet files, broker_core.trace_writer.ParquetTraceWriter); with `--jsonl` also once
-with the older JSON-lines files (SWITCHYARD_BROKER_TRACE_FORMAT=jsonl), to compare the two in the
-same run. Rounds alternate which mode runs first (off, on, on, off, ...), so a load that rises or falls
-through the run weighs on both alike. Printed: per round the 1-minute load average and the on/off ratio
-of each phase; then per phase the median rates, the ratio of the medians and the median of the round
-ratios (target ≥ 0.9); CPU per message of the broker process and of its trace writer process. The
-machine is shared: the CPU figures move less than the rates. Prints figures only.
+One ZooKeeper, two broker processes started once and kept for the whole run: one with `--trace` (its
+trace process writes Parquet files, broker_core.trace_writer.ParquetTraceWriter), one with `--no-trace`.
+One client process (this one) drives them in turns, one segment of `--messages` 1 KiB messages at a
+time, in pairs whose order alternates (on, off, off, on, ...): on a shared machine whose speed drifts
+by the second, the two sides of a pair see the same machine. Phases, as in bench/broker_bench.py:
+  1. publish, `send_nowait` pipelined (window 2,000), on a topic with no group;
+  2. publish, `send_many` of 100 messages, same topic;
+  3. end to end: the same producer plus one consumer group (one consumer, acking), on a second topic.
+
+After each segment the client waits until the broker and its trace process are idle, and adds the CPU
+time they spent meanwhile (the trace process's last interval, at most) to the segment's time: tracing
+work that would run after a burst is charged to the traced side, not left to slow the next segment.
+
+Printed per phase: the rates of each side (median), the ratio of the totals (messages over summed
+time, on / off: target ≥ 0.9), the median and the lowest of the pair ratios; and CPU per message of
+the broker process, its trace process and the client. Ports: ZooKeeper 27592 (or $SWITCHYARD_ZK),
+brokers 27580-27583. Prints figures only; `--json` prints them as JSON.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
+import shutil
 import statistics
-import subprocess
 import sys
+import tempfile
+import time
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PHASES = (("publish_pipelined", "publish (pipelined)"), ("publish_send_many_100", "publish (send_many)"),
+sys.path.insert(0, str(ROOT))
+
+from kazoo.client import KazooClient  # noqa: E402
+
+from bench.broker_bench import (  # noqa: E402
+    APP,
+    BROKER_PORT,
+    SECRET,
+    STATE,
+    ZK_PORT,
+    CpuMeter,
+    end_to_end,
+    publish_many,
+    publish_pipelined,
+    start_broker,
+    trace_process_started,
+)
+from broker_core.client import AsyncProducer  # noqa: E402
+from broker_core.client._loop import new_event_loop  # noqa: E402
+from broker_core.provision import Provisioner  # noqa: E402
+from devstack.services import start_zookeeper, stop_zookeeper  # noqa: E402
+
+PUB_TOPIC, E2E_TOPIC, GROUP = "ratio-pub", "ratio-e2e", "ratio-group"
+PHASES = (("publish_pipelined", "publish (pipelined)"), ("publish_send_many", "publish (send_many)"),
           ("end_to_end", "end to end with acks"))
+SIDES = ("on", "off")
 
 
-def one(messages: int, mode: str) -> dict:
-    argv = [sys.executable, str(ROOT / "bench" / "broker_bench.py"), "--json", "--messages", str(messages),
-            "--paced-seconds", "2"] + ([] if mode == "off" else ["--trace"])
-    env = {**os.environ, "SWITCHYARD_BROKER_TRACE_FORMAT": "jsonl" if mode == "jsonl" else "parquet"}
-    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, check=True, env=env).stdout
-    return json.loads(out[out.index("{"):])
+class Side:
+    """One broker (tracing on or off), its producer and its CPU meter."""
+
+    def __init__(self, name: str, zk_hosts: str, workdir: Path, fsync: str, port: int):
+        self.name = name
+        self.chroot = f"/sy-broker-ratio/{uuid.uuid4().hex[:8]}-{name}"
+        self.zk = f"{zk_hosts}{self.chroot}"
+        self.data = workdir / name / "data"
+        self.data.mkdir(parents=True)
+        self.fsync, self.port = fsync, port
+        self.rates: dict[str, list[float]] = {p: [] for p, _ in PHASES}
+        self.cpu: dict[str, list[dict]] = {p: [] for p, _ in PHASES}
+
+    def provision(self, client: KazooClient) -> None:
+        pv = Provisioner(client, self.chroot, cluster=f"ratio-{self.name}")
+        pv.meta()
+        pv.app(APP, SECRET)
+        for topic in (PUB_TOPIC, E2E_TOPIC):
+            pv.topic(topic)
+            pv.grant(topic, APP)
+        pv.binding(E2E_TOPIC, GROUP, APP, max_in_flight=10_000)
+
+    def start(self) -> None:
+        self.proc = start_broker(self.zk, self.data, self.fsync, self.name == "on", port=self.port,
+                                 cluster=f"ratio-{self.name}")
+        self.meter = CpuMeter(self.proc.pid)
+        self.kwargs = {"app_id": APP, "secret": SECRET, "zk": self.zk, "cache_dir": self.data.parent / "sdk-cache"}
+
+    async def connect(self) -> None:
+        self.producer = AsyncProducer(**self.kwargs)
+        for topic in (PUB_TOPIC, E2E_TOPIC):
+            await self.producer.connect(topic)
+        # warm up (connections, allocator, page cache), leaving no backlog for the group
+        await publish_pipelined(self.producer, 5000, PUB_TOPIC)
+        await end_to_end(self.producer, self.kwargs, 5000, E2E_TOPIC, GROUP)
+        if self.name == "on":
+            await trace_process_started(self.data / "trace")
+
+    def busy_cpu(self) -> float:
+        """CPU seconds of the broker process and its children (the trace process) so far."""
+        broker, _, children = self.meter._now()
+        return broker + children
+
+    async def settle(self, timeout: float = 5.0) -> float:
+        """Wait until the broker and its trace process use no more CPU; returns the CPU they used meanwhile."""
+        first = last = self.busy_cpu()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.06)
+            now = self.busy_cpu()
+            if now - last <= 0.01:  # at most one clock tick in 60 ms: idle
+                return now - first
+            last = now
+        return last - first
+
+    async def segment(self, phase: str, count: int) -> None:
+        self.meter.start()
+        started = time.perf_counter()
+        if phase == "publish_pipelined":
+            await publish_pipelined(self.producer, count, PUB_TOPIC)
+        elif phase == "publish_send_many":
+            await publish_many(self.producer, count, topic=PUB_TOPIC)
+        else:
+            await end_to_end(self.producer, self.kwargs, count, E2E_TOPIC, GROUP)
+        elapsed = time.perf_counter() - started
+        elapsed += await self.settle()
+        self.rates[phase].append(count / elapsed)
+        self.cpu[phase].append(self.meter.per_message(count))
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+async def drive(sides: dict[str, Side], args) -> None:
+    try:
+        await phases(sides, args)
+    finally:
+        for side in sides.values():
+            if hasattr(side, "producer"):
+                await side.producer.close()
+
+
+async def phases(sides: dict[str, Side], args) -> None:
+    for side in sides.values():
+        await side.connect()
+    for phase, label in PHASES:
+        for pair in range(args.pairs):
+            order = SIDES if pair % 2 == 0 else SIDES[::-1]
+            for name in order:
+                await sides[name].segment(phase, args.messages)
+            if not args.json:
+                on, off = sides["on"].rates[phase][-1], sides["off"].rates[phase][-1]
+                print(f"  {label} pair {pair + 1}: on {on:9,.0f}/s  off {off:9,.0f}/s  ratio {on / off:.2f}"
+                      f"  (load {os.getloadavg()[0]:.2f})", flush=True)
+
+
+def summary(sides: dict[str, Side], count: int) -> dict:
+    out = {}
+    for phase, _ in PHASES:
+        on, off = sides["on"].rates[phase], sides["off"].rates[phase]
+        pairs = [a / b for a, b in zip(on, off, strict=True)]
+        total = {name: len(s.rates[phase]) * count / sum(count / r for r in s.rates[phase]) for name, s in sides.items()}
+        out[phase] = {
+            "on_median": statistics.median(on), "off_median": statistics.median(off),
+            "ratio_of_totals": total["on"] / total["off"], "median_pair_ratio": statistics.median(pairs),
+            "lowest_pair_ratio": min(pairs), "pair_ratios": pairs,
+            "cpu_us": {name: {k: statistics.median(c[k] for c in s.cpu[phase])
+                              for k in ("broker_cpu_us", "trace_cpu_us", "client_cpu_us")}
+                       for name, s in sides.items()},
+        }
+    return out
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--messages", type=int, default=100_000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--jsonl", action="store_true", help="also run with the older JSON-lines trace files")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=50_000, help="messages per segment")
+    parser.add_argument("--pairs", type=int, default=8, help="segment pairs (on + off) per phase")
+    parser.add_argument("--fsync", default="batch", choices=["batch", "interval", "never"])
+    parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    modes = ["off", "parquet"] + (["jsonl"] if args.jsonl else [])
-    runs: dict[str, list[dict]] = {m: [] for m in modes}
-    print(f"broker throughput, tracing off vs on ({args.messages:,} messages of 1 KiB, {args.rounds} rounds)")
-    for r in range(args.rounds):
-        load = os.getloadavg()[0]
-        for mode in modes if r % 2 == 0 else modes[::-1]:
-            runs[mode].append(one(args.messages, mode))
-        print(f"  round {r + 1} (load {load:.2f}):" + "".join(
-            f"  {label} " + " ".join(f"{runs[m][-1][name] / runs['off'][-1][name]:.2f}" for m in modes[1:])
-            for name, label in PHASES), flush=True)
-    print("  phase                  off (median)   " + "   ".join(
-        f"{m} (median)  ratio of medians  median of round ratios" for m in modes[1:]))
-    for name, label in PHASES:
-        off = [r[name] for r in runs["off"]]
-        line = f"  {label:22s} {statistics.median(off):>9,.0f}/s"
-        for mode in modes[1:]:
-            on = [r[name] for r in runs[mode]]
-            ratios = [a / b for a, b in zip(on, off, strict=True)]
-            line += (f"   {statistics.median(on):>9,.0f}/s  {statistics.median(on) / statistics.median(off):15.2f}"
-                     f"  {statistics.median(ratios):22.2f}")
-        print(line)
-    print("  CPU per message (µs), median: broker process / trace writer process")
-    for name, label in PHASES:
-        key = f"cpu_{name}"
-        parts = []
-        for mode in modes:
-            broker = statistics.median(r[key]["broker_cpu_us"] for r in runs[mode])
-            trace = statistics.median(r[key].get("trace_cpu_us", 0.0) for r in runs[mode])
-            parts.append(f"{mode} {broker:5.1f} / {trace:4.1f}")
-        print(f"  {label:22s} " + "   ".join(parts))
+
+    STATE.mkdir(parents=True, exist_ok=True)
+    own_zk = not os.environ.get("SWITCHYARD_ZK")
+    zk_hosts = os.environ.get("SWITCHYARD_ZK") or f"127.0.0.1:{ZK_PORT}"
+    if own_zk:
+        start_zookeeper(STATE, ZK_PORT, "zk-bench")
+    client = KazooClient(hosts=zk_hosts)
+    client.start(timeout=15)
+    workdir = Path(tempfile.mkdtemp(prefix="ratio-", dir=STATE))
+    sides = {"on": Side("on", zk_hosts, workdir, args.fsync, BROKER_PORT),
+             "off": Side("off", zk_hosts, workdir, args.fsync, BROKER_PORT + 2)}
+    load = os.getloadavg()[0]
+    if not args.json:
+        print(f"broker throughput, tracing on vs off: two brokers, {args.pairs} pairs of {args.messages:,}-message "
+              f"segments per phase, 1 KiB messages, fsync={args.fsync}, {os.cpu_count()} cores (load {load:.2f})",
+              flush=True)
+    started = []
+    try:
+        for side in sides.values():
+            side.provision(client)
+            side.start()
+            started.append(side)
+        loop = new_event_loop()
+        loop.run_until_complete(drive(sides, args))
+        loop.close()
+    finally:
+        for side in started:
+            side.stop()
+        for side in sides.values():
+            client.delete(side.chroot, recursive=True)
+        client.stop()
+        client.close()
+        if own_zk:
+            stop_zookeeper(STATE, "zk-bench")
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    results = summary(sides, args.messages)
+    if args.json:
+        print(json.dumps({"load_before": load, "load_after": os.getloadavg()[0], "phases": results}, indent=2))
+        return 0
+    print(f"  phase                  on (median)   off (median)   ratio of totals   median pair   lowest pair"
+          f"   (load after {os.getloadavg()[0]:.2f}; target ≥ 0.9)")
+    for phase, label in PHASES:
+        r = results[phase]
+        print(f"  {label:22s} {r['on_median']:9,.0f}/s   {r['off_median']:9,.0f}/s   {r['ratio_of_totals']:15.2f}"
+              f"   {r['median_pair_ratio']:11.2f}   {r['lowest_pair_ratio']:11.2f}")
+    print("  CPU per message (µs), median: on broker / its trace process / client   off broker / client")
+    for phase, label in PHASES:
+        on, off = results[phase]["cpu_us"]["on"], results[phase]["cpu_us"]["off"]
+        print(f"  {label:22s} {on['broker_cpu_us']:5.1f} / {on['trace_cpu_us']:4.1f} / {on['client_cpu_us']:5.1f}"
+              f"        {off['broker_cpu_us']:5.1f} / {off['client_cpu_us']:5.1f}")
     return 0
 
 
