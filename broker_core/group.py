@@ -284,6 +284,7 @@ class Group:
                 n = min(sub.credit - len(sub.in_flight), share)
                 deadline = now + sub.ack_timeout
                 in_flight = sub.in_flight
+                first_only = not attempts  # no message came back: every item is a first attempt
                 items = []
                 while n > 0 and ready:
                     m = ready.popleft()
@@ -310,7 +311,8 @@ class Group:
                     sub.conn.deliver(sub.sub_id, items)
                     if tracing:  # one record for the frame (the items are not changed afterwards)
                         self.trace.emit_group("delivered", self.topic, self.name, items,
-                                              consumer=sub.conn.consumer_id, client_host=sub.conn.peer)
+                                              consumer=sub.conn.consumer_id, client_host=sub.conn.peer,
+                                              attempt=1 if first_only else None)
                 if n > 0 or sub.credit <= len(in_flight):
                     subs.remove(sub)
                 if not ready:

@@ -263,10 +263,13 @@ class ClientConnection(asyncio.Protocol):
         types = config.message_types
         check = p.check_message
         size = prepared = 0
+        sizes = [] if self.broker.tracing else None  # the trace's `published` sizes, taken here in passing
         for fields in ev.messages:
             check(fields)
             body_size = len(fields[p.M_BODY])
             size += body_size
+            if sizes is not None:
+                sizes.append(body_size)
             if body_size > limit:
                 self.error(ev.ref, p.E_INVALID, f"message {fields[p.M_ID]} has a body of {body_size} bytes; "
                                                 f"the limit of topic {ev.topic!r} is {limit}")
@@ -291,7 +294,7 @@ class ClientConnection(asyncio.Protocol):
         if prepared:
             topic.prepare(self.app_id, self.peer, self.conn_no, ev.messages, size, reply)
         else:
-            topic.publish(self.app_id, self.peer, ev.messages, size, reply)
+            topic.publish(self.app_id, self.peer, ev.messages, size, reply, sizes)
 
     def _may_prepare(self, ev: p.Publish, config, prepared: int) -> bool:
         if not config.transactional:

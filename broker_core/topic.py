@@ -85,9 +85,9 @@ class Topic:
         return groups
 
     def publish(self, app_id: str, client_host: str | None, arrays: list[list], size: int,
-                reply: PublishReply) -> None:
-        """Store a batch of message arrays (`size`: their body bytes); `reply` runs once it is durable
-        (or failed)."""
+                reply: PublishReply, sizes: list[int] | None = None) -> None:
+        """Store a batch of message arrays (`size`: their body bytes; `sizes`: each one's, if the caller
+        has them); `reply` runs once it is durable (or failed)."""
         received_ms = int(time.time() * 1000)
         routes = self.routes
         groups = []
@@ -106,7 +106,8 @@ class Topic:
         stored.append(self.store.append(app_id, received_ms, arrays, groups, done))
         if self.tracing:  # one record for the batch
             traced.append(self.trace.emit_messages("published", self.name, stored[0], app_id=app_id,
-                                                   client_host=client_host, ts_us=received_ms * 1000, arrays=arrays))
+                                                   client_host=client_host, ts_us=received_ms * 1000, arrays=arrays,
+                                                   sizes=sizes))
 
     def _stored(self, messages: list[StoredMessage], size: int, exc: BaseException | None, reply: PublishReply,
                 client_host: str | None, traced: object = None) -> None:

@@ -4,14 +4,16 @@ The broker calls `sink.emit(...)` at each step; the sink must not block the even
 paths (a publish batch, a delivery frame, an ack frame) it calls the batch methods instead, which
 take the broker's own lists as they are:
 
-    emit_messages(event, topic, messages, app_id=, client_host=, ts_us=, same_as=, arrays=)
+    emit_messages(event, topic, messages, app_id=, client_host=, ts_us=, same_as=, arrays=, sizes=)
                                                               messages: [StoredMessage]
-    emit_group(event, topic, group, rows, consumer=, client_host=, ts_us=) rows: [(seq, attempt, fields)]
+    emit_group(event, topic, group, rows, consumer=, client_host=, ts_us=, attempt=)
+                                                              rows: [(seq, attempt, fields)]
     emit_attempts(event, topic, group, entries, consumer=, client_host=, ts_us=, seqs=)
                                                               entries: [(StoredMessage, attempt, ...)]
 
-A caller that already holds the messages' arrays (`arrays`) or seqs (`seqs`) passes them, so the sink
-need not take them from each message again.
+A caller that already holds the messages' arrays (`arrays`), body sizes (`sizes`) or seqs (`seqs`)
+passes them, and one that knows every row is a first delivery says so (`attempt=1`), so the sink need
+not take them from each message again.
 
 `NullTraceSink` records nothing; `broker_core.trace_process.ProcessTraceSink` ships them to a child
 process that writes the rolling files (`broker_core.trace_writer`). A sink that only has `emit` gets
@@ -53,15 +55,16 @@ class TraceSink(Protocol):
 
     def emit_messages(self, event: str, topic: str, messages: list, *, app_id: str | None = None,
                       client_host: str | None = None, ts_us: int | None = None, same_as: object = None,
-                      arrays: list | None = None) -> object:
+                      arrays: list | None = None, sizes: list | None = None) -> object:
         """One event per StoredMessage (`size` is recorded on `published` and `prepared`; `arrays`: their
-        message arrays, in order). Returns a handle (or None): a later call for the same list may pass
+        message arrays, in order; `sizes`: their body sizes, in order). Returns a handle (or None): a later call for the same list may pass
         it as `same_as`, so the sink may reuse what it took from the messages (a publish batch's
         `stored` after its `published`)."""
 
     def emit_group(self, event: str, topic: str, group: str, rows: list, *, consumer: str | None = None,
-                   client_host: str | None = None, ts_us: int | None = None) -> None:
-        """One per-group event per (seq, attempt, fields) row (fields: the message array)."""
+                   client_host: str | None = None, ts_us: int | None = None, attempt: int | None = None) -> None:
+        """One per-group event per (seq, attempt, fields) row (fields: the message array; `attempt`: the
+        attempt of every row, when the caller knows they all share it)."""
 
     def emit_attempts(self, event: str, topic: str, group: str, entries: list, *, consumer: str | None = None,
                       client_host: str | None = None, ts_us: int | None = None, seqs: list | None = None) -> None:
@@ -78,7 +81,7 @@ class BatchEmitMixin:
     """The batch methods of TraceSink through `self.emit`, one call per event."""
 
     def emit_messages(self, event, topic, messages, *, app_id=None, client_host=None, ts_us=None,
-                      same_as=None, arrays=None) -> None:
+                      same_as=None, arrays=None, sizes=None) -> None:
         ts_us = ts_us or time.time_ns() // 1000
         sized = event in SIZED
         for m in messages:
@@ -87,7 +90,8 @@ class BatchEmitMixin:
                       business_id=f[M_BUSINESS_ID], app_id=app_id, client_host=client_host,
                       size=len(f[M_BODY]) if sized else None, ts_us=ts_us)
 
-    def emit_group(self, event, topic, group, rows, *, consumer=None, client_host=None, ts_us=None) -> None:
+    def emit_group(self, event, topic, group, rows, *, consumer=None, client_host=None, ts_us=None,
+                   attempt=None) -> None:
         ts_us = ts_us or time.time_ns() // 1000
         for _seq, attempt, f in rows:
             self.emit(event, message_id=f[M_ID], topic=topic, message_type=f[M_TYPE], key=f[M_KEY],

@@ -26,7 +26,8 @@ import struct
 import subprocess
 import sys
 from bisect import bisect_left, bisect_right
-from operator import attrgetter, countOf, itemgetter
+from itertools import islice
+from operator import attrgetter, countOf, itemgetter, lt
 from pathlib import Path
 from time import time_ns
 
@@ -46,6 +47,7 @@ _entry_message = itemgetter(0)
 _body = itemgetter(M_BODY)
 # a message array's values of the chunk's string columns (an emit() event's (id, type, key, business id) too)
 _STRING_COLUMNS = (itemgetter(M_ID), itemgetter(M_TYPE), itemgetter(M_KEY), itemgetter(M_BUSINESS_ID))
+_SHARED = itemgetter(M_TYPE, M_KEY, M_BUSINESS_ID)  # the columns a batch's messages often all share
 
 
 class ProcessTraceSink:
@@ -151,7 +153,7 @@ class ChunkShipper:
                         lambda: (size,))
 
     def emit_messages(self, event: str, topic: str, messages: list, *, app_id=None, client_host=None, ts_us=None,
-                      same_as=None, arrays=None) -> int | None:
+                      same_as=None, arrays=None, sizes=None) -> int | None:
         chunk = self._chunk
         number = chunk.first + len(chunk.counts)
         n = len(messages)
@@ -162,7 +164,13 @@ class ChunkShipper:
             chunk.named(scalars, n, [(same_as, 0, n)])
             return None
         fields = arrays if arrays is not None else list(map(_fields, messages))
-        chunk.own(scalars, fields, None, (lambda: map(len, map(_body, fields))) if sized else None)
+        if not sized:
+            body_sizes = None
+        elif sizes is not None:  # the caller's list (the server's check loop took them)
+            body_sizes = lambda: sizes  # noqa: E731
+        else:
+            body_sizes = lambda: map(len, map(_body, fields))  # noqa: E731
+        chunk.own(scalars, fields, None, body_sizes)
         if event == "published" and n:
             starts, counts, numbers = self._runs.setdefault(topic, ([], [], []))
             first_seq = messages[0].seq  # a batch's seqs follow each other (the store appends it whole)
@@ -174,13 +182,14 @@ class ChunkShipper:
         return number
 
     def emit_group(self, event: str, topic: str, group: str, rows: list, *, consumer=None, client_host=None,
-                   ts_us=None) -> None:
+                   ts_us=None, attempt=None) -> None:
         scalars = (event, topic, ts_us or time_ns() // 1000, None, client_host, group, consumer, None, HAS_ATTEMPT)
+        attempts = (lambda: map(_row_attempt, rows)) if attempt is None else _Same(attempt)
         named = self._named(topic, list(map(_row_seq, rows)))
         if named is not None:
-            self._chunk.named(scalars, len(rows), named, lambda: map(_row_attempt, rows))
+            self._chunk.named(scalars, len(rows), named, attempts)
         else:
-            self._chunk.own(scalars, list(map(_row_fields, rows)), lambda: map(_row_attempt, rows))
+            self._chunk.own(scalars, list(map(_row_fields, rows)), attempts)
 
     def emit_attempts(self, event: str, topic: str, group: str, entries: list, *, consumer=None, client_host=None,
                       ts_us=None, seqs=None) -> None:
@@ -199,7 +208,8 @@ class ChunkShipper:
             return None
         starts, counts, numbers = runs
         seq, left = seqs[0], len(seqs)
-        if seqs[-1] - seq != left - 1 or seqs != list(range(seq, seq + left)):
+        # increasing, and spanning exactly len(seqs): one run (no list of ints made to compare)
+        if seqs[-1] - seq != left - 1 or not all(map(lt, seqs, islice(seqs, 1, None))):
             return None
         j = bisect_right(starts, seq) - 1
         named = []
@@ -254,7 +264,12 @@ class _Chunk:
         n = len(fields)
         self.scalars.append(scalars)
         self.counts.append(n)
-        if n:
+        if n > 1 and _SHARED(fields[-1]) == (shared := _SHARED(fields[0])) and countOf(map(_SHARED, fields), shared) == n:
+            # a batch of one type, key and business id (often: no key, no business id): one pass for the three
+            self.parts[0].append((_part(fields, _STRING_COLUMNS[0], n), n))
+            for parts, value in zip(self.parts[1:], shared, strict=True):
+                parts.append((_same_part(value, n), n))
+        elif n:
             for parts, get in zip(self.parts, _STRING_COLUMNS, strict=True):
                 parts.append((_part(fields, get, n), n))
         if attempts is not None:
@@ -274,9 +289,29 @@ class _Chunk:
                 _ints(self.sizes))
 
 
+class _Same:
+    """`values()` for n rows that all have `value` (a caller's hint), for _run."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value) -> None:
+        self.value = value
+
+
+def _same_part(value, n: int):
+    """_part of n rows that all hold `value`."""
+    if value is None:
+        return n
+    if type(value) is str and "\0" not in value:
+        return "\0".join([value] * n)
+    return [value] * n
+
+
 def _run(values, n: int):
     """A record's n attempts or sizes (`values()` iterates them, again on each call): (value, count) when
     all are the same int (counted without a list), else the list."""
+    if type(values) is _Same:
+        return (values.value, n) if type(values.value) is int else [values.value] * n
     first = next(iter(values()), None)
     if type(first) is int and countOf(values(), first) == n:
         return first, n

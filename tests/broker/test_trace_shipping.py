@@ -112,6 +112,55 @@ def test_delivery_and_ack_frames_of_published_seq_runs_name_those_records(tmp_pa
                    ("delivered", "m-3", "normal", None, "b3", 2, "c-2")]
 
 
+def test_a_frame_out_of_seq_order_spanning_a_run_is_not_named(tmp_path):
+    """Seqs 1, 3, 2, 4 span exactly four published seqs, yet are not one run: the frame ships its values."""
+    batch = [_message(i, f"m-{i}", key=f"k{i}") for i in range(1, 5)]
+    shipper = ChunkShipper()
+    shipper.emit_messages("published", "t", batch, ts_us=1)
+    order = [batch[0], batch[2], batch[1], batch[3]]
+    shipper.emit_group("delivered", "t", "g", [(m.seq, 1, m.fields) for m in order], consumer="c-1", ts_us=2)
+    chunk = shipper.take()
+    assert chunk[3] == [] and chunk[4] == b"m-1\0m-2\0m-3\0m-4\0m-1\0m-3\0m-2\0m-4"
+    _written(tmp_path, chunk)
+    assert [(e["event"], e["message_id"], e["key"]) for e in _rows(tmp_path) if e["event"] == "delivered"] == [
+        ("delivered", "m-1", "k1"), ("delivered", "m-3", "k3"), ("delivered", "m-2", "k2"), ("delivered", "m-4", "k4")]
+
+
+def test_what_callers_hand_over_sizes_and_first_attempts_is_what_the_rows_say(tmp_path):
+    """The server's body sizes (`sizes=`) and a group's "all first deliveries" (`attempt=1`) stand in for
+    the sink's own passes over the messages."""
+    batch = [_message(1, "m-1", body=b"123"), _message(2, "m-2", body=b"1234567")]
+    shipper = ChunkShipper()
+    shipper.emit_messages("published", "t", batch, ts_us=1, arrays=[m.fields for m in batch], sizes=[3, 7])
+    shipper.emit_group("delivered", "t", "g", [(m.seq, 1, m.fields) for m in batch], consumer="c-1", ts_us=2,
+                       attempt=1)
+    shipper.emit_group("delivered", "t", "g", [(m.seq, 2, m.fields) for m in batch], consumer="c-2", ts_us=3)
+    _written(tmp_path, shipper.take())
+    assert [(e["event"], e["message_id"], e.get("size"), e.get("attempt"), e.get("consumer"))
+            for e in _rows(tmp_path)] == [
+        ("published", "m-1", 3, None, None), ("published", "m-2", 7, None, None),
+        ("delivered", "m-1", None, 1, "c-1"), ("delivered", "m-2", None, 1, "c-1"),
+        ("delivered", "m-1", None, 2, "c-2"), ("delivered", "m-2", None, 2, "c-2")]
+
+
+def test_a_batch_sharing_type_key_and_business_id_ships_them_once_each_and_comes_back_whole(tmp_path):
+    """One pass finds that all messages share type, key and business id; each column then ships the one
+    value (or nothing for no key); a batch where only the last differs takes the column-by-column way."""
+    shared = [_message(i, f"s-{i}", message_type="order.paid", business_id="b-7") for i in (1, 2, 3)]
+    last_differs = [_message(4, "d-4", key="k"), _message(5, "d-5", key="k"), _message(6, "d-6", key="other")]
+    shipper = ChunkShipper()
+    shipper.emit_messages("published", "t", shared, ts_us=1)
+    one = shipper.take()
+    assert one[4:8] == (b"s-1\0s-2\0s-3", b"order.paid\0order.paid\0order.paid", None, b"b-7\0b-7\0b-7")
+    shipper.emit_messages("published", "t", last_differs, ts_us=2)
+    two = shipper.take()
+    assert two[6] == b"k\0k\0other"
+    _written(tmp_path, one, two)
+    assert [(e["message_id"], e["message_type"], e.get("key"), e.get("business_id")) for e in _rows(tmp_path)] == [
+        ("s-1", "order.paid", None, "b-7"), ("s-2", "order.paid", None, "b-7"), ("s-3", "order.paid", None, "b-7"),
+        ("d-4", "normal", "k", None), ("d-5", "normal", "k", None), ("d-6", "normal", "other", None)]
+
+
 def test_records_naming_a_chunk_the_writer_never_got_are_dropped_and_counted(tmp_path):
     batch = [_message(1, "m-1"), _message(2, "m-2")]
     shipper = ChunkShipper()
