@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fcntl
 import json
 import os
 import shutil
@@ -51,6 +52,19 @@ BROKER_PORT = 27580
 APP, SECRET, TOPIC, GROUP = "bench-app", "bench-secret", "bench", "bench-group"
 BODY = b"x" * 1024
 WINDOW = 2000
+
+
+def hold_bench_lock():
+    """Only one broker bench at a time: they share ports 27580-27583 and ZooKeeper 27592. Returns the open
+    lock file (held until the process ends); exits with a message if another bench holds it."""
+    STATE.mkdir(parents=True, exist_ok=True)
+    lock = open(STATE / "bench.lock", "w")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise SystemExit(f"another broker bench is running (it holds {STATE / 'bench.lock'}): wait for it to end, "
+                         "or stop it, then run again") from None
+    return lock
 
 
 def start_broker(zk: str, data_dir: Path, fsync: str, trace: bool, port: int = BROKER_PORT,
@@ -271,7 +285,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON only")
     args = parser.parse_args()
 
-    STATE.mkdir(parents=True, exist_ok=True)
+    lock = hold_bench_lock()  # noqa: F841  (held until the process ends)
     own_zk = not os.environ.get("SWITCHYARD_ZK")
     zk_hosts = os.environ.get("SWITCHYARD_ZK") or f"127.0.0.1:{ZK_PORT}"
     if own_zk:

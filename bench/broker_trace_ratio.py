@@ -48,6 +48,7 @@ from bench.broker_bench import (  # noqa: E402
     ZK_PORT,
     CpuMeter,
     end_to_end,
+    hold_bench_lock,
     publish_many,
     publish_pipelined,
     start_broker,
@@ -186,7 +187,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
-    STATE.mkdir(parents=True, exist_ok=True)
+    lock = hold_bench_lock()  # noqa: F841  (held until the process ends)
     own_zk = not os.environ.get("SWITCHYARD_ZK")
     zk_hosts = os.environ.get("SWITCHYARD_ZK") or f"127.0.0.1:{ZK_PORT}"
     if own_zk:
