@@ -209,14 +209,14 @@ class CpuMeter:
             total += sum(self._cpu(int(pid)) for pid in pids)
         return total
 
-    def _now(self) -> tuple[float, float, float]:
+    def now(self) -> tuple[float, float, float]:
         return self._cpu(self.broker_pid), sum(os.times()[:2]), self._children()
 
     def start(self) -> None:
-        self.t0 = self._now()
+        self.t0 = self.now()
 
     def per_message(self, count: int) -> dict:
-        b1, c1, t1 = self._now()
+        b1, c1, t1 = self.now()
         return {"broker_cpu_us": (b1 - self.t0[0]) / count * 1e6, "client_cpu_us": (c1 - self.t0[1]) / count * 1e6,
                 "trace_cpu_us": (t1 - self.t0[2]) / count * 1e6}
 

@@ -105,7 +105,7 @@ class Side:
 
     def busy_cpu(self) -> float:
         """CPU seconds of the broker process and its children (the trace process) so far."""
-        broker, _, children = self.meter._now()
+        broker, _, children = self.meter.now()
         return broker + children
 
     async def settle(self, timeout: float = 5.0) -> float:

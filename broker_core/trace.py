@@ -57,9 +57,9 @@ class TraceSink(Protocol):
                       client_host: str | None = None, ts_us: int | None = None, same_as: object = None,
                       arrays: list | None = None, sizes: list | None = None) -> object:
         """One event per StoredMessage (`size` is recorded on `published` and `prepared`; `arrays`: their
-        message arrays, in order; `sizes`: their body sizes, in order). Returns a handle (or None): a later call for the same list may pass
-        it as `same_as`, so the sink may reuse what it took from the messages (a publish batch's
-        `stored` after its `published`)."""
+        message arrays, in order; `sizes`: their body sizes, in order). Returns a handle (or None): a
+        later call for the same list may pass it as `same_as`, so the sink may reuse what it took from
+        the messages (a publish batch's `stored` after its `published`)."""
 
     def emit_group(self, event: str, topic: str, group: str, rows: list, *, consumer: str | None = None,
                    client_host: str | None = None, ts_us: int | None = None, attempt: int | None = None) -> None:

@@ -26,7 +26,7 @@ import struct
 import subprocess
 import sys
 from bisect import bisect_left, bisect_right
-from itertools import islice
+from itertools import islice, repeat
 from operator import attrgetter, countOf, itemgetter, lt
 from pathlib import Path
 from time import time_ns
@@ -184,7 +184,7 @@ class ChunkShipper:
     def emit_group(self, event: str, topic: str, group: str, rows: list, *, consumer=None, client_host=None,
                    ts_us=None, attempt=None) -> None:
         scalars = (event, topic, ts_us or time_ns() // 1000, None, client_host, group, consumer, None, HAS_ATTEMPT)
-        attempts = (lambda: map(_row_attempt, rows)) if attempt is None else _Same(attempt)
+        attempts = (lambda: map(_row_attempt, rows)) if attempt is None else (lambda: repeat(attempt, len(rows)))
         named = self._named(topic, list(map(_row_seq, rows)))
         if named is not None:
             self._chunk.named(scalars, len(rows), named, attempts)
@@ -289,17 +289,9 @@ class _Chunk:
                 _ints(self.sizes))
 
 
-class _Same:
-    """`values()` for n rows that all have `value` (a caller's hint), for _run."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value) -> None:
-        self.value = value
-
-
 def _same_part(value, n: int):
-    """_part of n rows that all hold `value`."""
+    """_part of n rows that all hold `value`: n when null; the value joined n times by NUL (no join of n
+    objects); else the list."""
     if value is None:
         return n
     if type(value) is str and "\0" not in value:
@@ -310,8 +302,6 @@ def _same_part(value, n: int):
 def _run(values, n: int):
     """A record's n attempts or sizes (`values()` iterates them, again on each call): (value, count) when
     all are the same int (counted without a list), else the list."""
-    if type(values) is _Same:
-        return (values.value, n) if type(values.value) is int else [values.value] * n
     first = next(iter(values()), None)
     if type(first) is int and countOf(values(), first) == n:
         return first, n
@@ -322,10 +312,10 @@ def _part(fields: list, get, n: int):
     """One record's values of a string column: joined by NUL; n when all are null; else the list (some
     null, or not strings, or holding a NUL)."""
     first = get(fields[0])
+    if get(fields[-1]) == first and countOf(map(get, fields), first) == n:
+        return _same_part(first, n)  # one value for all (a batch of one message type, no keys)
     if first is None:
-        return n if countOf(map(get, fields), None) == n else list(map(get, fields))
-    if get(fields[-1]) == first and type(first) is str and "\0" not in first and countOf(map(get, fields), first) == n:
-        return "\0".join([first] * n)  # one value for all (a batch of one message type): no join of n objects
+        return list(map(get, fields))
     try:
         joined = "\0".join(map(get, fields))
     except TypeError:
