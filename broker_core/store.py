@@ -33,6 +33,7 @@ A message array is `broker_core.protocol.message`, as the producer sent it.
 from __future__ import annotations
 
 import struct
+import threading
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -289,8 +290,17 @@ class TopicStore(Protocol):
     def close(self) -> None: ...
 
 
+_packers = threading.local()
+
+
 def encode_record(kind: int, payload: list) -> bytes:
-    body = msgpack.packb(payload, use_bin_type=True)
+    # one Packer per thread, kept: its buffer stays as large as the largest record so far, where
+    # msgpack.packb starts a new one each time and grows it by realloc, which copies a batch-sized
+    # buffer whenever the heap cannot extend it in place (often, with a trace sink's allocations about)
+    packer = getattr(_packers, "packer", None)
+    if packer is None:
+        packer = _packers.packer = msgpack.Packer(use_bin_type=True)
+    body = packer.pack(payload)
     crc = zlib.crc32(body, zlib.crc32(bytes((kind,))))
     return RECORD_HEADER.pack(len(body), crc, kind) + body
 

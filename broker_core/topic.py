@@ -85,17 +85,21 @@ class Topic:
         return groups
 
     def publish(self, app_id: str, client_host: str | None, arrays: list[list], size: int,
-                reply: PublishReply, sizes: list[int] | None = None) -> None:
-        """Store a batch of message arrays (`size`: their body bytes; `sizes`: each one's, if the caller
-        has them); `reply` runs once it is durable (or failed)."""
+                reply: PublishReply, sizes: list[int] | None = None, ids: list[str] | None = None,
+                keyless: bool = False) -> None:
+        """Store a batch of message arrays (`size`: their body bytes); `reply` runs once it is durable (or
+        failed). For the trace, if the caller has them: `sizes` and `ids`, each message's body size and id,
+        and `keyless`, no message has a key or a business id."""
         received_ms = int(time.time() * 1000)
         routes = self.routes
         groups = []
         last_type = last_groups = None
+        types = 0
         for fields in arrays:
             message_type = fields[M_TYPE]
             if message_type != last_type:  # batches are mostly of one type
                 last_type, last_groups = message_type, routes(message_type)
+                types += 1
             groups.append(last_groups)
         stored: list[list[StoredMessage]] = []
         traced: list = []  # the sink's handle for the batch: `stored` names its `published` record
@@ -105,9 +109,11 @@ class Topic:
 
         stored.append(self.store.append(app_id, received_ms, arrays, groups, done))
         if self.tracing:  # one record for the batch
+            # a batch of one type without keys or business ids (the common case) shares them all
+            shared = (last_type, None, None) if types == 1 and keyless else None
             traced.append(self.trace.emit_messages("published", self.name, stored[0], app_id=app_id,
                                                    client_host=client_host, ts_us=received_ms * 1000, arrays=arrays,
-                                                   sizes=sizes))
+                                                   sizes=sizes, ids=ids, shared=shared))
 
     def _stored(self, messages: list[StoredMessage], size: int, exc: BaseException | None, reply: PublishReply,
                 client_host: str | None, traced: object = None) -> None:

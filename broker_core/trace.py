@@ -55,9 +55,11 @@ class TraceSink(Protocol):
 
     def emit_messages(self, event: str, topic: str, messages: list, *, app_id: str | None = None,
                       client_host: str | None = None, ts_us: int | None = None, same_as: object = None,
-                      arrays: list | None = None, sizes: list | None = None) -> object:
+                      arrays: list | None = None, sizes: list | None = None, ids: list | None = None,
+                      shared: tuple | None = None) -> object:
         """One event per StoredMessage (`size` is recorded on `published` and `prepared`; `arrays`: their
-        message arrays, in order; `sizes`: their body sizes, in order). Returns a handle (or None): a
+        message arrays, in order; `sizes`: their body sizes, in order; `ids`: their ids, in order; `shared`:
+        the (type, key, business id) all of them have, when the caller knows). Returns a handle (or None): a
         later call for the same list may pass it as `same_as`, so the sink may reuse what it took from
         the messages (a publish batch's `stored` after its `published`)."""
 
@@ -81,7 +83,7 @@ class BatchEmitMixin:
     """The batch methods of TraceSink through `self.emit`, one call per event."""
 
     def emit_messages(self, event, topic, messages, *, app_id=None, client_host=None, ts_us=None,
-                      same_as=None, arrays=None, sizes=None) -> None:
+                      same_as=None, arrays=None, sizes=None, ids=None, shared=None) -> None:
         ts_us = ts_us or time.time_ns() // 1000
         sized = event in SIZED
         for m in messages:

@@ -153,7 +153,7 @@ class ChunkShipper:
                         lambda: (size,))
 
     def emit_messages(self, event: str, topic: str, messages: list, *, app_id=None, client_host=None, ts_us=None,
-                      same_as=None, arrays=None, sizes=None) -> int | None:
+                      same_as=None, arrays=None, sizes=None, ids=None, shared=None) -> int | None:
         chunk = self._chunk
         number = chunk.first + len(chunk.counts)
         n = len(messages)
@@ -170,7 +170,7 @@ class ChunkShipper:
             body_sizes = lambda: sizes  # noqa: E731
         else:
             body_sizes = lambda: map(len, map(_body, fields))  # noqa: E731
-        chunk.own(scalars, fields, None, body_sizes)
+        chunk.own(scalars, fields, None, body_sizes, ids, shared)
         if event == "published" and n:
             starts, counts, numbers = self._runs.setdefault(topic, ([], [], []))
             first_seq = messages[0].seq  # a batch's seqs follow each other (the store appends it whole)
@@ -259,12 +259,21 @@ class _Chunk:
         self.attempts: list = []
         self.sizes: list = []
 
-    def own(self, scalars: tuple, fields: list, attempts=None, sizes=None) -> None:
-        """A record shipping its messages' values (`attempts`, `sizes`: see `_run`)."""
+    def own(self, scalars: tuple, fields: list, attempts=None, sizes=None, ids=None, shared=None) -> None:
+        """A record shipping its messages' values (`attempts`, `sizes`: see `_run`; `ids`, `shared`: what the
+        caller took in passing, see TraceSink.emit_messages)."""
         n = len(fields)
         self.scalars.append(scalars)
         self.counts.append(n)
-        if n > 1 and _SHARED(fields[-1]) == (shared := _SHARED(fields[0])) and countOf(map(_SHARED, fields), shared) == n:
+        if n > 1 and ids is not None and ids[0] != ids[-1]:
+            self.parts[0].append((_joined(ids, n), n))
+            if shared is not None:
+                for parts, value in zip(self.parts[1:], shared, strict=True):
+                    parts.append((_same_part(value, n), n))
+            else:
+                for parts, get in zip(self.parts[1:], _STRING_COLUMNS[1:], strict=True):
+                    parts.append((_part(fields, get, n), n))
+        elif n > 1 and _SHARED(fields[-1]) == (shared := _SHARED(fields[0])) and countOf(map(_SHARED, fields), shared) == n:
             # a batch of one type, key and business id (often: no key, no business id): one pass for the three
             self.parts[0].append((_part(fields, _STRING_COLUMNS[0], n), n))
             for parts, value in zip(self.parts[1:], shared, strict=True):
@@ -287,6 +296,13 @@ class _Chunk:
     def build(self) -> tuple:
         return (self.first, self.scalars, self.counts, self.refs, *map(_column, self.parts), _ints(self.attempts),
                 _ints(self.sizes))
+
+
+def _joined(ids: list, n: int):
+    """_part of a list of n string ids, not all the same."""
+    if "\0" in "".join(ids):  # (a memchr over a copy: cheaper than counting the separators)
+        return list(ids)
+    return "\0".join(ids)
 
 
 def _same_part(value, n: int):

@@ -143,6 +143,30 @@ def test_what_callers_hand_over_sizes_and_first_attempts_is_what_the_rows_say(tm
         ("delivered", "m-1", None, 2, "c-2"), ("delivered", "m-2", None, 2, "c-2")]
 
 
+def test_ids_and_a_shared_type_the_server_took_in_passing_stand_in_for_the_sinks_passes(tmp_path):
+    """The server's ids (`ids=`) and, for a batch of one type without keys or business ids, `shared=`: the
+    ids ship joined, the type once per row, no key column; an id holding a NUL ships as a list; without
+    `shared` each column is looked at as before."""
+    plain = [_message(i, f"p-{i}", message_type="order.paid") for i in (1, 2, 3)]
+    odd = [_message(4, "o\0-4", message_type="order.paid"), _message(5, "o-5", message_type="order.paid")]
+    mixed = [_message(6, "x-6", key="k"), _message(7, "x-7", message_type="order.paid")]
+    shipper = ChunkShipper()
+    for batch, shared in ((plain, ("order.paid", None, None)), (odd, ("order.paid", None, None)), (mixed, None)):
+        shipper.emit_messages("published", "t", batch, ts_us=1, arrays=[m.fields for m in batch],
+                              ids=[m.fields[0] for m in batch], shared=shared)
+        chunk = shipper.take()
+        if batch is plain:
+            assert chunk[4:8] == (b"p-1\0p-2\0p-3", b"order.paid\0order.paid\0order.paid", None, None)
+        if batch is odd:
+            assert chunk[4] == ["o\0-4", "o-5"]
+        _written(tmp_path / str(batch[0].seq), chunk)
+    rows = [(e["message_id"], e["message_type"], e.get("key"), e.get("business_id"))
+            for seq in (1, 4, 6) for e in _rows(tmp_path / str(seq))]
+    assert rows == [("p-1", "order.paid", None, None), ("p-2", "order.paid", None, None),
+                    ("p-3", "order.paid", None, None), ("o\0-4", "order.paid", None, None),
+                    ("o-5", "order.paid", None, None), ("x-6", "normal", "k", None), ("x-7", "order.paid", None, None)]
+
+
 def test_a_batch_sharing_type_key_and_business_id_ships_them_once_each_and_comes_back_whole(tmp_path):
     """One pass finds that all messages share type, key and business id; each column then ships the one
     value (or nothing for no key); a batch where only the last differs takes the column-by-column way."""
@@ -331,14 +355,22 @@ def test_a_broker_records_a_batch_stored_delivered_and_acked_with_the_published_
                          key=f"k-{i}" if i % 3 else None, business_id=f"b-{i}") for i in range(1, 41)]
         for i, message_id in enumerate(producer.send_many("orders", batch), start=1):
             sent[message_id] = i
+        # a batch of one type without keys or business ids: the server's shortcut for the trace
+        plain = producer.send_many("orders", [Message(b"y" * 9, message_type="order.paid") for _ in range(20)])
     got = Received()
     with Consumer("orders", "billing", got.handler("c"), **cluster.client_kwargs()):
-        wait_for(lambda: got.count("c") >= 40, 10, "the deliveries")
+        wait_for(lambda: got.count("c") >= 60, 10, "the deliveries")
     broker.stop()  # a graceful stop closes the open trace file
     steps: dict[str, dict[str, dict]] = {}
     for e in read_trace_events(broker.data_dir / "trace"):
         steps.setdefault(e["message_id"], {})[e["event"]] = e
-    assert sorted(steps) == sorted(sent)
+    assert sorted(steps) == sorted([*sent, *plain])
+    for message_id in plain:
+        events = steps[message_id]
+        assert sorted(events) == ["acked", "delivered", "published", "stored"]
+        for row in events.values():
+            assert (row["message_type"], row.get("key"), row.get("business_id")) == ("order.paid", None, None)
+        assert events["published"]["size"] == 9
     for message_id, i in sent.items():
         same = {"message_id": message_id, "topic": "orders", "message_type": "order.paid" if i % 2 else "order.created",
                 "key": f"k-{i}" if i % 3 else None, "business_id": f"b-{i}", "cluster": cluster.name,
