@@ -68,14 +68,16 @@ def hold_bench_lock():
 
 
 def start_broker(zk: str, data_dir: Path, fsync: str, trace: bool, port: int = BROKER_PORT,
-                 cluster: str = "bench") -> subprocess.Popen:
-    """A broker process on `port` (its metrics on port + 1), logging to data_dir/../broker.log."""
-    argv = [sys.executable, "-m", "broker_core", "--cluster", cluster, "--zk", zk, "--data-dir", str(data_dir),
-            "--port", str(port), "--metrics-port", str(port + 1), "--fsync", fsync,
-            "--log-level", "WARNING", "--trace" if trace else "--no-trace"]
+                 cluster: str = "bench", extra: tuple[str, ...] = (), prefix: tuple[str, ...] = (),
+                 start_timeout: float = 30) -> subprocess.Popen:
+    """A broker process on `port` (its metrics on port + 1), logging to data_dir/../broker.log (`extra`: more
+    broker options; `prefix`: a command to run it under)."""
+    argv = [*prefix, sys.executable, "-m", "broker_core", "--cluster", cluster, "--zk", zk, "--data-dir",
+            str(data_dir), "--port", str(port), "--metrics-port", str(port + 1), "--fsync", fsync,
+            "--log-level", "WARNING", "--trace" if trace else "--no-trace", *extra]
     log = open(data_dir.parent / "broker.log", "ab")
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + start_timeout
     while not port_open(port):
         if proc.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"the broker did not start; see {data_dir.parent / 'broker.log'}")

@@ -1,9 +1,13 @@
 """Broker throughput with tracing on vs off, as ratios from one run: two brokers side by side, driven in turns.
 
-    .venv/bin/python bench/broker_trace_ratio.py [--messages 50000] [--pairs 8] [--fsync batch]
+    .venv/bin/python bench/broker_trace_ratio.py [--messages 50000] [--pairs 16] [--fsync batch] [--roll-mb 16]
 
 One ZooKeeper, two broker processes started once and kept for the whole run: one with `--trace` (its
 trace process writes Parquet files, broker_core.trace_writer.ParquetTraceWriter), one with `--no-trace`.
+The traced broker rolls its trace file every `--roll-mb` MiB of open file (`--trace-roll-mb`; about
+110,000 messages published at 16), so the conversion to Parquet that follows each roll happens, and is
+counted, within the run and spread over it, as under sustained load (by default a broker rolls at 256 MiB
+or 60 s, which a run this short may never reach).
 One client process (this one) drives them in turns, one segment of `--messages` 1 KiB messages at a
 time, in pairs whose order alternates (on, off, off, on, ...): on a shared machine whose speed drifts
 by the second, the two sides of a pair see the same machine. Phases, as in bench/broker_bench.py:
@@ -16,7 +20,8 @@ time they spent meanwhile (the trace process's last interval, at most) to the se
 work that would run after a burst is charged to the traced side, not left to slow the next segment.
 
 Printed per phase: the rates of each side (median), the ratio of the totals (messages over summed
-time, on / off: target ≥ 0.9), the median and the lowest of the pair ratios; and CPU per message of
+time, on / off: target ≥ 0.9) with a 95% bootstrap interval over the pairs, the median and the lowest
+of the pair ratios; and CPU per message (mean over the segments) of
 the broker process, its trace process and the client. Ports: ZooKeeper 27592 (or $SWITCHYARD_ZK),
 brokers 27580-27583. Prints figures only; `--json` prints them as JSON.
 """
@@ -27,6 +32,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import shutil
 import statistics
 import sys
@@ -68,13 +74,13 @@ SIDES = ("on", "off")
 class Side:
     """One broker (tracing on or off), its producer and its CPU meter."""
 
-    def __init__(self, name: str, zk_hosts: str, workdir: Path, fsync: str, port: int):
+    def __init__(self, name: str, zk_hosts: str, workdir: Path, fsync: str, port: int, roll_mb: int = 16):
         self.name = name
         self.chroot = f"/sy-broker-ratio/{uuid.uuid4().hex[:8]}-{name}"
         self.zk = f"{zk_hosts}{self.chroot}"
         self.data = workdir / name / "data"
         self.data.mkdir(parents=True)
-        self.fsync, self.port = fsync, port
+        self.fsync, self.port, self.roll_mb = fsync, port, roll_mb
         self.rates: dict[str, list[float]] = {p: [] for p, _ in PHASES}
         self.cpu: dict[str, list[dict]] = {p: [] for p, _ in PHASES}
 
@@ -89,7 +95,8 @@ class Side:
 
     def start(self) -> None:
         self.proc = start_broker(self.zk, self.data, self.fsync, self.name == "on", port=self.port,
-                                 cluster=f"ratio-{self.name}")
+                                 cluster=f"ratio-{self.name}",
+                                 extra=("--trace-roll-mb", str(self.roll_mb)) if self.name == "on" else ())
         self.meter = CpuMeter(self.proc.pid)
         self.kwargs = {"app_id": APP, "secret": SECRET, "zk": self.zk, "cache_dir": self.data.parent / "sdk-cache"}
 
@@ -162,6 +169,20 @@ async def phases(sides: dict[str, Side], args) -> None:
                       f"  (load {os.getloadavg()[0]:.2f})", flush=True)
 
 
+def ratio_interval(on: list[float], off: list[float], draws: int = 2000) -> tuple[float, float]:
+    """A 95% bootstrap interval of the ratio of totals: pairs drawn with replacement (a fixed seed, so the
+    same rates give the same interval). Segments hold equal message counts, so a side's total rate is
+    the harmonic mean of its segment rates."""
+    rng = random.Random(7)
+    n = len(on)
+    ratios = []
+    for _ in range(draws):
+        picks = [rng.randrange(n) for _ in range(n)]
+        ratios.append(sum(1 / off[i] for i in picks) / sum(1 / on[i] for i in picks))
+    ratios.sort()
+    return ratios[int(0.025 * draws)], ratios[int(0.975 * draws) - 1]
+
+
 def summary(sides: dict[str, Side], count: int) -> dict:
     out = {}
     for phase, _ in PHASES:
@@ -170,9 +191,10 @@ def summary(sides: dict[str, Side], count: int) -> dict:
         total = {name: len(s.rates[phase]) * count / sum(count / r for r in s.rates[phase]) for name, s in sides.items()}
         out[phase] = {
             "on_median": statistics.median(on), "off_median": statistics.median(off),
-            "ratio_of_totals": total["on"] / total["off"], "median_pair_ratio": statistics.median(pairs),
+            "ratio_of_totals": total["on"] / total["off"], "interval_95": ratio_interval(on, off),
+            "median_pair_ratio": statistics.median(pairs),
             "lowest_pair_ratio": min(pairs), "pair_ratios": pairs,
-            "cpu_us": {name: {k: statistics.median(c[k] for c in s.cpu[phase])
+            "cpu_us": {name: {k: statistics.fmean(c[k] for c in s.cpu[phase])
                               for k in ("broker_cpu_us", "trace_cpu_us", "client_cpu_us")}
                        for name, s in sides.items()},
         }
@@ -182,7 +204,8 @@ def summary(sides: dict[str, Side], count: int) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=50_000, help="messages per segment")
-    parser.add_argument("--pairs", type=int, default=8, help="segment pairs (on + off) per phase")
+    parser.add_argument("--pairs", type=int, default=16, help="segment pairs (on + off) per phase")
+    parser.add_argument("--roll-mb", type=int, default=16, help="the traced broker's --trace-roll-mb")
     parser.add_argument("--fsync", default="batch", choices=["batch", "interval", "never"])
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
@@ -195,12 +218,13 @@ def main() -> int:
     client = KazooClient(hosts=zk_hosts)
     client.start(timeout=15)
     workdir = Path(tempfile.mkdtemp(prefix="ratio-", dir=STATE))
-    sides = {"on": Side("on", zk_hosts, workdir, args.fsync, BROKER_PORT),
-             "off": Side("off", zk_hosts, workdir, args.fsync, BROKER_PORT + 2)}
+    sides = {"on": Side("on", zk_hosts, workdir, args.fsync, BROKER_PORT, args.roll_mb),
+             "off": Side("off", zk_hosts, workdir, args.fsync, BROKER_PORT + 2, args.roll_mb)}
     load = os.getloadavg()[0]
     if not args.json:
         print(f"broker throughput, tracing on vs off: two brokers, {args.pairs} pairs of {args.messages:,}-message "
-              f"segments per phase, 1 KiB messages, fsync={args.fsync}, {os.cpu_count()} cores (load {load:.2f})",
+              f"segments per phase, 1 KiB messages, fsync={args.fsync}, trace file rolled every {args.roll_mb} MiB, "
+              f"{os.cpu_count()} cores (load {load:.2f})",
               flush=True)
     started = []
     try:
@@ -226,13 +250,14 @@ def main() -> int:
     if args.json:
         print(json.dumps({"load_before": load, "load_after": os.getloadavg()[0], "phases": results}, indent=2))
         return 0
-    print(f"  phase                  on (median)   off (median)   ratio of totals   median pair   lowest pair"
-          f"   (load after {os.getloadavg()[0]:.2f}; target ≥ 0.9)")
+    print(f"  phase                  on (median)   off (median)   ratio of totals (95% interval)   median pair"
+          f"   lowest pair   (load after {os.getloadavg()[0]:.2f}; target ≥ 0.9)")
     for phase, label in PHASES:
         r = results[phase]
+        low, high = r["interval_95"]
         print(f"  {label:22s} {r['on_median']:9,.0f}/s   {r['off_median']:9,.0f}/s   {r['ratio_of_totals']:15.2f}"
-              f"   {r['median_pair_ratio']:11.2f}   {r['lowest_pair_ratio']:11.2f}")
-    print("  CPU per message (µs), median: on broker / its trace process / client   off broker / client")
+              f" ({low:.2f}-{high:.2f})   {r['median_pair_ratio']:11.2f}   {r['lowest_pair_ratio']:11.2f}")
+    print("  CPU per message (µs), mean of segments: on broker / its trace process / client   off broker / client")
     for phase, label in PHASES:
         on, off = results[phase]["cpu_us"]["on"], results[phase]["cpu_us"]["off"]
         print(f"  {label:22s} {on['broker_cpu_us']:5.1f} / {on['trace_cpu_us']:4.1f} / {on['client_cpu_us']:5.1f}"

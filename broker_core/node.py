@@ -120,7 +120,9 @@ class Broker:
         from broker_core.trace_process import ProcessTraceSink
 
         return await ProcessTraceSink(directory, node_id=self.node_id, cluster=self.options.cluster,
-                                      file_format=self.options.trace_format).start()
+                                      file_format=self.options.trace_format,
+                                      roll_bytes=self.options.trace_roll_mb and self.options.trace_roll_mb * 1024 * 1024,
+                                      roll_s=self.options.trace_roll_s).start()
 
     def _recover_topics(self) -> None:
         root = self.options.data_dir / "topics"

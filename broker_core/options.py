@@ -53,6 +53,10 @@ class Options:
     trace: bool = True  # write trace events to trace_dir (the tracing index reads them); --no-trace: off
     trace_dir: Path | None = None  # default: <data_dir>/trace
     trace_format: str = "parquet"  # trace files: "parquet" (default) or "jsonl" (the older format)
+    # roll (close, and for Parquet convert) the open trace file at this size or age; None: the writer's
+    # default (Parquet: 256 MiB of open file, about 3.5 million events, or 60 s; JSON lines: 64 MiB or 60 s)
+    trace_roll_mb: int | None = None
+    trace_roll_s: float | None = None
     admin_token: str = ""  # bearer token of the /admin/ HTTP API; empty: /admin/ refuses every call (403)
     log_level: str = "INFO"
     extra: dict = field(default_factory=dict)
@@ -66,6 +70,10 @@ class Options:
             raise ValueError("storage must be 'file' or 'memory'")
         if self.trace_format not in ("parquet", "jsonl"):
             raise ValueError("trace_format must be 'parquet' or 'jsonl'")
+        if self.trace_roll_mb is not None and self.trace_roll_mb <= 0:
+            raise ValueError("trace_roll_mb must be a positive number of MiB")
+        if self.trace_roll_s is not None and self.trace_roll_s <= 0:
+            raise ValueError("trace_roll_s must be a positive number of seconds")
         if self.fsync not in ("batch", "interval", "never"):
             raise ValueError("fsync must be 'batch', 'interval' or 'never'")
         if not 0 < self.port < 65536:

@@ -9,8 +9,8 @@ so neither side makes a Python object per value), pickled and written to the chi
 non-blocking asyncio pipe. A record whose messages the child already has names them instead of
 shipping their values: a publish batch's `stored` record its `published` record (the handle
 `emit_messages` returned), a delivery or ack frame the runs of published records its seqs make.
-The child (`python -m broker_core.trace_process DIR NODE_ID CLUSTER [parquet|jsonl] [NICE]`, at a lower
-priority: `nice`, default 10) hands the chunk as it is to `ParquetTraceWriter.add_chunk` (the default),
+The child (`python -m broker_core.trace_process DIR NODE_ID CLUSTER [parquet|jsonl] [NICE] [ROLL_BYTES]
+[ROLL_SECONDS]`, at a lower priority: `nice`, default 10) hands the chunk as it is to `ParquetTraceWriter.add_chunk` (the default),
 or expands it into `JsonlTraceWriter.emit` calls (the older format). Tracing never blocks the broker:
 when the child falls behind by more than `max_buffer_bytes`, chunks are dropped and counted. The child
 stops (closing its open file) when its stdin closes, also after a kill -9 of the broker.
@@ -52,7 +52,8 @@ _SHARED = itemgetter(M_TYPE, M_KEY, M_BUSINESS_ID)  # the columns a batch's mess
 
 class ProcessTraceSink:
     def __init__(self, directory: Path, *, node_id: str, cluster: str, ship_interval_s: float = 0.2,
-                 max_buffer_bytes: int = 64 * 1024 * 1024, file_format: str = "parquet", nice: int = 10):
+                 max_buffer_bytes: int = 64 * 1024 * 1024, file_format: str = "parquet", nice: int = 10,
+                 roll_bytes: int | None = None, roll_s: float | None = None):
         if file_format not in FORMATS:
             raise ValueError(f"trace file format must be one of {FORMATS}")
         self.ship_interval_s = ship_interval_s
@@ -63,7 +64,7 @@ class ProcessTraceSink:
         self._transport: asyncio.WriteTransport | None = None
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "broker_core.trace_process", str(directory), node_id, cluster, file_format,
-             str(nice)],
+             str(nice), str(roll_bytes or ""), str(roll_s or "")],
             stdin=subprocess.PIPE, start_new_session=False)
         self.loop = asyncio.get_running_loop()
 
@@ -389,16 +390,18 @@ def _ints(runs: list):
     return values
 
 
-def _child(directory: str, node_id: str, cluster: str, file_format: str = "parquet", nice: str = "0") -> None:
+def _child(directory: str, node_id: str, cluster: str, file_format: str = "parquet", nice: str = "0",
+           roll_bytes: str = "", roll_s: str = "") -> None:
     if int(nice):
         os.nice(int(nice))  # the broker and its clients come first; the writer catches up when they idle
     from broker_core.trace_writer import ChunkDecoder, JsonlTraceWriter, ParquetTraceWriter
 
+    roll = {**({"max_bytes": int(roll_bytes)} if roll_bytes else {}), **({"max_age_s": float(roll_s)} if roll_s else {})}
     if file_format == "jsonl":
-        writer = JsonlTraceWriter(directory, node_id=node_id, cluster=cluster)
+        writer = JsonlTraceWriter(directory, node_id=node_id, cluster=cluster, **roll)
         decoder = ChunkDecoder()
     else:
-        writer = ParquetTraceWriter(directory, node_id=node_id, cluster=cluster)
+        writer = ParquetTraceWriter(directory, node_id=node_id, cluster=cluster, **roll)
     stream = sys.stdin.buffer
     try:
         while True:
@@ -427,4 +430,4 @@ def _child(directory: str, node_id: str, cluster: str, file_format: str = "parqu
 
 
 if __name__ == "__main__":
-    _child(*sys.argv[1:6])
+    _child(*sys.argv[1:8])

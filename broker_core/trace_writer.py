@@ -29,6 +29,10 @@ from json.encoder import encode_basestring_ascii as _quote
 from pathlib import Path
 
 from broker_core.trace import BatchEmitMixin
+from broker_core.trace_records import MESSAGE_VALUES, RECORD_VALUES, event_ids, event_schema, records_schema
+from broker_core.trace_records import read_parquet_events as _read_parquet_events
+
+arrow_schema = event_schema  # the columns of an event (format 1)
 
 log = logging.getLogger("broker_core.trace")
 
@@ -250,31 +254,17 @@ HAS_ATTEMPT, HAS_SIZE = 1, 2
 #             value that is not a string or holds a NUL)
 #   attempts, sizes   the values of the flagged records' messages in turn: a list (None: null), or one int
 #             when all are the same
-# The open file holds each record's RECORD values once (run-end encoded) and no column that is the same
-# for the whole file (v, cluster, broker) or follows from a row's place in it (event_id): OPEN_FORMAT in
-# its schema's metadata; the conversion at roll writes every column of arrow_schema().
-OPEN_FORMAT = b"compact-1"
+# The open file holds a row per record, its messages' values as lists (broker_core.trace_records, format
+# 2): the conversion at roll writes it to Parquet as it is.
+OPEN_FORMAT = b"records-2"  # the open file's rows are the Parquet file's (broker_core.trace_records)
+COMPACT_FORMAT = b"compact-1"  # the open files of earlier brokers: converted to Parquet files of format 1
 ROW_GROUP = 1024 * 1024
-
-
-def arrow_schema():
-    """The columns of a Parquet trace file: docs/trace-events.md, format version 1."""
-    import pyarrow as pa
-
-    s = pa.string()
-    return pa.schema([("v", pa.int32()), ("event_id", s), ("ts_us", pa.int64()), ("event", s), ("message_id", s),
-                      ("topic", s), ("message_type", s), ("key", s), ("business_id", s), ("cluster", s),
-                      ("broker", s), ("app_id", s), ("client_host", s), ("group", s), ("consumer", s),
-                      ("attempt", pa.int32()), ("detail", s), ("size", pa.int64())])
+RECORD_ROW_GROUP = 64 * 1024  # records (of format 2) per row group
 
 
 def open_schema(metadata: dict | None = None):
-    """The columns of an open (Arrow stream) trace file: RECORD run-end encoded, then PER_MESSAGE."""
-    import pyarrow as pa
-
-    full = arrow_schema()
-    return pa.schema([(name, pa.run_end_encoded(pa.int32(), full.field(name).type)) for name in RECORD]
-                     + [full.field(name) for name in PER_MESSAGE], metadata=metadata)
+    """The columns of an open (Arrow stream) trace file: those of a Parquet file of format 2."""
+    return records_schema().with_metadata(metadata)
 
 
 class ChunkDecoder:
@@ -481,6 +471,8 @@ class ParquetTraceWriter(BatchEmitMixin):
         self.written = 0
         self.files_closed = 0
         self.schema = open_schema()
+        events = event_schema()
+        self._message_types = {name: events.field(name).type for name in PER_MESSAGE}
         self._pending: collections.deque = collections.deque()  # event tuples (EVENT_TUPLE) from emit
         self._append = self._pending.append
         self._shipped: collections.deque = collections.deque()  # (chunk, count) from add_chunk
@@ -566,42 +558,58 @@ class ParquetTraceWriter(BatchEmitMixin):
                 self._roll()
 
     def _event_batch(self, events: list[tuple]):
-        """A record batch of the open file from EVENT_TUPLE tuples (`emit`): a run of one row each."""
+        """A record batch of the open file from EVENT_TUPLE tuples (`emit`): a record of one message each."""
         import numpy as np
-        import pyarrow as pa
 
         columns = dict(zip(EVENT_TUPLE, zip(*events, strict=True), strict=True))
-        run_ends = pa.array(np.arange(1, len(events) + 1, dtype=np.int32))
-        schema = self.schema
-        arrays = [pa.RunEndEncodedArray.from_arrays(run_ends, _array(list(columns[name]), schema.field(name).type.value_type))
-                  for name in RECORD]
-        arrays += [_array(list(columns[name]), schema.field(name).type) for name in PER_MESSAGE]
-        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+        return self._records(list(zip(*(columns[name] for name in RECORD), strict=True)),
+                             np.ones(len(events), dtype=np.int64),
+                             [_array(list(columns[name]), self._message_types[name]) for name in PER_MESSAGE])
 
     def _open_batch(self, part: tuple):
-        """A record batch of the open file from a decoded chunk: each record's values once, as runs."""
+        """A record batch of the open file from a decoded chunk: a row per record, its messages' values as
+        lists (over the decoded columns, not copies)."""
+        scalars, counts, columns = part
+        if not counts.all():  # a record of no message has no row
+            keep = counts > 0
+            scalars = [s for s, k in zip(scalars, keep.tolist(), strict=True) if k]
+            counts = counts[keep]
+        if not len(counts):
+            return None
+        return self._records(scalars, counts, columns)
+
+    def _records(self, scalars: list, counts, columns: list):
+        """A record batch of format 2 (broker_core.trace_records): per record its `scalars` (RECORD values
+        first) and message count, and per PER_MESSAGE column the values of all records' messages in turn."""
         import numpy as np
         import pyarrow as pa
 
-        scalars, counts, columns = part
-        if not counts.all():  # a record of no message has no run
-            scalars = [s for s, n in zip(scalars, counts.tolist(), strict=True) if n]
-            counts = counts[counts > 0]
-        if not len(counts):
-            return None
-        run_ends = pa.array(np.cumsum(counts).astype(np.int32))
-        per_record = list(zip(*scalars, strict=True))
-        arrays = [pa.RunEndEncodedArray.from_arrays(run_ends, _array(list(values), self.schema.field(name).type.value_type))
-                  for name, values in zip(RECORD, per_record, strict=False)]
-        return pa.RecordBatch.from_arrays(arrays + list(columns), schema=self.schema)
+        k = len(counts)
+        ends = np.cumsum(counts)
+        offsets = pa.array(np.concatenate(([0], ends)).astype(np.int32))
+        per_record = dict(zip(RECORD, zip(*scalars, strict=False), strict=False))
+        same = {"cluster": self.cluster, "broker": self.node_id, "event_id_prefix": self._id_prefix}
+        schema = self.schema
+        arrays = [pa.array(np.full(k, 2, dtype=np.int32))]
+        for name in RECORD_VALUES:
+            kind = schema.field(name).type
+            if name in same:
+                arrays.append(pa.array([same[name]] * k, kind))
+            elif name == "event_id_first":  # each record's first event id
+                arrays.append(pa.array(self._id_seq + 1 + ends - counts, kind))
+            else:
+                arrays.append(_array(list(per_record[name]), kind))
+        arrays += [pa.ListArray.from_arrays(offsets, column) for column in columns]
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     def _write(self, batch) -> None:
         if self._stream is None:
             self._open()
         self._stream.write_batch(batch)
         self._sink.flush()
-        self._id_seq += batch.num_rows
-        self.written += batch.num_rows
+        events = len(batch.column("message_id").values) if batch.num_rows else 0
+        self._id_seq += events
+        self.written += events
 
     def _open(self) -> None:
         import pyarrow as pa
@@ -615,10 +623,7 @@ class ParquetTraceWriter(BatchEmitMixin):
                 break
         self._file_path = self.directory / (base + ARROWS_OPEN_SUFFIX)
         self._sink = pa.OSFile(str(self._file_path), "wb")
-        # what the conversion adds to every row: the same values, and the event ids from the rows' places
-        metadata = {"switchyard.trace": OPEN_FORMAT, "cluster": self.cluster, "broker": self.node_id,
-                    "event_id_prefix": self._id_prefix, "event_id_first": str(self._id_seq + 1)}
-        self._stream = pa.ipc.new_stream(self._sink, self.schema.with_metadata(metadata))
+        self._stream = pa.ipc.new_stream(self._sink, self.schema.with_metadata({"switchyard.trace": OPEN_FORMAT}))
         self._file_opened = time.monotonic()
 
     def _roll(self) -> None:
@@ -680,37 +685,6 @@ def _lock_node(directory: Path, node_id: str, wait_s: float = 30.0):
             time.sleep(0.05)
 
 
-@functools.cache
-def _hex4():
-    """The 4 lowercase hex digits of 0..65535, each as the uint32 of its 4 bytes."""
-    import numpy as np
-
-    nibbles = np.arange(65536)[:, None] >> np.array([12, 8, 4, 0]) & 15
-    return np.ascontiguousarray(np.frombuffer(b"0123456789abcdef", dtype=np.uint8)[nibbles]).view(np.uint32).ravel()
-
-
-def event_ids(prefix: str, first: int, n: int):
-    """n event ids from `first` on, 32 hex characters each: the writer's random prefix (16) and the counter
-    (16), as 8 groups of 4 characters (numpy table lookups: the lowest group per id, the others once per
-    65,536 ids)."""
-    import numpy as np
-    import pyarrow as pa
-
-    data = np.empty((n, 8), dtype=np.uint32)
-    data[:, :4] = np.frombuffer(prefix.encode(), dtype=np.uint32)
-    hex4 = _hex4()
-    low = np.arange(first, first + n, dtype=np.uint64) & np.uint64(0xFFFF)
-    data[:, 7] = hex4[low.astype(np.uint16)]
-    start = 0
-    while start < n:  # the upper 48 bits are the same for a run of up to 65,536 ids
-        high = (first + start) >> 16
-        stop = min(n, start + 0x10000 - ((first + start) & 0xFFFF))
-        data[start:stop, 4:7] = hex4[[(high >> 32) & 0xFFFF, (high >> 16) & 0xFFFF, high & 0xFFFF]]
-        start = stop
-    offsets = np.arange(0, 32 * (n + 1), 32, dtype=np.int32)
-    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data))
-
-
 def _array(values: list, kind):
     """An Arrow array of `kind`; values of another type (a UUID, a numeric string) are converted as the
     JSON-lines writer did (str() / int())."""
@@ -752,7 +726,10 @@ def _arrows_to_parquet(path: Path, compression: str = "lz4") -> Path | None:
     rows = sum(b.num_rows for b in batches)
     if rows:
         tmp = path.with_name(base + PARQUET_TMP_SUFFIX)
-        if (schema.metadata or {}).get(b"switchyard.trace") == OPEN_FORMAT:
+        layout = (schema.metadata or {}).get(b"switchyard.trace")
+        if layout == OPEN_FORMAT:
+            _write_records(batches, schema, tmp, compression)
+        elif layout == COMPACT_FORMAT:  # an earlier broker's open file
             _write_open_batches(batches, schema.metadata, tmp, compression)
         else:  # a file of the earlier layout: every column as it is
             _write_full_batches(batches, schema, tmp, compression)
@@ -770,6 +747,19 @@ def _arrows_to_parquet(path: Path, compression: str = "lz4") -> Path | None:
 
 # the columns of a Parquet trace file written dictionary-encoded: a record's value, or the file's
 DICTIONARY_COLUMNS = ("event", "topic", "app_id", "client_host", "group", "consumer", "detail", "cluster", "broker")
+
+
+def _write_records(batches: list, schema, tmp: Path, compression: str) -> None:
+    """The batches of an open file (OPEN_FORMAT) as a Parquet trace file of format 2, as they are: the
+    record columns dictionary-encoded, message types too (a few types, many messages), statistics on
+    `ts_us` only."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_batches(batches, schema=schema.remove_metadata())
+    pq.write_table(table, str(tmp), compression=compression, row_group_size=RECORD_ROW_GROUP, store_schema=False,
+                   use_dictionary=[*DICTIONARY_COLUMNS, "event_id_prefix", "message_type"],
+                   write_statistics=["ts_us"])
 
 
 def _write_open_batches(batches: list, metadata: dict, tmp: Path, compression: str) -> None:
@@ -840,9 +830,8 @@ def read_trace_events(directory: str | os.PathLike) -> list[dict]:
     events = []
     for path in sorted(Path(directory).rglob("trace-*")):
         if path.name.endswith(PARQUET_SUFFIX):
-            import pyarrow.parquet as pq
-
-            events += [{k: v for k, v in row.items() if v is not None} for row in pq.read_table(path).to_pylist()]
+            events += [{k: v for k, v in row.items() if v is not None}
+                       for row in _read_parquet_events(str(path)).to_pylist()]
         elif path.name.endswith(CLOSED_SUFFIX):
             events += [json.loads(line) for line in path.read_text().splitlines() if line]
     return events

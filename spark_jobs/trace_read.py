@@ -1,9 +1,11 @@
 """Read trace files (docs/trace-events.md) into a DataFrame of EVENT_SCHEMA.
 
-Parquet trace files (what brokers write) are read by Spark's own Parquet source with the schema given
-(vectorized, no Python). JSON-lines files (older brokers) are still read, by one of two readers that
-give the same rows: Spark's own JSON source, or pyarrow's C++ JSON reader running in the executors
-(one task per file, the default: parsing JSON was most of an index build's time).
+Parquet trace files (what brokers write) are read with pyarrow in the executors, one task per file:
+a file of format 2 (a row per record, its messages' values as lists) becomes its events there
+(broker_core.trace_records, the module the brokers' writer uses; its files of format 1 are read as
+they are). JSON-lines files (older brokers) are still read, by one of two readers that give the same
+rows: Spark's own JSON source, or pyarrow's C++ JSON reader running in the executors (one task per
+file, the default: parsing JSON was most of an index build's time).
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ READERS = ("arrow", "spark")
 
 
 def read_events(spark: SparkSession, files: list[str], reader: str = "arrow") -> DataFrame:
-    """The events of `files`: `*.parquet` through Spark's Parquet source, the others as JSON lines."""
+    """The events of `files`: `*.parquet` with pyarrow (either format), the others as JSON lines."""
     parquet = [f for f in files if f.endswith(".parquet")]
     jsonl = [f for f in files if not f.endswith(".parquet")]
     frames = []
     if parquet:
-        frames.append(spark.read.schema(EVENT_SCHEMA).parquet(*parquet))
+        frames.append(_files_frame(spark, parquet).mapInArrow(_arrow_reader(), EVENT_SCHEMA))
     if jsonl or not parquet:
         frames.append(read_jsonl(spark, jsonl, reader))
     return frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
@@ -43,8 +45,7 @@ def file_buckets(spark: SparkSession, files: list[str], count: int) -> DataFrame
             for path in batch.column(0).to_pylist():
                 yield from bucket_blobs(clean_table(read_file(path, schema)), count, labels)
 
-    paths = spark.createDataFrame([(f,) for f in files], "path string").repartition(max(1, len(files)))
-    return paths.mapInArrow(read, BLOB_DDL)
+    return _files_frame(spark, files).mapInArrow(read, BLOB_DDL)
 
 
 def read_file(path: str, schema):
@@ -52,9 +53,9 @@ def read_file(path: str, schema):
     import pyarrow as pa
 
     if path.endswith(".parquet"):
-        import pyarrow.parquet as pq
+        from broker_core.trace_records import read_parquet_events
 
-        table = pq.read_table(path)
+        table = read_parquet_events(path)
         columns = [table[f.name].cast(f.type) if f.name in table.column_names else pa.nulls(table.num_rows, f.type)
                    for f in schema]
         return pa.Table.from_arrays(columns, schema=schema)
@@ -72,8 +73,12 @@ def read_jsonl(spark: SparkSession, files: list[str], reader: str = "arrow") -> 
         return spark.read.schema(EVENT_SCHEMA).option("mode", "DROPMALFORMED").json(files)
     if reader != "arrow":
         raise ValueError(f"unknown reader {reader!r}; expected one of {READERS}")
-    paths = spark.createDataFrame([(f,) for f in files], "path string").repartition(max(1, len(files)))
-    return paths.mapInArrow(_arrow_reader(), EVENT_SCHEMA)
+    return _files_frame(spark, files).mapInArrow(_arrow_reader(), EVENT_SCHEMA)
+
+
+def _files_frame(spark: SparkSession, files: list[str]) -> DataFrame:
+    """A DataFrame of the paths, one partition (one task) per file."""
+    return spark.createDataFrame([(f,) for f in files], "path string").repartition(max(1, len(files)))
 
 
 def _arrow_schema():

@@ -31,3 +31,14 @@ def test_bad_settings_are_refused(tmp_path: Path, capsys):
     config.write_text('{"colour": "blue"}')
     with pytest.raises(ValueError, match="unknown settings"):
         parse(["--config", str(config), "--cluster", "c", "--zk", "h:1"], environ={})
+
+
+def test_trace_roll_settings_are_read_and_bad_ones_refused(capsys):
+    opts = parse(["--cluster", "c", "--zk", "h:1", "--trace-roll-mb", "16"], environ={"SWITCHYARD_BROKER_TRACE_ROLL_S": "5"})
+    assert (opts.trace_roll_mb, opts.trace_roll_s) == (16, 5.0)
+    assert parse(["--cluster", "c", "--zk", "h:1"], environ={}).trace_roll_mb is None
+    for flag, value, message in (("--trace-roll-mb", "0", "trace_roll_mb must be"), ("--trace-roll-s", "-1", "trace_roll_s must be")):
+        with pytest.raises(SystemExit):
+            parse(["--cluster", "c", "--zk", "h:1", flag, value], environ={})
+        assert message in capsys.readouterr().err
+

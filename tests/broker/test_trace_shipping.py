@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 from broker_core.client import Consumer, Message, Producer
 from broker_core.store import StoredMessage
 from broker_core.trace_process import ChunkShipper, ProcessTraceSink
+from broker_core.trace_records import read_parquet_events
 from broker_core.trace_writer import OPEN_FORMAT, ParquetTraceWriter, read_trace_events
 from tests.broker.conftest import APP, wait_for
 from tests.broker.helpers import Received
@@ -331,14 +332,14 @@ def test_an_open_file_left_by_a_killed_writer_keeps_its_ids_cluster_and_broker(t
     torn = left.read_bytes()[:-40]  # the second batch torn, as a kill leaves it
     writer.close()
     (written,) = (tmp_path / "a").glob("*.parquet")
-    first_id = pq.read_table(written).column("event_id")[0].as_py()
+    first_id = read_parquet_events(str(written)).column("event_id")[0].as_py()
     assert first_id.endswith("0000000000000001")
 
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / left.name).write_bytes(torn)
     ParquetTraceWriter(tmp_path / "b", node_id="n1", cluster="other", flush_interval_s=60).close()
     (recovered,) = (tmp_path / "b").glob("*.parquet")
-    assert pq.read_table(recovered).to_pylist() == [
+    assert read_parquet_events(str(recovered)).to_pylist() == [
         {"v": 1, "event_id": first_id, "ts_us": 1, "event": "stored", "message_id": "m-1", "topic": "t",
          "message_type": "normal", "key": "k1", "business_id": None, "cluster": "prod-a", "broker": "n1",
          "app_id": None, "client_host": None, "group": None, "consumer": None, "attempt": None, "detail": None,
@@ -384,3 +385,18 @@ def test_a_broker_records_a_batch_stored_delivered_and_acked_with_the_published_
             assert {k: row.get(k) for k in [*same, *extra]} == {**same, **extra}, (event, row)
             assert [row.get(k) for k in ("size", "group", "app_id")] == [extra.get(k) for k in ("size", "group", "app_id")]
         assert events["stored"]["client_host"] == events["published"]["client_host"]
+
+
+def test_a_broker_rolls_its_trace_file_at_the_age_it_is_given(cluster):
+    """`--trace-roll-s 1`: the events of a running broker reach a Parquet file within seconds, not at stop."""
+    cluster.standard("orders")
+    broker = cluster.broker("--trace-roll-s", "1")
+    with Producer(**cluster.client_kwargs()) as producer:
+        ids = producer.send_many("orders", [Message(b"z") for _ in range(5)])
+    folder = broker.data_dir / "trace"
+    wait_for(lambda: len({e["message_id"] for e in read_trace_events(folder) if e["event"] == "stored"}) == 5, 15,
+             "the stored events in a rolled Parquet file")
+    assert list(folder.glob("*.parquet"))
+    assert {e["message_id"] for e in read_trace_events(folder)} == set(ids)
+    broker.stop()
+

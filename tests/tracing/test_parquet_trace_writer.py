@@ -11,13 +11,14 @@ import pytest
 
 from broker_core.store import StoredMessage
 from broker_core.trace_process import ChunkShipper, ProcessTraceSink
-from broker_core.trace_writer import ParquetTraceWriter, arrow_schema, read_trace_events
+from broker_core.trace_records import event_schema, read_parquet_events, records_schema
+from broker_core.trace_writer import ParquetTraceWriter, read_trace_events
 
 
 def _rows(paths):
     rows = []
     for p in sorted(paths):
-        rows += [{k: v for k, v in r.items() if v is not None} for r in pq.read_table(p).to_pylist()]
+        rows += [{k: v for k, v in r.items() if v is not None} for r in read_parquet_events(str(p)).to_pylist()]
     for r in rows:
         assert len(r.pop("event_id")) == 32
     return rows
@@ -65,7 +66,8 @@ def test_emitted_events_are_written_as_parquet_in_closed_files(tmp_path):
     files = _files(tmp_path / "trace")
     assert len(files) == 1
     assert files[0].name.startswith("trace-node-1-") and files[0].name.endswith("-000001.parquet")
-    assert pq.read_schema(files[0]).remove_metadata() == arrow_schema()
+    assert pq.read_schema(files[0]).remove_metadata() == records_schema()  # format 2: a row per record
+    assert pq.read_metadata(files[0]).num_rows == 2
     assert _rows(files) == [
         {"v": 1, "ts_us": 1000, "event": "published", "message_id": "m-1", "topic": "orders",
          "message_type": "normal", "key": 'k"1', "business_id": "order-7", "app_id": "shop",
@@ -121,7 +123,8 @@ def test_event_ids_are_unique_across_writers_and_batches(tmp_path):
             if i == 65_000:
                 writer.flush()
         writer.close()
-    ids = pq.read_table(str(tmp_path)).column("event_id")
+    ids = pa.concat_arrays([read_parquet_events(str(p)).column("event_id").combine_chunks()
+                            for p in sorted(tmp_path.glob("*.parquet"))])
     assert len(ids) == 140_000 and len(set(ids.to_pylist())) == 140_000
     assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids.to_pylist()[:10])
 
@@ -139,7 +142,7 @@ def test_files_roll_by_size_and_only_closed_files_end_in_parquet(tmp_path):
 
 
 def test_a_file_left_open_by_a_killed_writer_becomes_parquet_without_its_torn_batch(tmp_path):
-    schema = arrow_schema()
+    schema = event_schema()
     left = tmp_path / "trace-n1-20250101T000000-000001.arrows.open"
     with pa.OSFile(str(left), "wb") as sink, pa.ipc.new_stream(sink, schema) as stream:
         for i in (1, 2):
@@ -159,6 +162,38 @@ def test_a_file_left_open_by_a_killed_writer_becomes_parquet_without_its_torn_ba
     writer.emit("stored", message_id="m-3", topic="t", message_type="normal")
     writer.close()
     assert any(p.name.endswith("-000002.parquet") for p in tmp_path.iterdir())
+
+
+def test_an_earlier_brokers_compact_open_file_becomes_a_parquet_file_of_format_1(tmp_path):
+    """A broker upgraded while its trace process had a file open (layout `compact-1`: each record's
+    values run-end encoded, the messages' values as columns, ids and file-wide values in the metadata)."""
+    events = event_schema()
+    record = ("event", "topic", "ts_us", "app_id", "client_host", "group", "consumer", "detail")
+    per_message = ("message_id", "message_type", "key", "business_id", "attempt", "size")
+    schema = pa.schema([(n, pa.run_end_encoded(pa.int32(), events.field(n).type)) for n in record]
+                       + [events.field(n) for n in per_message],
+                       metadata={"switchyard.trace": "compact-1", "cluster": "c", "broker": "n1",
+                                 "event_id_prefix": "00112233aabbccdd", "event_id_first": "5"})
+    ends = pa.array([2, 3], pa.int32())
+    values = {"event": ["published", "delivered"], "topic": ["t", "t"], "ts_us": [10, 20], "app_id": ["shop", None],
+              "client_host": ["h", "h2"], "group": [None, "g"], "consumer": [None, "c-1"], "detail": [None, None]}
+    columns = [pa.RunEndEncodedArray.from_arrays(ends, pa.array(values[n], events.field(n).type)) for n in record]
+    columns += [pa.array(v, events.field(n).type) for n, v in zip(per_message, (
+        ["m-1", "m-2", "m-1"], ["normal"] * 3, ["k", None, "k"], [None] * 3, [None, None, 2], [5, 7, None]))]
+    left = tmp_path / "trace-n1-20250101T000000-000001.arrows.open"
+    with pa.OSFile(str(left), "wb") as sink, pa.ipc.new_stream(sink, schema) as stream:
+        stream.write_batch(pa.RecordBatch.from_arrays(columns, schema=schema))
+    ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60).close()
+    (done,) = tmp_path.glob("*.parquet")
+    assert pq.read_schema(done).remove_metadata() == events  # format 1: a row per event
+    base = {"v": 1, "topic": "t", "message_type": "normal", "cluster": "c", "broker": "n1"}
+    assert [{k: v for k, v in r.items() if v is not None} for r in read_parquet_events(str(done)).to_pylist()] == [
+        {**base, "event_id": "00112233aabbccdd0000000000000005", "ts_us": 10, "event": "published",
+         "message_id": "m-1", "key": "k", "app_id": "shop", "client_host": "h", "size": 5},
+        {**base, "event_id": "00112233aabbccdd0000000000000006", "ts_us": 10, "event": "published",
+         "message_id": "m-2", "app_id": "shop", "client_host": "h", "size": 7},
+        {**base, "event_id": "00112233aabbccdd0000000000000007", "ts_us": 20, "event": "delivered",
+         "message_id": "m-1", "key": "k", "client_host": "h2", "group": "g", "consumer": "c-1", "attempt": 2}]
 
 
 def test_an_old_json_lines_file_left_open_is_closed_too(tmp_path):
