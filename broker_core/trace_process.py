@@ -414,7 +414,7 @@ def _child(directory: str, node_id: str, cluster: str, file_format: str = "parqu
                 writer.add_chunk(chunk)
                 continue
             unresolved = decoder.unresolved
-            scalars, counts, per_message = decoder.decode(chunk)
+            scalars, counts, per_message, _, _ = decoder.decode(chunk)
             writer.dropped += decoder.unresolved - unresolved
             ids, types, keys, bids, attempts, sizes = (c.to_pylist() for c in per_message)
             i = 0

@@ -2,11 +2,14 @@
 and reading any Parquet trace file as events (docs/trace-events.md).
 
 A record's values (`ts_us`, `event`, `topic`, `app_id`, `client_host`, `group`, `consumer`, `detail`,
-`cluster`, `broker`) are stored once; its messages' values (`message_id`, `message_type`, `key`,
-`business_id`, `attempt`, `size`) are lists, one item per message, in the same order in every list. A
-record's n events get the event ids `event_id_prefix` + the 16 hex digits of `event_id_first` + i. Writing
-a row per record instead of one per event costs the Parquet writer a few times less per event, and the
-file is smaller; `records_to_events` turns it back into the rows of format 1 (`event_schema`).
+`cluster`, `broker`) are stored once, with `count`, its number of messages (events). Its messages' values
+are lists, one item per message: a record either has its own `message_id`, `message_type`, `key` and
+`business_id` lists, or names the messages of earlier records of the same file in `refs` (runs of
+`(record, offset, count)`: a publish batch's `stored` record its `published` record, a delivery or ack
+frame the published records it takes messages from) and has none. `attempt` and `size` are always the
+record's own. A null list stands for `count` nulls. A record's n events get the event ids
+`event_id_prefix` + the 16 hex digits of `event_id_first` + i. So a value is written once per message,
+not once per event; `records_to_events` turns a file back into the rows of format 1 (`event_schema`).
 
 Only pyarrow and numpy: the broker's trace writer and the index job (spark_jobs) both use this module.
 """
@@ -20,6 +23,7 @@ RECORDS_VERSION = 2
 RECORD_VALUES = ("ts_us", "event", "topic", "app_id", "client_host", "group", "consumer", "detail", "cluster",
                  "broker", "event_id_prefix", "event_id_first")
 MESSAGE_VALUES = ("message_id", "message_type", "key", "business_id", "attempt", "size")
+NAMED_VALUES = MESSAGE_VALUES[:4]  # what a record naming earlier records' messages takes from them
 
 
 def event_schema():
@@ -39,8 +43,10 @@ def records_schema():
 
     events = event_schema()
     kinds = {"event_id_prefix": pa.string(), "event_id_first": pa.int64()}
-    return pa.schema([("v", pa.int32())]
+    run = pa.struct([("record", pa.int64()), ("offset", pa.int32()), ("count", pa.int32())])
+    return pa.schema([("v", pa.int32()), ("record", pa.int64()), ("count", pa.int32())]
                      + [(name, kinds.get(name) or events.field(name).type) for name in RECORD_VALUES]
+                     + [("refs", pa.list_(run))]
                      + [(name, pa.list_(events.field(name).type)) for name in MESSAGE_VALUES])
 
 
@@ -65,21 +71,62 @@ def records_to_events(table):
     import pyarrow.compute as pc
 
     table = table.combine_chunks()
-    ids = table.column("message_id").chunk(0) if table.num_rows else pa.array([], pa.list_(pa.string()))
-    offsets = ids.offsets.to_numpy()
-    counts = np.diff(offsets)
+    k = table.num_rows
+    counts = table.column("count").to_numpy(zero_copy_only=False).astype(np.int64)
     n = int(counts.sum())
-    for name in MESSAGE_VALUES[1:]:
-        lengths = pc.list_value_length(table.column(name)).to_numpy(zero_copy_only=False)
-        if not np.array_equal(lengths, counts):
-            raise ValueError(f"a trace record's {name} list and message_id list differ in length")
-    take = pa.array(np.repeat(np.arange(table.num_rows, dtype=np.int32), counts))
-    columns = {name: table.column(name).take(take) for name in RECORD_VALUES[:10]}
-    columns.update({name: pc.list_flatten(table.column(name)) for name in MESSAGE_VALUES})
+    starts = np.cumsum(counts) - counts  # each record's first row
+    record_of_row = np.repeat(np.arange(k, dtype=np.int64), counts)
+    place = np.arange(n, dtype=np.int64) - starts[record_of_row]  # a row's message within its record
+    refs = table.column("refs").combine_chunks() if k else pa.array([], table.schema.field("refs").type)
+    named = ~np.asarray(pc.is_null(refs), dtype=bool) if k else np.zeros(0, dtype=bool)
+    columns = {name: _own_values(table.column(name), counts, record_of_row, place, name in NAMED_VALUES and named)
+               for name in MESSAGE_VALUES}
+    if named.any():  # a named record's rows take the values of the rows it names
+        source = np.arange(n, dtype=np.int64)
+        index_of = {number: i for i, number in enumerate(table.column("record").to_pylist()) if number is not None}
+        for i in np.flatnonzero(named).tolist():
+            at = int(starts[i])
+            for run in refs[i].as_py():
+                j = index_of.get(run["record"])
+                if j is None or named[j] or run["offset"] + run["count"] > counts[j]:
+                    raise ValueError(f"a trace record names record {run['record']}, which is not a record of its "
+                                     "file with messages of its own")
+                source[at:at + run["count"]] = starts[j] + run["offset"] + np.arange(run["count"])
+                at += run["count"]
+            if at != starts[i] + counts[i]:
+                raise ValueError("a trace record's runs do not add up to its count")
+        take = pa.array(source)
+        for name in NAMED_VALUES:
+            columns[name] = columns[name].take(take)
+    take = pa.array(record_of_row)
+    columns.update({name: table.column(name).take(take) for name in RECORD_VALUES[:10]})
     columns["v"] = pa.array(np.ones(n, dtype=np.int32))
     columns["event_id"] = _record_event_ids(table, counts, n)
     schema = event_schema()
     return pa.Table.from_arrays([columns[f.name].cast(f.type) for f in schema], schema=schema)
+
+
+def _own_values(column, counts, record_of_row, place, named):
+    """One value per row from a list column: a record's list holds its `count` values, or is null (all
+    null; for a named record, whose values come from the records it names, null too)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    column = column.combine_chunks()
+    lengths = pc.list_value_length(column).fill_null(0).to_numpy(zero_copy_only=False)
+    has = lengths > 0
+    if np.any(has & (lengths != counts)):
+        raise ValueError("a trace record's list holds neither its count of items nor none")
+    if named is not False and np.any(has & named):
+        raise ValueError("a trace record names earlier records' messages and has values of its own")
+    values = pc.list_flatten(column)
+    if has.all():
+        return values
+    offsets = np.cumsum(lengths) - lengths
+    rows_have = has[record_of_row]
+    index = np.where(rows_have, offsets[record_of_row] + place, 0)
+    return values.take(pa.array(index, mask=~rows_have)) if len(values) else pa.nulls(len(index), values.type)
 
 
 def _record_event_ids(table, counts, n: int):

@@ -29,7 +29,7 @@ from json.encoder import encode_basestring_ascii as _quote
 from pathlib import Path
 
 from broker_core.trace import BatchEmitMixin
-from broker_core.trace_records import MESSAGE_VALUES, RECORD_VALUES, event_ids, event_schema, records_schema
+from broker_core.trace_records import NAMED_VALUES, RECORD_VALUES, event_ids, event_schema, records_schema
 from broker_core.trace_records import read_parquet_events as _read_parquet_events
 
 arrow_schema = event_schema  # the columns of an event (format 1)
@@ -276,9 +276,11 @@ class ChunkDecoder:
         self.unresolved = 0
         self._prev = None  # (first, is_ref, counts, own_start, own columns) of the last chunk
 
-    def decode(self, chunk: tuple) -> tuple[list, object, list]:
-        """(scalars, counts, columns): the records' scalar tuples, their message counts (numpy), and an
-        Arrow array per PER_MESSAGE column with a value for each message of the records in turn."""
+    def decode(self, chunk: tuple) -> tuple[list, object, list, object, dict]:
+        """(scalars, counts, columns, numbers, named): the records' scalar tuples, their message counts
+        (numpy), an Arrow array per PER_MESSAGE column with a value for each message of the records in
+        turn, the records' numbers (numpy), and per record (by its index here) that names the messages of
+        earlier records, those runs [(number, offset, count), ...]."""
         import numpy as np
         import pyarrow as pa
 
@@ -293,6 +295,7 @@ class ChunkDecoder:
         own_start = np.cumsum(own_counts) - own_counts
         own = [_strings(values, int(own_counts.sum())) for values in strings]
         columns, kept = own, counts
+        numbers = np.arange(first, first + k, dtype=np.int64)
         if refs:
             runs, keep = [], np.ones(k, dtype=bool)  # (from the chunk before, start, count) in row order
             for i in range(k):
@@ -311,6 +314,7 @@ class ChunkDecoder:
                 sizes = _drop(sizes, flags & HAS_SIZE, counts, keep)
                 scalars = [s for s, k_ in zip(scalars, keep.tolist(), strict=True) if k_]
                 kept = counts[keep]
+                numbers = numbers[keep]
             earlier = prev[4] if prev is not None else [None] * len(own)
             runs = np.array(runs, dtype=np.int64).reshape(-1, 3)
             columns = [_gather(o, p, runs, int(kept.sum())) for o, p in zip(own, earlier, strict=True)]
@@ -319,7 +323,9 @@ class ChunkDecoder:
         n = int(kept.sum())
         columns = [*columns, _spread(attempts, flags & HAS_ATTEMPT, kept, n, pa.int32()),
                    _spread(sizes, flags & HAS_SIZE, kept, n, pa.int64())]
-        return scalars, kept, columns
+        index = {int(number): i for i, number in enumerate(numbers.tolist())} if named else {}
+        named = {index[first + i]: runs for i, runs in named.items() if first + i in index}
+        return scalars, kept, columns, numbers, named
 
     @staticmethod
     def _resolve(runs, first, i, is_ref, counts, own_start, prev):
@@ -483,6 +489,7 @@ class ParquetTraceWriter(BatchEmitMixin):
         self._id_seq = 0
         self._sink = self._stream = None
         self._file_path: Path | None = None
+        self._file_first_record: int | None = None  # the number of the open file's first shipped record
         self._file_opened = 0.0
         self._file_seq = 0
         self._io_lock = threading.Lock()
@@ -567,47 +574,78 @@ class ParquetTraceWriter(BatchEmitMixin):
                              [_array(list(columns[name]), self._message_types[name]) for name in PER_MESSAGE])
 
     def _open_batch(self, part: tuple):
-        """A record batch of the open file from a decoded chunk: a row per record, its messages' values as
-        lists (over the decoded columns, not copies)."""
-        scalars, counts, columns = part
-        if not counts.all():  # a record of no message has no row
+        """A record batch of the open file from a decoded chunk."""
+        scalars, counts, columns, numbers, named = part
+        if not counts.all():  # a record of no message has no row (and is never named: it has no messages)
             keep = counts > 0
+            index = (keep.cumsum() - 1).tolist()
+            named = {index[i]: runs for i, runs in named.items()}
             scalars = [s for s, k in zip(scalars, keep.tolist(), strict=True) if k]
-            counts = counts[keep]
+            counts, numbers = counts[keep], numbers[keep]
         if not len(counts):
             return None
-        return self._records(scalars, counts, columns)
+        return self._records(scalars, counts, columns, numbers, named)
 
-    def _records(self, scalars: list, counts, columns: list):
-        """A record batch of format 2 (broker_core.trace_records): per record its `scalars` (RECORD values
-        first) and message count, and per PER_MESSAGE column the values of all records' messages in turn."""
+    def _records(self, scalars: list, counts, columns: list, numbers=None, named=None):
+        """A record batch of format 2 (broker_core.trace_records) from records in turn: their `scalars`
+        (RECORD values first), message `counts`, the values of all their messages per PER_MESSAGE column,
+        their `numbers` and, by index, the runs of earlier records' messages that some of them name. Such a
+        record keeps its names if they are of this file, else it gets the values (the names' records went
+        to the file before); a list of nulls only is written as a null list."""
         import numpy as np
         import pyarrow as pa
+        import pyarrow.compute as pc
 
         k = len(counts)
         ends = np.cumsum(counts)
-        offsets = pa.array(np.concatenate(([0], ends)).astype(np.int32))
+        starts = ends - counts
+        if numbers is not None and self._file_first_record is None:
+            self._file_first_record = int(numbers[0])  # this batch starts the file
+        floor = self._file_first_record
+        is_named = np.zeros(k, dtype=bool)
+        runs = [None] * k
+        for i, named_runs in (named or {}).items():
+            if all(number >= floor for number, _, _ in named_runs):
+                is_named[i] = True
+                runs[i] = [{"record": number, "offset": offset, "count": count} for number, offset, count in named_runs]
         per_record = dict(zip(RECORD, zip(*scalars, strict=False), strict=False))
         same = {"cluster": self.cluster, "broker": self.node_id, "event_id_prefix": self._id_prefix}
         schema = self.schema
-        arrays = [pa.array(np.full(k, 2, dtype=np.int32))]
+        arrays = [pa.array(np.full(k, 2, dtype=np.int32)),
+                  pa.nulls(k, pa.int64()) if numbers is None else pa.array(numbers, pa.int64()),
+                  pa.array(counts.astype(np.int32))]
         for name in RECORD_VALUES:
             kind = schema.field(name).type
             if name in same:
                 arrays.append(pa.array([same[name]] * k, kind))
             elif name == "event_id_first":  # each record's first event id
-                arrays.append(pa.array(self._id_seq + 1 + ends - counts, kind))
+                arrays.append(pa.array(self._id_seq + 1 + starts, kind))
             else:
                 arrays.append(_array(list(per_record[name]), kind))
-        arrays += [pa.ListArray.from_arrays(offsets, column) for column in columns]
+        arrays.append(pa.array(runs, schema.field("refs").type))
+        record_of_row = np.repeat(np.arange(k), counts)
+        for name, column in zip(PER_MESSAGE, columns, strict=True):
+            empty = is_named.copy() if name in NAMED_VALUES else np.zeros(k, dtype=bool)
+            if column.null_count:  # records whose values are all null get a null list
+                nulls = np.add.reduceat(np.asarray(pc.is_null(column), dtype=np.int64), starts)
+                empty |= nulls == counts
+            if empty.any():
+                column = column.filter(pa.array(~empty[record_of_row]))
+                lengths = np.where(empty, 0, counts)
+                offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int32)
+                arrays.append(pa.ListArray.from_arrays(pa.array(offsets), column, mask=pa.array(empty)))
+            else:
+                arrays.append(pa.ListArray.from_arrays(pa.array(np.concatenate(([0], ends)).astype(np.int32)), column))
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     def _write(self, batch) -> None:
+        import pyarrow.compute as pc
+
         if self._stream is None:
             self._open()
         self._stream.write_batch(batch)
         self._sink.flush()
-        events = len(batch.column("message_id").values) if batch.num_rows else 0
+        events = int(pc.sum(batch.column("count")).as_py() or 0)
         self._id_seq += events
         self.written += events
 
@@ -629,7 +667,7 @@ class ParquetTraceWriter(BatchEmitMixin):
     def _roll(self) -> None:
         """Close the open file and convert it: from now on the index job may read its Parquet file."""
         stream, sink, path = self._stream, self._sink, self._file_path
-        self._stream = self._sink = self._file_path = None
+        self._stream = self._sink = self._file_path = self._file_first_record = None
         stream.close()
         sink.close()
         _arrows_to_parquet(path, self.compression)

@@ -264,3 +264,90 @@ def test_the_trace_process_writes_a_shipped_chunk_in_either_format(tmp_path, fil
     assert rows == [("published", "m-1", "k1", None, None), ("published", "m-2", None, None, None),
                     ("stored", "m-1", "k1", None, None), ("stored", "m-2", None, None, None),
                     ("acked", "m-2", None, "billing", 2)]
+
+
+def _records_table(rows):
+    schema = records_schema()
+    columns = {f.name: [r.get(f.name) for r in rows] for f in schema}
+    return pa.Table.from_pydict(columns, schema=schema)
+
+
+def test_a_file_of_records_reads_back_as_its_events_named_runs_taking_the_named_messages():
+    """Hand-made format 2: a published batch of two, a second one of one with a key, a `stored` record
+    naming the first, and a delivery naming the second message of the first and the one of the second."""
+    from broker_core.trace_records import records_to_events
+
+    base = {"v": 2, "topic": "t", "cluster": "c", "broker": "n1", "event_id_prefix": "0123456789abcdef"}
+    table = _records_table([
+        {**base, "record": 7, "count": 2, "event_id_first": 1, "ts_us": 10, "event": "published", "app_id": "shop",
+         "message_id": ["m-1", "m-2"], "message_type": ["a", "b"], "size": [3, 4]},
+        {**base, "record": 8, "count": 1, "event_id_first": 3, "ts_us": 11, "event": "published", "app_id": "shop",
+         "message_id": ["m-3"], "message_type": ["a"], "key": ["k"], "size": [5]},
+        {**base, "record": 9, "count": 2, "event_id_first": 4, "ts_us": 12, "event": "stored", "app_id": "shop",
+         "refs": [{"record": 7, "offset": 0, "count": 2}]},
+        {**base, "record": 10, "count": 2, "event_id_first": 6, "ts_us": 13, "event": "delivered", "group": "g",
+         "refs": [{"record": 7, "offset": 1, "count": 1}, {"record": 8, "offset": 0, "count": 1}],
+         "attempt": [1, 2]},
+    ])
+    rows = [{k: v for k, v in r.items() if v is not None} for r in records_to_events(table).to_pylist()]
+    same = {"v": 1, "topic": "t", "cluster": "c", "broker": "n1"}
+    ids = [f"0123456789abcdef{i:016x}" for i in range(1, 8)]
+    assert rows == [
+        {**same, "event_id": ids[0], "ts_us": 10, "event": "published", "message_id": "m-1", "message_type": "a",
+         "app_id": "shop", "size": 3},
+        {**same, "event_id": ids[1], "ts_us": 10, "event": "published", "message_id": "m-2", "message_type": "b",
+         "app_id": "shop", "size": 4},
+        {**same, "event_id": ids[2], "ts_us": 11, "event": "published", "message_id": "m-3", "message_type": "a",
+         "key": "k", "app_id": "shop", "size": 5},
+        {**same, "event_id": ids[3], "ts_us": 12, "event": "stored", "message_id": "m-1", "message_type": "a",
+         "app_id": "shop"},
+        {**same, "event_id": ids[4], "ts_us": 12, "event": "stored", "message_id": "m-2", "message_type": "b",
+         "app_id": "shop"},
+        {**same, "event_id": ids[5], "ts_us": 13, "event": "delivered", "message_id": "m-2", "message_type": "b",
+         "group": "g", "attempt": 1},
+        {**same, "event_id": ids[6], "ts_us": 13, "event": "delivered", "message_id": "m-3", "message_type": "a",
+         "key": "k", "group": "g", "attempt": 2},
+    ]
+
+
+def test_a_record_naming_a_record_not_in_its_file_or_past_its_messages_is_refused():
+    from broker_core.trace_records import records_to_events
+
+    base = {"v": 2, "topic": "t", "cluster": "c", "broker": "n1", "event_id_prefix": "0123456789abcdef", "ts_us": 1}
+    published = {**base, "record": 1, "count": 1, "event_id_first": 1, "event": "published", "message_id": ["m-1"],
+                 "message_type": ["a"]}
+    for runs in ([{"record": 5, "offset": 0, "count": 1}], [{"record": 1, "offset": 1, "count": 1}]):
+        table = _records_table([published, {**base, "record": 2, "count": 1, "event_id_first": 2, "event": "stored",
+                                            "refs": runs}])
+        with pytest.raises(ValueError, match="names record"):
+            records_to_events(table)
+
+
+def test_names_stay_names_within_a_file_and_become_values_across_a_roll(tmp_path):
+    """A `stored` record naming its `published` record of the same file ships no ids; one whose
+    `published` record went to the file before (a roll between the two chunks) gets the values."""
+    batch = [_message(1, "m-1", key="k1"), _message(2, "m-2")]
+    shipper = ChunkShipper()
+    handle = shipper.emit_messages("published", "t", batch, app_id="shop", ts_us=1)
+    shipper.emit_messages("stored", "t", batch, app_id="shop", ts_us=2, same_as=handle)
+    both = shipper.take()
+    later = [_message(3, "m-3")]
+    handle = shipper.emit_messages("published", "t", later, app_id="shop", ts_us=3)
+    first_chunk = shipper.take()
+    shipper.emit_messages("stored", "t", later, app_id="shop", ts_us=4, same_as=handle)
+    second_chunk = shipper.take()
+    writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60)
+    for chunk in (both, first_chunk):
+        writer.add_chunk(chunk)
+    writer.flush(roll=True)
+    writer.add_chunk(second_chunk)
+    writer.close()
+    one, two = sorted(tmp_path.glob("*.parquet"))
+    stored_here = pq.read_table(one).to_pylist()[1]
+    assert stored_here["event"] == "stored" and stored_here["message_id"] is None and stored_here["refs"] == [
+        {"record": 0, "offset": 0, "count": 2}]
+    (stored_later,) = pq.read_table(two).to_pylist()
+    assert stored_later["refs"] is None and stored_later["message_id"] == ["m-3"]
+    assert [(e["event"], e["message_id"], e.get("key")) for e in read_trace_events(tmp_path)] == [
+        ("published", "m-1", "k1"), ("published", "m-2", None), ("stored", "m-1", "k1"), ("stored", "m-2", None),
+        ("published", "m-3", None), ("stored", "m-3", None)]
