@@ -276,11 +276,13 @@ class ChunkDecoder:
         self.unresolved = 0
         self._prev = None  # (first, is_ref, counts, own_start, own columns) of the last chunk
 
-    def decode(self, chunk: tuple) -> tuple[list, object, list, object, dict]:
+    def decode(self, chunk: tuple, names_from: int | None = None) -> tuple[list, object, list, object, dict]:
         """(scalars, counts, columns, numbers, named): the records' scalar tuples, their message counts
         (numpy), an Arrow array per PER_MESSAGE column with a value for each message of the records in
-        turn, the records' numbers (numpy), and per record (by its index here) that names the messages of
-        earlier records, those runs [(number, offset, count), ...]."""
+        turn, the records' numbers (numpy), and `named`: with `names_from`, the records (by index here)
+        that name only messages of records numbered from `names_from` on keep those names, as
+        [(number, offset, count), ...], and have no values in the first four columns (NAMED_VALUES); the
+        other naming records get their values."""
         import numpy as np
         import pyarrow as pa
 
@@ -296,8 +298,10 @@ class ChunkDecoder:
         own = [_strings(values, int(own_counts.sum())) for values in strings]
         columns, kept = own, counts
         numbers = np.arange(first, first + k, dtype=np.int64)
+        kept_names = np.zeros(k, dtype=bool)
         if refs:
             runs, keep = [], np.ones(k, dtype=bool)  # (from the chunk before, start, count) in row order
+            expanded = False
             for i in range(k):
                 if not is_ref[i]:
                     runs.append((False, own_start[i], counts[i]))
@@ -305,8 +309,11 @@ class ChunkDecoder:
                 found = self._resolve(named[i], first, i, is_ref, counts, own_start, prev)
                 if found is None or sum(r[2] for r in found) != counts[i]:
                     keep[i] = False
+                elif names_from is not None and all(number >= names_from for number, _, _ in named[i]):
+                    kept_names[i] = True
                 else:
                     runs += found
+                    expanded = True
             if not keep.all():
                 self.unresolved += int(counts[~keep].sum())
                 flags = np.fromiter((s[8] for s in scalars), dtype=np.int8, count=k)
@@ -315,16 +322,18 @@ class ChunkDecoder:
                 scalars = [s for s, k_ in zip(scalars, keep.tolist(), strict=True) if k_]
                 kept = counts[keep]
                 numbers = numbers[keep]
-            earlier = prev[4] if prev is not None else [None] * len(own)
-            runs = np.array(runs, dtype=np.int64).reshape(-1, 3)
-            columns = [_gather(o, p, runs, int(kept.sum())) for o, p in zip(own, earlier, strict=True)]
+            if expanded:  # else the own values are the values, in turn
+                earlier = prev[4] if prev is not None else [None] * len(own)
+                runs = np.array(runs, dtype=np.int64).reshape(-1, 3)
+                rows = int(counts[keep & ~kept_names].sum())
+                columns = [_gather(o, p, runs, rows) for o, p in zip(own, earlier, strict=True)]
         self._prev = (first, is_ref, counts, own_start, own)
         flags = np.fromiter((s[8] for s in scalars), dtype=np.int8, count=len(scalars))
         n = int(kept.sum())
         columns = [*columns, _spread(attempts, flags & HAS_ATTEMPT, kept, n, pa.int32()),
                    _spread(sizes, flags & HAS_SIZE, kept, n, pa.int64())]
-        index = {int(number): i for i, number in enumerate(numbers.tolist())} if named else {}
-        named = {index[first + i]: runs for i, runs in named.items() if first + i in index}
+        index = {int(number): i for i, number in enumerate(numbers.tolist())}
+        named = {index[first + i]: named[i] for i in np.flatnonzero(kept_names).tolist()}
         return scalars, kept, columns, numbers, named
 
     @staticmethod
@@ -549,7 +558,9 @@ class ParquetTraceWriter(BatchEmitMixin):
                     self._write(self._event_batch(events))
                 decoder = self._decoder
                 unresolved = decoder.unresolved
-                parts = [decoder.decode(chunk) for chunk, _ in chunks]
+                if chunks and self._file_first_record is None:  # these chunks start the file (no roll before
+                    self._file_first_record = chunks[0][0][0]  # the end of this flush): names from here on stay
+                parts = [decoder.decode(chunk, self._file_first_record) for chunk, _ in chunks]
                 self.dropped += decoder.unresolved - unresolved
                 for part in parts:  # a batch each: nothing is copied to join them
                     batch = self._open_batch(part)
@@ -597,17 +608,12 @@ class ParquetTraceWriter(BatchEmitMixin):
         import pyarrow.compute as pc
 
         k = len(counts)
-        ends = np.cumsum(counts)
-        starts = ends - counts
-        if numbers is not None and self._file_first_record is None:
-            self._file_first_record = int(numbers[0])  # this batch starts the file
-        floor = self._file_first_record
+        starts = np.cumsum(counts) - counts
         is_named = np.zeros(k, dtype=bool)
         runs = [None] * k
         for i, named_runs in (named or {}).items():
-            if all(number >= floor for number, _, _ in named_runs):
-                is_named[i] = True
-                runs[i] = [{"record": number, "offset": offset, "count": count} for number, offset, count in named_runs]
+            is_named[i] = True
+            runs[i] = [{"record": number, "offset": offset, "count": count} for number, offset, count in named_runs]
         per_record = dict(zip(RECORD, zip(*scalars, strict=False), strict=False))
         same = {"cluster": self.cluster, "broker": self.node_id, "event_id_prefix": self._id_prefix}
         schema = self.schema
@@ -623,19 +629,23 @@ class ParquetTraceWriter(BatchEmitMixin):
             else:
                 arrays.append(_array(list(per_record[name]), kind))
         arrays.append(pa.array(runs, schema.field("refs").type))
-        record_of_row = np.repeat(np.arange(k), counts)
         for name, column in zip(PER_MESSAGE, columns, strict=True):
-            empty = is_named.copy() if name in NAMED_VALUES else np.zeros(k, dtype=bool)
-            if column.null_count:  # records whose values are all null get a null list
-                nulls = np.add.reduceat(np.asarray(pc.is_null(column), dtype=np.int64), starts)
-                empty |= nulls == counts
-            if empty.any():
-                column = column.filter(pa.array(~empty[record_of_row]))
-                lengths = np.where(empty, 0, counts)
-                offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int32)
-                arrays.append(pa.ListArray.from_arrays(pa.array(offsets), column, mask=pa.array(empty)))
-            else:
-                arrays.append(pa.ListArray.from_arrays(pa.array(np.concatenate(([0], ends)).astype(np.int32)), column))
+            empty = is_named.copy() if name in NAMED_VALUES else np.zeros(k, dtype=bool)  # records with no list
+            if column.null_count:  # a record whose values are all null gets a null list
+                held = np.where(empty, 0, counts)  # the values the column holds per record
+                has = held > 0
+                if column.null_count == len(column):
+                    all_null = has
+                else:
+                    nulls = np.add.reduceat(np.asarray(pc.is_null(column), dtype=np.int64), (np.cumsum(held) - held)[has])
+                    all_null = np.zeros(k, dtype=bool)
+                    all_null[has] = nulls == held[has]
+                if all_null.any():
+                    column = column.filter(pa.array(~np.repeat(all_null, held)))
+                    empty |= all_null
+            lengths = np.where(empty, 0, counts)
+            offsets = pa.array(np.concatenate(([0], np.cumsum(lengths))).astype(np.int32))
+            arrays.append(pa.ListArray.from_arrays(offsets, column, mask=pa.array(empty) if empty.any() else None))
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     def _write(self, batch) -> None:
