@@ -85,13 +85,14 @@ def baseline(spark, events_dir: Path, out: Path) -> None:
     sorted timeline → Parquet partitioned by date and topic (no dedupe, no incremental bookkeeping)."""
     from pyspark.sql import functions as F
 
+    from spark_jobs.trace_read import read_events
     from spark_jobs.trace_schema import EVENT_SCHEMA
 
     shutil.rmtree(out, ignore_errors=True)
     files = sorted(str(p) for p in events_dir.rglob("trace-*.*") if p.suffix in (".jsonl", ".parquet"))
     start = time.perf_counter()
-    reader = spark.read.schema(EVENT_SCHEMA)
-    events = reader.parquet(*files) if files[0].endswith(".parquet") else reader.json(files)
+    # Parquet trace files (format 2: a row per record) are read as events by the job's own reader
+    events = read_events(spark, files) if files[0].endswith(".parquet") else spark.read.schema(EVENT_SCHEMA).json(files)
     n = events.count()
     counted = time.perf_counter() - start
     start = time.perf_counter()

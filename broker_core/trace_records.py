@@ -82,20 +82,7 @@ def records_to_events(table):
     columns = {name: _own_values(table.column(name), counts, record_of_row, place, name in NAMED_VALUES and named)
                for name in MESSAGE_VALUES}
     if named.any():  # a named record's rows take the values of the rows it names
-        source = np.arange(n, dtype=np.int64)
-        index_of = {number: i for i, number in enumerate(table.column("record").to_pylist()) if number is not None}
-        for i in np.flatnonzero(named).tolist():
-            at = int(starts[i])
-            for run in refs[i].as_py():
-                j = index_of.get(run["record"])
-                if j is None or named[j] or run["offset"] + run["count"] > counts[j]:
-                    raise ValueError(f"a trace record names record {run['record']}, which is not a record of its "
-                                     "file with messages of its own")
-                source[at:at + run["count"]] = starts[j] + run["offset"] + np.arange(run["count"])
-                at += run["count"]
-            if at != starts[i] + counts[i]:
-                raise ValueError("a trace record's runs do not add up to its count")
-        take = pa.array(source)
+        take = pa.array(_named_sources(table, refs, named, counts, starts, n))
         for name in NAMED_VALUES:
             columns[name] = columns[name].take(take)
     take = pa.array(record_of_row)
@@ -104,6 +91,41 @@ def records_to_events(table):
     columns["event_id"] = _record_event_ids(table, counts, n)
     schema = event_schema()
     return pa.Table.from_arrays([columns[f.name].cast(f.type) for f in schema], schema=schema)
+
+
+def _named_sources(table, refs, named, counts, starts, n: int):
+    """For each row, the row whose message it is: itself, or for a named record's rows the rows its runs
+    name, in order (numpy, no loop per record). Refuses runs naming a record not in the table, one that
+    names others itself, or past a record's messages, and records whose runs do not add up to their count."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    lengths = pc.list_value_length(refs).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
+    runs = pc.list_flatten(refs)
+    number = runs.field("record").to_numpy(zero_copy_only=False)
+    offset = runs.field("offset").to_numpy(zero_copy_only=False).astype(np.int64)
+    count = runs.field("count").to_numpy(zero_copy_only=False).astype(np.int64)
+    owner = np.repeat(np.arange(len(lengths)), lengths)
+    records = table.column("record").to_numpy(zero_copy_only=False)
+    known = ~np.isnan(records) if records.dtype.kind == "f" else np.ones(len(records), dtype=bool)
+    order = np.flatnonzero(known)[np.argsort(records[known], kind="stable")]
+    at = np.searchsorted(records[order], number)
+    j = order[np.minimum(at, len(order) - 1)] if len(order) else np.zeros(len(number), dtype=np.int64)
+    good = (at < len(order)) & (records[j] == number) & ~named[j] & (offset + count <= counts[j]) if len(order) \
+        else np.zeros(len(number), dtype=bool)
+    if not good.all():
+        bad = int(number[np.flatnonzero(~good)[0]])
+        raise ValueError(f"a trace record names record {bad}, which is not a record of its file with messages of "
+                         "its own (or not that many)")
+    if not np.array_equal(np.bincount(owner, weights=count, minlength=len(counts))[named], counts[named]):
+        raise ValueError("a trace record's runs do not add up to its count")
+    done = np.cumsum(count) - count  # each run's start among all runs' rows
+    first_of_owner = np.cumsum(lengths) - lengths
+    dest = starts[owner] + done - done[np.minimum(first_of_owner[owner], len(done) - 1)]
+    source = np.arange(n, dtype=np.int64)
+    rows = np.repeat(dest, count) + (np.arange(int(count.sum())) - np.repeat(done, count))
+    source[rows] = np.repeat(starts[j] + offset, count) + (np.arange(int(count.sum())) - np.repeat(done, count))
+    return source
 
 
 def _own_values(column, counts, record_of_row, place, named):

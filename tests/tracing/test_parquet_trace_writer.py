@@ -321,6 +321,10 @@ def test_a_record_naming_a_record_not_in_its_file_or_past_its_messages_is_refuse
                                             "refs": runs}])
         with pytest.raises(ValueError, match="names record"):
             records_to_events(table)
+    short = _records_table([published, {**base, "record": 2, "count": 2, "event_id_first": 2, "event": "stored",
+                                         "refs": [{"record": 1, "offset": 0, "count": 1}]}])
+    with pytest.raises(ValueError, match="do not add up"):
+        records_to_events(short)
 
 
 def test_names_stay_names_within_a_file_and_become_values_across_a_roll(tmp_path):
