@@ -1,0 +1,128 @@
+"""What tracing costs the broker process, in instructions per message: the on/off bench's two brokers run
+under valgrind's callgrind, which counts instructions, not seconds, so the figures repeat whatever else
+the shared machine is doing (bench/broker_trace_ratio.py measures time, with its noise).
+
+    .venv/bin/python bench/broker_trace_instructions.py [--messages 20000]
+
+Needs valgrind (Debian's package `valgrind`). The same setup as broker_trace_ratio.py (one ZooKeeper, a
+traced and an untraced broker, the same phases), each broker started under
+`valgrind --tool=callgrind --instr-atstart=no`; per phase and broker, instrumentation is switched on for
+one segment of `--messages` messages (after a first, uncounted one) and its count dumped. The trace
+process is not under valgrind (its CPU is in broker_trace_ratio.py's figures); the client's work is not
+counted. Prints, per phase, instructions per message of the traced and the untraced broker, their
+difference and the ratio off / on (what the traced broker's throughput would be, relative, if its CPU
+alone set the pace). Takes about a minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from kazoo.client import KazooClient  # noqa: E402
+
+import bench.broker_trace_ratio as ratio  # noqa: E402
+from bench.broker_bench import STATE, ZK_PORT, hold_bench_lock, start_broker  # noqa: E402
+from broker_core.client._loop import new_event_loop  # noqa: E402
+from devstack.services import start_zookeeper, stop_zookeeper  # noqa: E402
+
+
+class CountedSide(ratio.Side):
+    """A Side whose broker runs under callgrind, instrumentation off until asked."""
+
+    def __init__(self, *args, out: Path, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.out = out
+        self.dumps = 0
+
+    def start(self) -> None:
+        prefix = ("valgrind", "--tool=callgrind", "--instr-atstart=no",
+                  f"--callgrind-out-file={self.out}/callgrind.{self.name}")
+        self.proc = start_broker(self.zk, self.data, self.fsync, self.name == "on", port=self.port,
+                                 cluster=f"ratio-{self.name}", prefix=prefix, start_timeout=600,
+                                 extra=("--trace-roll-mb", str(self.roll_mb)) if self.name == "on" else ())
+        self.meter = ratio.CpuMeter(self.proc.pid)
+        self.kwargs = {"app_id": ratio.APP, "secret": ratio.SECRET, "zk": self.zk,
+                       "cache_dir": self.data.parent / "sdk-cache"}
+
+    def control(self, *args: str) -> None:
+        subprocess.run(["callgrind_control", *args, str(self.proc.pid)], check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+
+    async def counted(self, phase: str, count: int) -> int:
+        """Instructions of one segment of `phase` (the one before it uncounted)."""
+        await self.segment(phase, count)
+        self.control("-i", "on")
+        await self.segment(phase, count)
+        await asyncio.sleep(0.5)  # the batch's last trace shipping and fsyncs
+        self.control("-i", "off")
+        self.control("-d")
+        self.dumps += 1
+        text = (self.out / f"callgrind.{self.name}.{self.dumps}").read_text()
+        return int(re.search(r"^totals: (\d+)", text, re.M).group(1))
+
+
+async def run(sides: dict[str, CountedSide], count: int) -> dict:
+    for side in sides.values():
+        await side.connect()
+    results = {}
+    try:
+        for phase, label in ratio.PHASES:
+            results[label] = {name: await side.counted(phase, count) / count for name, side in sides.items()}
+    finally:
+        for side in sides.values():
+            await side.producer.close()
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=20_000, help="messages per counted segment")
+    args = parser.parse_args()
+    if not shutil.which("valgrind"):
+        raise SystemExit("valgrind is not installed: apt-get install valgrind")
+    lock = hold_bench_lock()  # noqa: F841  (held until the process ends)
+    zk_hosts = f"127.0.0.1:{ZK_PORT}"
+    start_zookeeper(STATE, ZK_PORT, "zk-bench")
+    client = KazooClient(hosts=zk_hosts)
+    client.start(timeout=15)
+    workdir = Path(tempfile.mkdtemp(prefix="instr-", dir=STATE))
+    sides = {name: CountedSide(name, zk_hosts, workdir, "batch", port, out=workdir)
+             for name, port in (("on", ratio.BROKER_PORT), ("off", ratio.BROKER_PORT + 2))}
+    started = []
+    try:
+        for side in sides.values():
+            side.provision(client)
+            side.start()
+            started.append(side)
+        loop = new_event_loop()
+        results = loop.run_until_complete(run(sides, args.messages))
+        loop.close()
+    finally:
+        for side in started:
+            side.stop()
+        for side in sides.values():
+            client.delete(side.chroot, recursive=True)
+        client.stop()
+        client.close()
+        stop_zookeeper(STATE, "zk-bench")
+        shutil.rmtree(workdir, ignore_errors=True)
+    print(f"broker instructions per message under callgrind ({args.messages:,}-message segments, 1 KiB messages; "
+          "the trace process and the client not counted)")
+    print("  phase                  traced    untraced   difference   off / on")
+    for label, r in results.items():
+        print(f"  {label:22s} {r['on']:8,.0f}  {r['off']:9,.0f}  {r['on'] - r['off']:+10,.0f}   {r['off'] / r['on']:8.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
