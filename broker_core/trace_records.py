@@ -55,6 +55,18 @@ def is_records(schema) -> bool:
     return "event_id_first" in schema.names
 
 
+def event_count(path: str) -> int:
+    """How many events a Parquet trace file of either format holds, from its footer and (format 2) its
+    small `count` column: no event is read."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    parquet = pq.ParquetFile(path)
+    if not is_records(parquet.schema_arrow):
+        return parquet.metadata.num_rows
+    return int(pc.sum(parquet.read(columns=["count"]).column("count")).as_py() or 0)
+
+
 def read_parquet_events(path: str):
     """A Parquet trace file of either format as an Arrow table of `event_schema()`."""
     import pyarrow.parquet as pq

@@ -112,14 +112,17 @@ def run(spark, inputs: list[str], output: str, *, jdbc_url: str | None = None, f
 
 # events per shuffle partition, at most: one partition's events are summarized in one Arrow table
 PARTITION_EVENTS = 1_000_000
-_FILE_BYTES_PER_EVENT = {".parquet": 16, ".jsonl": 300}  # about what a trace file holds per event
+_JSONL_BYTES_PER_EVENT = 300  # about what a JSON-lines trace file holds per event
 
 
 def partition_count(spark, files: list[str]) -> int:
     """The shuffle's partitions: spark.sql.shuffle.partitions, more when the files hold more than
-    PARTITION_EVENTS events per partition (estimated from their sizes)."""
-    estimate = sum(os.path.getsize(f) // _FILE_BYTES_PER_EVENT[os.path.splitext(f)[1]] for f in files
-                   if os.path.exists(f))
+    PARTITION_EVENTS events per partition (Parquet files: counted from their footers and record counts;
+    JSON lines: estimated from their sizes)."""
+    from broker_core.trace_records import event_count
+
+    estimate = sum(event_count(f) if f.endswith(".parquet") else os.path.getsize(f) // _JSONL_BYTES_PER_EVENT
+                   for f in files if os.path.exists(f))
     return max(int(spark.conf.get("spark.sql.shuffle.partitions")), -(-estimate // PARTITION_EVENTS))
 
 

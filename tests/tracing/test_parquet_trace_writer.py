@@ -355,3 +355,22 @@ def test_names_stay_names_within_a_file_and_become_values_across_a_roll(tmp_path
     assert [(e["event"], e["message_id"], e.get("key")) for e in read_trace_events(tmp_path)] == [
         ("published", "m-1", "k1"), ("published", "m-2", None), ("stored", "m-1", "k1"), ("stored", "m-2", None),
         ("published", "m-3", None), ("stored", "m-3", None)]
+
+
+def test_a_files_event_count_comes_from_its_footer_and_record_counts(tmp_path):
+    from broker_core.trace_records import event_count
+
+    batch = [_message(i, f"m-{i}") for i in (1, 2, 3)]
+    shipper = ChunkShipper()
+    handle = shipper.emit_messages("published", "t", batch, ts_us=1)
+    shipper.emit_messages("stored", "t", batch, ts_us=2, same_as=handle)
+    writer = ParquetTraceWriter(tmp_path / "two", node_id="n1", cluster="c", flush_interval_s=60)
+    writer.add_chunk(shipper.take())
+    writer.emit("nacked", message_id="m-1", topic="t", message_type="normal", ts_us=3)
+    writer.close()
+    (records,) = (tmp_path / "two").glob("*.parquet")
+    assert pq.read_metadata(records).num_rows == 3 and event_count(str(records)) == 7
+    old = tmp_path / "one.parquet"
+    pq.write_table(pa.Table.from_pylist([{"v": 1, "event_id": f"{i:032x}", "ts_us": i} for i in range(4)],
+                                        schema=event_schema()), old)
+    assert event_count(str(old)) == 4
