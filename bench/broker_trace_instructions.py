@@ -22,18 +22,14 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kazoo.client import KazooClient  # noqa: E402
-
 import bench.broker_trace_ratio as ratio  # noqa: E402
-from bench.broker_bench import STATE, ZK_PORT, hold_bench_lock, start_broker  # noqa: E402
+from bench.broker_bench import hold_bench_lock, start_broker  # noqa: E402
 from broker_core.client._loop import new_event_loop  # noqa: E402
-from devstack.services import start_zookeeper, stop_zookeeper  # noqa: E402
 
 
 class CountedSide(ratio.Side):
@@ -91,31 +87,14 @@ def main() -> int:
     if not shutil.which("valgrind"):
         raise SystemExit("valgrind is not installed: apt-get install valgrind")
     lock = hold_bench_lock()  # noqa: F841  (held until the process ends)
-    zk_hosts = f"127.0.0.1:{ZK_PORT}"
-    start_zookeeper(STATE, ZK_PORT, "zk-bench")
-    client = KazooClient(hosts=zk_hosts)
-    client.start(timeout=15)
-    workdir = Path(tempfile.mkdtemp(prefix="instr-", dir=STATE))
-    sides = {name: CountedSide(name, zk_hosts, workdir, "batch", port, out=workdir)
-             for name, port in (("on", ratio.BROKER_PORT), ("off", ratio.BROKER_PORT + 2))}
-    started = []
-    try:
-        for side in sides.values():
-            side.provision(client)
-            side.start()
-            started.append(side)
+
+    def make_side(name: str, zk_hosts: str, workdir: Path, port: int) -> CountedSide:
+        return CountedSide(name, zk_hosts, workdir, "batch", port, out=workdir)
+
+    with ratio.two_brokers(make_side, "instr-") as sides:
         loop = new_event_loop()
         results = loop.run_until_complete(run(sides, args.messages))
         loop.close()
-    finally:
-        for side in started:
-            side.stop()
-        for side in sides.values():
-            client.delete(side.chroot, recursive=True)
-        client.stop()
-        client.close()
-        stop_zookeeper(STATE, "zk-bench")
-        shutil.rmtree(workdir, ignore_errors=True)
     print(f"broker instructions per message under callgrind ({args.messages:,}-message segments, 1 KiB messages; "
           "the trace process and the client not counted)")
     print("  phase                  traced    untraced   difference   off / on")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import random
@@ -201,40 +202,27 @@ def summary(sides: dict[str, Side], count: int) -> dict:
     return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--messages", type=int, default=50_000, help="messages per segment")
-    parser.add_argument("--pairs", type=int, default=16, help="segment pairs (on + off) per phase")
-    parser.add_argument("--roll-mb", type=int, default=16, help="the traced broker's --trace-roll-mb")
-    parser.add_argument("--fsync", default="batch", choices=["batch", "interval", "never"])
-    parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
-
-    lock = hold_bench_lock()  # noqa: F841  (held until the process ends)
+@contextlib.contextmanager
+def two_brokers(make_side, prefix: str):
+    """ZooKeeper (this bench's own, unless $SWITCHYARD_ZK names one), then a traced and an untraced broker,
+    provisioned and started: yields {"on": side, "off": side}, `make_side(name, zk_hosts, workdir, port)`
+    building each; stops and removes everything afterwards."""
     own_zk = not os.environ.get("SWITCHYARD_ZK")
     zk_hosts = os.environ.get("SWITCHYARD_ZK") or f"127.0.0.1:{ZK_PORT}"
     if own_zk:
         start_zookeeper(STATE, ZK_PORT, "zk-bench")
     client = KazooClient(hosts=zk_hosts)
     client.start(timeout=15)
-    workdir = Path(tempfile.mkdtemp(prefix="ratio-", dir=STATE))
-    sides = {"on": Side("on", zk_hosts, workdir, args.fsync, BROKER_PORT, args.roll_mb),
-             "off": Side("off", zk_hosts, workdir, args.fsync, BROKER_PORT + 2, args.roll_mb)}
-    load = os.getloadavg()[0]
-    if not args.json:
-        print(f"broker throughput, tracing on vs off: two brokers, {args.pairs} pairs of {args.messages:,}-message "
-              f"segments per phase, 1 KiB messages, fsync={args.fsync}, trace file rolled every {args.roll_mb} MiB, "
-              f"{os.cpu_count()} cores (load {load:.2f})",
-              flush=True)
+    workdir = Path(tempfile.mkdtemp(prefix=prefix, dir=STATE))
+    sides = {name: make_side(name, zk_hosts, workdir, port) for name, port in (("on", BROKER_PORT),
+                                                                                 ("off", BROKER_PORT + 2))}
     started = []
     try:
         for side in sides.values():
             side.provision(client)
             side.start()
             started.append(side)
-        loop = new_event_loop()
-        loop.run_until_complete(drive(sides, args))
-        loop.close()
+        yield sides
     finally:
         for side in started:
             side.stop()
@@ -245,6 +233,31 @@ def main() -> int:
         if own_zk:
             stop_zookeeper(STATE, "zk-bench")
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--messages", type=int, default=50_000, help="messages per segment")
+    parser.add_argument("--pairs", type=int, default=16, help="segment pairs (on + off) per phase")
+    parser.add_argument("--roll-mb", type=int, default=16, help="the traced broker's --trace-roll-mb")
+    parser.add_argument("--fsync", default="batch", choices=["batch", "interval", "never"])
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    lock = hold_bench_lock()  # noqa: F841  (held until the process ends)
+    load = os.getloadavg()[0]
+    if not args.json:
+        print(f"broker throughput, tracing on vs off: two brokers, {args.pairs} pairs of {args.messages:,}-message "
+              f"segments per phase, 1 KiB messages, fsync={args.fsync}, trace file rolled every {args.roll_mb} MiB, "
+              f"{os.cpu_count()} cores (load {load:.2f})",
+              flush=True)
+    def make_side(name: str, zk_hosts: str, workdir: Path, port: int) -> Side:
+        return Side(name, zk_hosts, workdir, args.fsync, port, args.roll_mb)
+
+    with two_brokers(make_side, "ratio-") as sides:
+        loop = new_event_loop()
+        loop.run_until_complete(drive(sides, args))
+        loop.close()
 
     results = summary(sides, args.messages)
     if args.json:

@@ -19,7 +19,6 @@ Nothing here imports Django or asyncio.
 from __future__ import annotations
 
 import collections
-import functools
 import logging
 import os
 import secrets

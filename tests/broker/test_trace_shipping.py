@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from broker_core.client import Consumer, Message, Producer
 from broker_core.store import StoredMessage

@@ -179,7 +179,7 @@ def test_an_earlier_brokers_compact_open_file_becomes_a_parquet_file_of_format_1
               "client_host": ["h", "h2"], "group": [None, "g"], "consumer": [None, "c-1"], "detail": [None, None]}
     columns = [pa.RunEndEncodedArray.from_arrays(ends, pa.array(values[n], events.field(n).type)) for n in record]
     columns += [pa.array(v, events.field(n).type) for n, v in zip(per_message, (
-        ["m-1", "m-2", "m-1"], ["normal"] * 3, ["k", None, "k"], [None] * 3, [None, None, 2], [5, 7, None]))]
+        ["m-1", "m-2", "m-1"], ["normal"] * 3, ["k", None, "k"], [None] * 3, [None, None, 2], [5, 7, None]), strict=True)]
     left = tmp_path / "trace-n1-20250101T000000-000001.arrows.open"
     with pa.OSFile(str(left), "wb") as sink, pa.ipc.new_stream(sink, schema) as stream:
         stream.write_batch(pa.RecordBatch.from_arrays(columns, schema=schema))
