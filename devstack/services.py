@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -18,6 +19,8 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from broker_core.secret_source import read_secret_file, write_secret_file
 
 log = logging.getLogger("devstack")
 
@@ -337,19 +340,21 @@ def stop_all(state: Path) -> None:
     stop_postgres(state)
 
 
-def admin_token(state: Path) -> str:
-    """The brokers' admin API token of this stack: generated once, kept in state/broker-admin-token, so a
-    second `./dev up` gives the running brokers and the control plane the same one."""
-    import secrets
+def secret_file(state: Path, name: str, nbytes: int = 32) -> Path:
+    """A random secret of this stack, made once and kept in state/secrets/NAME (mode 600), so a second
+    `./dev up` gives the running processes the same one. Processes get the file's path in a
+    `SWITCHYARD_*_FILE` variable (broker_core.secret_source.read_secret), never the value."""
+    path = state / "secrets" / name
+    if not (path.exists() and path.read_text().strip()):
+        (state / "secrets").mkdir(parents=True, exist_ok=True)
+        (state / "secrets").chmod(0o700)
+        write_secret_file(path, secrets.token_urlsafe(nbytes))
+    return path
 
-    path = state / "broker-admin-token"
-    if path.exists() and path.read_text().strip():
-        return path.read_text().strip()
-    state.mkdir(parents=True, exist_ok=True)
-    token = secrets.token_urlsafe(24)
-    path.write_text(token + "\n")
-    path.chmod(0o600)
-    return token
+
+def admin_token(state: Path) -> str:
+    """The brokers' admin API token of this stack (state/secrets/broker-admin-token)."""
+    return read_secret_file(secret_file(state, "broker-admin-token"))
 
 
 def environment(state: Path, ports: Ports, dbname: str = "switchyard") -> dict[str, str]:
