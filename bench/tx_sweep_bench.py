@@ -183,8 +183,8 @@ def main() -> int:
         env = {**os.environ}
         broker = start("tx-bench-broker", [sys.executable, "-m", "broker_core", "--cluster", "txbench", "--zk",
                                            f"{zk_connect}{chroot}", "--data-dir", str(state / "broker"), "--port",
-                                           str(port), "--metrics-port", str(port + 1), "--node-id", "txbench-b0",
-                                           "--admin-token", token], env, logs)
+                                           str(port), "--metrics-port", str(port + 1), "--node-id", "txbench-b0"],
+                       env, logs)  # the admin token travels in env (SWITCHYARD_BROKER_ADMIN_TOKEN), never argv
         wait(lambda: zk.exists(f"{chroot}{LAYOUT.broker('txbench-b0')}"), 30, "the broker to register")
         client = {"app_id": APP, "secret": SECRET, "zk": f"{zk_connect}{chroot}", "cache_dir": str(state / "sdk")}
 

@@ -1,9 +1,11 @@
 """The broker's admin API (docs/broker-admin-api.md): transaction back-checks and dead-letter re-drive.
 
 Served under /admin/ by the broker's HTTP server (`broker_core.http`), on its event loop. Every call
-needs `Authorization: Bearer <token>` (the broker's `admin_token`; none configured: every call is
-refused with 403 `admin_disabled`). Input is checked completely before anything changes: bad input
-is a 400 and changes nothing. Answers and errors are JSON; errors are {"error", "message"}.
+needs `Authorization: Bearer <token>` (the broker's admin token, from SWITCHYARD_BROKER_ADMIN_TOKEN or the
+file SWITCHYARD_BROKER_ADMIN_TOKEN_FILE names; none configured: every call is refused with 403
+`admin_disabled`). `broker_core.http` checks it with `authorize` before it reads a request's body.
+Input is checked completely before anything changes: bad input is a 400 and changes nothing. Answers
+and errors are JSON; errors are {"error", "message"}.
 
     GET  /admin/tx/prepared   prepared messages (oldest first, paged)
     GET  /admin/tx/state      state of messages by id
@@ -47,6 +49,19 @@ def _error(status: int, code: str, message: str) -> Answer:
     return status, {"error": code, "message": message}
 
 
+def authorize(expected: str, authorization: str) -> Answer | None:
+    """None when the Authorization header carries the broker's token (compared in constant time), else the
+    refusal: 403 when the broker has no token (every protected call refuses), 401 otherwise."""
+    if not expected:
+        return _error(403, "admin_disabled", "this broker has no admin token, so it refuses every call but "
+                                             "/healthz and /metrics: start it with SWITCHYARD_BROKER_ADMIN_TOKEN "
+                                             "or SWITCHYARD_BROKER_ADMIN_TOKEN_FILE in its environment")
+    scheme, _, value = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), expected.encode()):
+        return _error(401, "unauthorized", "send the broker's admin token as 'Authorization: Bearer <token>'")
+    return None
+
+
 class Admin:
     def __init__(self, broker: Broker):
         self.broker = broker
@@ -61,17 +76,9 @@ class Admin:
 
     # -- entry point --------------------------------------------------------------------------
 
-    async def handle(self, method: str, path: str, query: dict[str, str], headers: dict[str, str],
-                     body: object) -> Answer:
-        """`body`: the parsed JSON of a POST (a BadRequest when it did not parse)."""
-        token = self.broker.options.admin_token
-        if not token:
-            return _error(403, "admin_disabled", "this broker has no admin token: start it with --admin-token "
-                                                 "(or SWITCHYARD_BROKER_ADMIN_TOKEN) to use /admin/")
-        given = headers.get("authorization", "")
-        scheme, _, value = given.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):
-            return _error(401, "unauthorized", "send the broker's admin token as 'Authorization: Bearer <token>'")
+    async def handle(self, method: str, path: str, query: dict[str, str], body: object) -> Answer:
+        """An authorized call (`authorize` passed). `body`: the parsed JSON of a POST (a BadRequest when it did
+        not parse)."""
         handler = self.routes.get((method, path))
         if handler is None:
             if any(route_path == path for _, route_path in self.routes):

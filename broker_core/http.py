@@ -1,6 +1,15 @@
 """The broker's HTTP side: GET /metrics (Prometheus), /stats (JSON), /deadletters, /healthz, and the
 admin API under /admin/ (`broker_core.admin`, docs/broker-admin-api.md).
 
+Who may call: anyone reaching the port may read `/healthz` and `/metrics` (figures, no message data);
+every other path (`/stats`, `/deadletters`, `/admin/...`, and unknown paths) needs
+`Authorization: Bearer <admin token>`. The token is checked (in constant time) from the request's head,
+before a byte of its body is read: a refused request is answered 401 (no or wrong token) or 403 (this
+broker has no token: all of them refuse, fail closed) and the connection is closed with its body unread
+(what the client still sends is discarded for a moment, never parsed, so it reads the answer instead of a
+reset). Bodies are limited to `admin.MAX_BODY` (413); at most `max_http_connections` requests are served
+at once (503 beyond).
+
 It runs on the broker's event loop, so it reads the live objects without locks; figures are
 computed at request time from the counters the topics and groups keep (no per-message metric
 calls on the hot path). The /stats shape is documented in `Broker.stats`.
@@ -21,7 +30,7 @@ from urllib.parse import parse_qs, urlsplit
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from broker_core.admin import MAX_BODY, Admin, BadRequest
+from broker_core.admin import MAX_BODY, Admin, BadRequest, authorize
 
 if TYPE_CHECKING:
     from broker_core.node import Broker
@@ -93,16 +102,35 @@ def _json_safe_entry(entry: dict) -> dict:
     return entry
 
 
+PUBLIC_PATHS = frozenset({"/healthz", "/metrics"})
+HEAD_LIMIT = 16 * 1024  # request line and headers
+REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
+           405: "Method Not Allowed", 411: "Length Required", 413: "Payload Too Large", 500: "Error",
+           503: "Service Unavailable"}
+
+
+class Refused(Exception):
+    """A request answered without reading its body; the connection closes after the answer."""
+
+    def __init__(self, status: int, answer: dict, extra_headers: str = ""):
+        super().__init__(answer.get("message", ""))
+        self.status = status
+        self.answer = answer
+        self.extra_headers = extra_headers
+
+
 async def _lingering_close(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                           limit: int = 64 * 1024 * 1024, seconds: float = 2.0) -> None:
-    """After refusing a body unread: half-close and discard what the client still sends (bounded), so it
-    reads the answer instead of a connection reset (closing with unread input sends RST)."""
+                           limit: int = 4 * 1024 * 1024, seconds: float = 1.0) -> None:
+    """After refusing a body unread: half-close and discard what the client still sends (bounded in bytes
+    and time, never kept nor parsed), so it reads the answer instead of a connection reset (closing with
+    unread input sends RST)."""
     if writer.can_write_eof():
         writer.write_eof()
-    deadline = asyncio.get_running_loop().time() + seconds
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
     discarded = 0
     while discarded < limit:
-        remaining = deadline - asyncio.get_running_loop().time()
+        remaining = deadline - loop.time()
         if remaining <= 0:
             return
         chunk = await asyncio.wait_for(reader.read(65536), timeout=remaining)
@@ -111,63 +139,102 @@ async def _lingering_close(reader: asyncio.StreamReader, writer: asyncio.StreamW
         discarded += len(chunk)
 
 
+def _parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise ValueError("bad request line")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (h.partition(":") for h in lines[1:] if h)}
+    return parts[0], parts[1], headers
+
+
+def _content_length(headers: dict[str, str]) -> int:
+    if "transfer-encoding" in headers:
+        raise Refused(411, {"error": "length_required",
+                            "message": "send the body with a Content-Length (chunked bodies are not accepted)"})
+    raw = headers.get("content-length", "0")
+    if not raw.isdigit():
+        raise Refused(400, {"error": "invalid", "message": "Content-Length must be a number of bytes"})
+    length = int(raw)
+    if length > MAX_BODY:
+        raise Refused(413, {"error": "too_large", "message": f"request bodies are limited to {MAX_BODY} bytes"})
+    return length
+
+
 class HttpEndpoints:
     def __init__(self, broker: Broker):
         self.broker = broker
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(BrokerCollector(broker))
         self.admin = Admin(broker)
+        self.active = 0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.active >= self.broker.options.max_http_connections:
+            self._answer(writer, 503, "application/json", json.dumps(
+                {"error": "busy", "message": "too many HTTP requests at once on this broker; retry shortly"}).encode())
+            writer.close()
+            return
+        self.active += 1
+        try:
+            await self._serve(reader, writer)
+        finally:
+            self.active -= 1
+            writer.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        linger = False
+        extra = ""
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=5)
-            lines = head.decode("latin-1").split("\r\n")
-            method, target = lines[0].split(" ")[:2]
-            if urlsplit(target).path.startswith("/admin/"):
-                headers = dict((k.strip().lower(), v.strip()) for k, _, v in (h.partition(":") for h in lines[1:] if h))
-                status, ctype, body = await self.route_admin(method, target, headers, reader)
+            method, target, headers = _parse_head(head)
+            url = urlsplit(target)
+            if url.path not in PUBLIC_PATHS:
+                refusal = authorize(self.broker.options.admin_token, headers.get("authorization", ""))
+                if refusal is not None:
+                    raise Refused(*refusal, extra_headers='WWW-Authenticate: Bearer realm="switchyard-broker"\r\n')
+            length = _content_length(headers)
+            raw = await asyncio.wait_for(reader.readexactly(length), timeout=10) if length else b""
+            if url.path.startswith("/admin/"):
+                status, ctype, body = await self.route_admin(method, url, headers, raw)
             else:
-                status, ctype, body = self.route(method, target)
+                status, ctype, body = self.route(method, url)
+        except Refused as refused:
+            status, ctype, body = refused.status, "application/json", json.dumps(refused.answer).encode()
+            extra, linger = refused.extra_headers, True
         except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
             status, ctype, body = 400, "text/plain", b"bad request\n"
         except Exception:
             log.exception("http request failed")
             status, ctype, body = 500, "text/plain", b"internal error\n"
-        reason = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-                  405: "Method Not Allowed", 413: "Payload Too Large", 500: "Error"}
-        writer.write(f"HTTP/1.1 {status} {reason.get(status, '')}\r\nContent-Type: {ctype}\r\n"
-                     f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+        self._answer(writer, status, ctype, body, extra)
         try:
             await asyncio.wait_for(writer.drain(), timeout=5)
-            if status == 413:
+            if linger:
                 await _lingering_close(reader, writer)
         except (TimeoutError, ConnectionError):
             pass
-        writer.close()
 
-    async def route_admin(self, method: str, target: str, headers: dict[str, str],
-                          reader: asyncio.StreamReader) -> tuple[int, str, bytes]:
-        """Read a bounded JSON body, hand the request to `Admin` and encode its answer."""
-        url = urlsplit(target)
-        length = int(headers.get("content-length") or 0)
-        if length > MAX_BODY:
-            status, answer = 413, {"error": "too_large", "message": f"request bodies are limited to {MAX_BODY} bytes"}
-        else:
-            body: object = None
-            if length:
-                raw = await asyncio.wait_for(reader.readexactly(length), timeout=10)
-                try:
-                    body = json.loads(raw)
-                except ValueError:
-                    body = BadRequest("the request body is not valid JSON")
-            query = {k: v[0] for k, v in parse_qs(url.query).items()}
-            status, answer = await self.admin.handle(method, url.path, query, headers, body)
+    @staticmethod
+    def _answer(writer: asyncio.StreamWriter, status: int, ctype: str, body: bytes, extra: str = "") -> None:
+        writer.write(f"HTTP/1.1 {status} {REASONS.get(status, '')}\r\nContent-Type: {ctype}\r\n{extra}"
+                     f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+
+    async def route_admin(self, method: str, url, headers: dict[str, str], raw: bytes) -> tuple[int, str, bytes]:
+        """Hand an (authorized) request with its JSON body to `Admin` and encode its answer."""
+        body: object = None
+        if raw:
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                body = BadRequest("the request body is not valid JSON")
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        status, answer = await self.admin.handle(method, url.path, query, body)
         return status, "application/json", json.dumps(answer).encode()
 
-    def route(self, method: str, target: str) -> tuple[int, str, bytes]:
+    def route(self, method: str, url) -> tuple[int, str, bytes]:
         if method != "GET":
             return 405, "text/plain", b"GET only\n"
-        url = urlsplit(target)
         if url.path == "/metrics":
             return 200, "text/plain; version=0.0.4; charset=utf-8", generate_latest(self.registry)
         if url.path == "/stats":
@@ -188,4 +255,4 @@ class HttpEndpoints:
 
 async def start_http(broker: Broker, host: str, port: int) -> asyncio.base_events.Server:
     endpoints = HttpEndpoints(broker)
-    return await asyncio.start_server(endpoints.handle, host, port, limit=64 * 1024)
+    return await asyncio.start_server(endpoints.handle, host, port, limit=HEAD_LIMIT)

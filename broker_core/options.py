@@ -6,6 +6,10 @@
 The config file is TOML (or JSON if it ends in .json) with the same names as the fields below,
 e.g. `fsync = "interval"`. Environment variables are `SWITCHYARD_BROKER_<FIELD>` in upper case,
 e.g. `SWITCHYARD_BROKER_FSYNC=never`.
+
+The admin token of the HTTP side is a secret: it comes only from the environment, as
+`SWITCHYARD_BROKER_ADMIN_TOKEN` or as the file `SWITCHYARD_BROKER_ADMIN_TOKEN_FILE` names (mode 600),
+never from the command line (`ps` shows it to every user) nor from the config file.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from broker_core.secret_source import SecretSourceError, read_secret
 
 ENV_PREFIX = "SWITCHYARD_BROKER_"
 
@@ -46,7 +52,13 @@ class Options:
     min_ack_timeout_ms: int = 100
     max_ack_timeout_ms: int = 15 * 60 * 1000
     max_credit: int = 10_000  # per subscription; a binding's max_in_flight lowers it
-    slow_consumer_timeout_ms: int = 30_000  # a consumer whose socket stays full this long is cut off
+    slow_consumer_timeout_ms: int = 30_000  # a consumer whose output stays full this long is cut off
+    # memory bounds (broker_core/README.md "Memory bound" gives the formula they enter)
+    max_prehello_frame_bytes: int = 4096  # until Hello succeeds, a larger frame closes the connection
+    max_connections: int = 1024  # client connections in total; more are refused (too_many_connections)
+    max_connections_per_host: int = 256  # client connections from one source address
+    max_outbuf_bytes: int = 4 * 1024 * 1024  # bytes queued to one connection; delivery to it stops past this
+    max_http_connections: int = 32  # concurrent HTTP requests (metrics, stats, admin); more get 503
     tick_ms: int = 20
     zk_session_timeout_s: float = 10.0
     zk_start_timeout_s: float = 15.0
@@ -57,7 +69,9 @@ class Options:
     # default (Parquet: 256 MiB of open file, about 3.5 million events, or 60 s; JSON lines: 64 MiB or 60 s)
     trace_roll_mb: int | None = None
     trace_roll_s: float | None = None
-    admin_token: str = ""  # bearer token of the /admin/ HTTP API; empty: /admin/ refuses every call (403)
+    # bearer token of the HTTP side (all but /healthz and /metrics); empty: those refuse every call (403).
+    # From the environment only (see above): never a command-line flag nor a config-file setting.
+    admin_token: str = field(default="", repr=False)
     log_level: str = "INFO"
     extra: dict = field(default_factory=dict)
 
@@ -78,6 +92,11 @@ class Options:
             raise ValueError("fsync must be 'batch', 'interval' or 'never'")
         if not 0 < self.port < 65536:
             raise ValueError("port must be between 1 and 65535")
+        if not 256 <= self.max_prehello_frame_bytes <= self.max_frame_bytes:
+            raise ValueError("max_prehello_frame_bytes must be between 256 and max_frame_bytes")
+        for name in ("max_connections", "max_connections_per_host", "max_outbuf_bytes", "max_http_connections"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
         self.data_dir = Path(self.data_dir)
         if self.trace_dir is not None:
             self.trace_dir = Path(self.trace_dir)
@@ -94,7 +113,14 @@ class Options:
         return "/" + self.zk.split("/", 1)[1] if "/" in self.zk else ""
 
 
-_FIELDS = {f.name: f for f in dataclasses.fields(Options) if f.name != "extra"}
+SECRET_FIELDS = {"admin_token": "SWITCHYARD_BROKER_ADMIN_TOKEN"}  # field -> variable read_secret reads
+_FIELDS = {f.name: f for f in dataclasses.fields(Options) if f.name != "extra" and f.name not in SECRET_FIELDS}
+
+
+def _secret_refusal(name: str, where: str) -> str:
+    var = SECRET_FIELDS[name]
+    return (f"{name} is a secret and is not accepted {where}; set {var} or {var}_FILE (a file of mode 600) "
+            "in the broker's environment instead")
 
 
 def _convert(name: str, value):
@@ -115,6 +141,9 @@ def _convert(name: str, value):
 def load_file(path: Path) -> dict:
     data = path.read_bytes()
     doc = json.loads(data) if path.suffix == ".json" else tomllib.loads(data.decode())
+    for name in SECRET_FIELDS:
+        if name in doc:
+            raise ValueError(f"{path}: " + _secret_refusal(name, "in a config file"))
     unknown = set(doc) - set(_FIELDS)
     if unknown:
         raise ValueError(f"unknown settings in {path}: {', '.join(sorted(unknown))}")
@@ -130,7 +159,13 @@ def parse(argv: list[str] | None = None, environ: dict[str, str] | None = None) 
             parser.add_argument(flag, dest=name, default=None, action=argparse.BooleanOptionalAction)
         else:
             parser.add_argument(flag, dest=name, default=None)
+    for name in SECRET_FIELDS:
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(flag, dest=f"refused_{name}", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    for name in SECRET_FIELDS:
+        if getattr(args, f"refused_{name}") is not None:
+            parser.error(_secret_refusal(name, "on the command line (ps shows it to every user)"))
     values: dict = {}
     if args.config:
         values.update(load_file(args.config))
@@ -143,7 +178,12 @@ def parse(argv: list[str] | None = None, environ: dict[str, str] | None = None) 
         cli = getattr(args, name)
         if cli is not None:
             values[name] = cli
-    opts = Options(**{k: _convert(k, v) for k, v in values.items()})
+    try:
+        for name, var in SECRET_FIELDS.items():
+            values[name] = read_secret(var, environ, default="")
+    except SecretSourceError as exc:
+        parser.error(str(exc))
+    opts = Options(**{k: _convert(k, v) if k in _FIELDS else v for k, v in values.items()})
     try:
         return opts.validate()
     except ValueError as exc:

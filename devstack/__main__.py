@@ -75,8 +75,7 @@ def start_demo_brokers(state: Path, ports: Ports, env: dict[str, str]) -> None:
             f"broker-{cluster}",
             [sys.executable, "-m", "broker_core", "--cluster", cluster, "--zk", f"{env['SWITCHYARD_ZK']}/switchyard/{cluster}",
              "--data-dir", str(state / "brokers" / cluster), "--port", str(ports.broker(index)),
-             "--metrics-port", str(ports.broker_metrics(index)),
-             "--admin-token", env["SWITCHYARD_BROKER_ADMIN_TOKEN"]],
+             "--metrics-port", str(ports.broker_metrics(index))],  # admin token: env's _FILE, never argv
             state, env, ROOT,
         )
     if demo.exists():

@@ -368,8 +368,9 @@ def environment(state: Path, ports: Ports, dbname: str = "switchyard") -> dict[s
         "SWITCHYARD_REDIS_URL": f"redis://127.0.0.1:{ports.redis}/0",
         "SWITCHYARD_ZK": f"127.0.0.1:{ports.zookeeper}",
         "SPARK_LOCAL_IP": "127.0.0.1",
-        # the control plane calls the brokers' /admin/ API with it; the demo brokers get it as --admin-token
-        "SWITCHYARD_BROKER_ADMIN_TOKEN": admin_token(state),
+        # the brokers' admin token (their HTTP side but /healthz and /metrics): the path of its file, never the
+        # value; the control plane (settings, read_secret) and the demo brokers read it from there
+        "SWITCHYARD_BROKER_ADMIN_TOKEN_FILE": str(secret_file(state, "broker-admin-token")),
     }
 
 

@@ -7,6 +7,8 @@ defaults match the stack that `./dev up` starts (port base 27100).
 import os
 from pathlib import Path
 
+from broker_core.secret_source import read_secret
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 PROJECT_DIR = Path(__file__).resolve().parent  # platform/ in the repository, control_plane/ when installed
 PORT_BASE = int(os.environ.get("SWITCHYARD_PORT_BASE", "27100"))
@@ -161,7 +163,8 @@ SWITCHYARD_SPARK_MASTER = os.environ.get("SWITCHYARD_SPARK_MASTER", "local[*]")
 
 # Transaction back-checks and dead-letter re-drive (apps/transactions). The brokers' admin API
 # (http://<host>:<metrics_port>/admin/...) takes this bearer token; brokers get the same one.
-SWITCHYARD_BROKER_ADMIN_TOKEN = os.environ.get("SWITCHYARD_BROKER_ADMIN_TOKEN", "")
+# (the variable, or the mode-600 file SWITCHYARD_BROKER_ADMIN_TOKEN_FILE names; it also reads brokers' /stats)
+SWITCHYARD_BROKER_ADMIN_TOKEN = read_secret("SWITCHYARD_BROKER_ADMIN_TOKEN", default="")
 # bound on each admin call (a check call itself waits up to SWITCHYARD_TX_CHECK_TIMEOUT_MS on the broker)
 SWITCHYARD_BROKER_ADMIN_TIMEOUT = float(os.environ.get("SWITCHYARD_BROKER_ADMIN_TIMEOUT", "10"))
 SWITCHYARD_TX_CHECK_TIMEOUT_MS = int(os.environ.get("SWITCHYARD_TX_CHECK_TIMEOUT_MS", "3000"))

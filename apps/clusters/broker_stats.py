@@ -1,7 +1,8 @@
 """Live figures from a cluster's brokers: each registered node's `/stats`, read now, and their sum per
 topic and group.
 
-Brokers serve `/stats` on their metrics port (see broker_core/node.py `Broker.stats`). Every read is
+Brokers serve `/stats` on their metrics port (see broker_core/node.py `Broker.stats`), to callers that send
+the brokers' admin token (SWITCHYARD_BROKER_ADMIN_TOKEN). Every read is
 bounded by SWITCHYARD_BROKER_STATS_TIMEOUT and the nodes are read in parallel, so one slow or dead
 broker costs the page at most one timeout; nothing here writes.
 """
@@ -65,9 +66,15 @@ def fetch_node_stats(node: BrokerNode, timeout: float | None = None) -> NodeStat
         return NodeStats(node, error="the broker registered no metrics port")
     timeout = timeout or settings.SWITCHYARD_BROKER_STATS_TIMEOUT
     url = f"http://{node.host}:{node.metrics_port}/stats"
+    request = urllib.request.Request(url)
+    if settings.SWITCHYARD_BROKER_ADMIN_TOKEN:  # /stats is behind the brokers' admin token
+        request.add_header("Authorization", f"Bearer {settings.SWITCHYARD_BROKER_ADMIN_TOKEN}")
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return NodeStats(node, stats=json.loads(response.read()))
+    except urllib.error.HTTPError as exc:
+        return NodeStats(node, error=f"{url} refused the read ({exc.code} {exc.reason}): the control plane's "
+                                     "SWITCHYARD_BROKER_ADMIN_TOKEN must be the broker's admin token")
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         return NodeStats(node, error=f"{url} did not answer within {timeout:g}s: {reason}")

@@ -91,9 +91,28 @@ def zk(zk_hosts):
     client.close()
 
 
+TOKEN_VAR = "SWITCHYARD_BROKER_ADMIN_TOKEN"
+
+
 class BrokerProcess:
-    def __init__(self, cluster: Cluster, index: int, port: int, extra: list[str]):
+    """A broker subprocess. Its admin token (for /stats, /deadletters, /admin/) comes from its environment:
+    `admin_token` None: the test process's (tests/conftest.py sets one); "": none; else that one. `env`: more
+    variables for it (a None value removes one)."""
+
+    def __init__(self, cluster: Cluster, index: int, port: int, extra: list[str], admin_token: str | None = None,
+                 env: dict[str, str | None] | None = None):
         self.cluster = cluster
+        self.env = {k: v for k, v in os.environ.items() if k not in (TOKEN_VAR, TOKEN_VAR + "_FILE")}
+        if admin_token is None:
+            self.env.update({k: os.environ[k] for k in (TOKEN_VAR, TOKEN_VAR + "_FILE") if k in os.environ})
+        elif admin_token:
+            self.env[TOKEN_VAR] = admin_token
+        for k, v in (env or {}).items():
+            if v is None:
+                self.env.pop(k, None)
+            else:
+                self.env[k] = v
+        self.admin_token = admin_token if admin_token is not None else os.environ.get(TOKEN_VAR, "")
         self.index = index
         self.port = port
         self.metrics_port = port + 1
@@ -115,7 +134,7 @@ class BrokerProcess:
                 "--heartbeat-ms", "1000", *self.extra]
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     cwd=ROOT, start_new_session=True)
+                                     cwd=ROOT, start_new_session=True, env=self.env)
         log.close()
         if wait:
             self.wait_ready()
@@ -155,15 +174,25 @@ class BrokerProcess:
         return self.start()
 
     def stats(self) -> dict:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/stats", timeout=5) as r:
-            return json.loads(r.read())
+        return json.loads(self.http("/stats"))
 
     def group_stats(self, topic: str, group: str) -> dict:
         return self.stats()["topics"].get(topic, {}).get("groups", {}).get(group, {})
 
     def http(self, path: str) -> bytes:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}{path}", timeout=5) as r:
+        """GET path with this broker's admin token (/healthz and /metrics need none; the rest do)."""
+        request = urllib.request.Request(f"http://127.0.0.1:{self.metrics_port}{path}")
+        if self.admin_token:
+            request.add_header("Authorization", f"Bearer {self.admin_token}")
+        with urllib.request.urlopen(request, timeout=5) as r:
             return r.read()
+
+    def rss_bytes(self) -> int:
+        """The broker process's resident set size now (VmRSS of /proc/<pid>/status)."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError(f"no VmRSS for broker pid {self.proc.pid}")
 
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")[-5000:]
@@ -190,8 +219,9 @@ class Cluster:
         self.pv.topic(topic)
         self.pv.grant(topic, app)
 
-    def broker(self, *extra: str, start: bool = True) -> BrokerProcess:
-        b = BrokerProcess(self, len(self.brokers), free_port_pair(), list(extra))
+    def broker(self, *extra: str, start: bool = True, admin_token: str | None = None,
+               env: dict[str, str | None] | None = None) -> BrokerProcess:
+        b = BrokerProcess(self, len(self.brokers), free_port_pair(), list(extra), admin_token, env)
         self.brokers.append(b)
         return b.start() if start else b
 

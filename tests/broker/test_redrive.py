@@ -48,7 +48,7 @@ def test_list_redrive_once_and_never_again_after_restart(cluster):
     cluster.standard(TOPIC)
     cluster.pv.binding(TOPIC, GROUP, APP, delivery_limit=1, backoff_initial_ms=10, backoff_max_ms=10)
     cluster.pv.binding(TOPIC, "audit", APP)  # another group: a re-drive is for its group only
-    broker = cluster.broker("--admin-token", TOKEN)
+    broker = cluster.broker(admin_token=TOKEN)
 
     early = dead_letter(cluster, broker, [b"early %d" % i for i in range(4)])
     time.sleep(0.05)
@@ -97,7 +97,7 @@ def test_list_redrive_once_and_never_again_after_restart(cluster):
 def test_redrive_is_a_fresh_delivery_with_attempt_one(cluster):
     cluster.standard(TOPIC)
     cluster.pv.binding(TOPIC, GROUP, APP, delivery_limit=2, backoff_initial_ms=10, backoff_max_ms=10)
-    broker = cluster.broker("--admin-token", TOKEN)
+    broker = cluster.broker(admin_token=TOKEN)
     ids = dead_letter(cluster, broker, [b"a", b"b"])
     attempts: list[tuple[str, int]] = []
 
@@ -112,7 +112,7 @@ def test_redrive_is_a_fresh_delivery_with_attempt_one(cluster):
 
 def test_dlq_of_unknown_topic_or_group_is_empty(cluster):
     cluster.standard(TOPIC)
-    broker = cluster.broker("--admin-token", TOKEN)
+    broker = cluster.broker(admin_token=TOKEN)
     status, page = admin(broker, "GET", "/admin/dlq?topic=nope&group=none")
     assert status == 200 and page == {"dead_letters": [], "next_after": None}
     answer = redrive(broker, ["x"])

@@ -24,7 +24,7 @@ def setup_tx(cluster, *broker_args: str, brokers: int = 1):
     cluster.standard(TOPIC)
     cluster.pv.topic(TOPIC, transactional=True, tx_check={"delay_s": 1})
     cluster.pv.binding(TOPIC, "billing", APP)
-    return [cluster.broker("--admin-token", TOKEN, *broker_args) for _ in range(brokers)]
+    return [cluster.broker(*broker_args) for _ in range(brokers)]
 
 
 def settled(got: Received, producer: Producer, name: str = "c") -> list[str]:
@@ -70,7 +70,7 @@ def test_local_transaction_raises_then_rolled_back_never_delivered(cluster):
 
 def test_prepared_on_a_non_transactional_topic_is_refused(cluster):
     cluster.standard("plain")
-    cluster.broker("--admin-token", TOKEN)
+    cluster.broker(admin_token=TOKEN)
     with Producer(**cluster.client_kwargs()) as producer:
         with pytest.raises(BrokerError) as refused:
             producer.send_transactional("plain", b"x", lambda _id: None)
@@ -189,7 +189,7 @@ def test_check_listener_reaches_every_broker_in_process(cluster):
 
 def test_admin_auth(cluster):
     (broker,) = setup_tx(cluster)
-    no_token = cluster.broker("--admin-token", "")  # no token (the test environment may export one)
+    no_token = cluster.broker(admin_token="")  # no token (the test environment may export one)
     status, answer = admin(no_token, "GET", "/admin/tx/prepared")
     assert status == 403 and answer["error"] == "admin_disabled"
     for token in (None, "wrong-token"):

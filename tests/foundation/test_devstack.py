@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from broker_core.secret_source import read_secret_file
+
 ROOT = Path(__file__).resolve().parents[2]
 PORT_BASE = 27300
 
@@ -44,13 +46,16 @@ def devstack(state_root: Path, command: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
-def demo_groups_acking(metrics_port: int, timeout: float = 90) -> set[tuple[str, str]]:
-    """The (topic, group) pairs with acked messages on one demo broker, once all three have some."""
+def demo_groups_acking(metrics_port: int, token: str, timeout: float = 90) -> set[tuple[str, str]]:
+    """The (topic, group) pairs with acked messages on one demo broker, once all three have some (/stats needs
+    the stack's broker admin token)."""
     deadline = time.monotonic() + timeout
     acking: set[tuple[str, str]] = set()
+    request = urllib.request.Request(f"http://127.0.0.1:{metrics_port}/stats",
+                                     headers={"Authorization": f"Bearer {token}"})
     while time.monotonic() < deadline:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/stats", timeout=5) as response:
+            with urllib.request.urlopen(request, timeout=5) as response:
                 stats = json.loads(response.read())
         except OSError:
             stats = {}
@@ -86,9 +91,18 @@ def test_up_twice_serves_login_and_down_leaves_nothing(state_root):
     assert response.status == 200 and "Log in to Switchyard" in body
     assert processes_of(state_root)
 
+    # the brokers' admin token is in the state folder (mode 600) and on no process's command line
+    token_file = state_root / "dev" / "secrets" / "broker-admin-token"
+    token = read_secret_file(token_file)
+    for pid in processes_of(state_root):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        assert token.encode() not in cmdline, f"the broker admin token is on the command line of pid {pid}"
     # the demo topics were approved and provisioned: the demo traffic is flowing through both brokers
     for metrics_port in (PORT_BASE + 40, PORT_BASE + 41):
-        assert demo_groups_acking(metrics_port) == {
+        assert demo_groups_acking(metrics_port, token) == {
             ("payments.demo-orders", "audit-feed"), ("payments.demo-orders", "shipping"),
             ("payments.demo-payments", "ledger")}
 

@@ -40,7 +40,7 @@ def test_traced_paths_through_a_real_broker(cluster, spark, make_user, api_for, 
     cluster.pv.topic("payments", transactional=True)
     cluster.pv.grant("payments", APP)
     cluster.pv.binding("payments", "billing", APP)
-    broker = cluster.broker("--trace", "--admin-token", TOKEN)
+    broker = cluster.broker("--trace", admin_token=TOKEN)
 
     may_pass = threading.Event()  # set once e2e-redrive sits in the dead-letter queue
 

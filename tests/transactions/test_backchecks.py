@@ -44,7 +44,7 @@ def tx(cluster, people, celery_worker, settings):  # noqa: F811
     cp = control_plane_cluster(people.admin, cluster)
     topic = transactional_topic(cp, cluster, "orders")
     app, _ = actions.create_app(actor=people.dev, app_id=APP, team=people.dev.teams.get())
-    broker = cluster.broker("--admin-token", admin_token())
+    broker = cluster.broker(admin_token=admin_token())
     got = Received()
     consumer = Consumer("orders", "billing", got.handler("billing"), **cluster.client_kwargs())
     consumer.start()

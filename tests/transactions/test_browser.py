@@ -32,7 +32,7 @@ def broker_cluster(cluster, people, celery_worker, settings):  # noqa: F811
 def test_unresolved_message_is_shown_and_alerted(broker_cluster, people, page, live_server):
     bc, cp = broker_cluster
     transactional_topic(cp, bc, "orders", delay=1, interval=1, max_checks=2)
-    bc.broker("--admin-token", admin_token())
+    bc.broker(admin_token=admin_token())
     [message_id] = prepare_and_die(bc, "orders", 1, APP, SECRET)
     drive_sweeps(lambda: PreparedMessage.objects.filter(message_id=message_id, state="unresolved").exists(), 60,
                  what="unresolved")
@@ -52,7 +52,7 @@ def test_unresolved_message_is_shown_and_alerted(broker_cluster, people, page, l
 def test_sre_redrives_through_the_form_and_sees_progress(broker_cluster, people, page, live_server):
     bc, cp = broker_cluster
     bc.pv.binding("orders", "billing", APP, delivery_limit=1)
-    broker = bc.broker("--admin-token", admin_token())
+    broker = bc.broker(admin_token=admin_token())
     refusing = {"on": True}
     after = []
 

@@ -37,7 +37,7 @@ def poisoned(cluster, people, celery_worker, settings):  # noqa: F811
     cluster.standard("orders")
     cluster.pv.binding("orders", "billing", APP, delivery_limit=1)
     cp = control_plane_cluster(people.admin, cluster)
-    broker = cluster.broker("--admin-token", admin_token())
+    broker = cluster.broker(admin_token=admin_token())
     refusing = threading.Event()
     refusing.set()
     lock = threading.Lock()
