@@ -52,6 +52,8 @@ BROKER_PORT = 27580
 APP, SECRET, TOPIC, GROUP = "bench-app", "bench-secret", "bench", "bench-group"
 BODY = b"x" * 1024
 WINDOW = 2000
+# the brokers started here read their admin token from the environment (never argv); /stats needs it
+ADMIN_TOKEN = os.environ.setdefault("SWITCHYARD_BROKER_ADMIN_TOKEN", "bench-" + uuid.uuid4().hex)
 
 
 def hold_bench_lock():
@@ -86,7 +88,10 @@ def start_broker(zk: str, data_dir: Path, fsync: str, trace: bool, port: int = B
 
 
 def broker_stats() -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{BROKER_PORT + 1}/stats", timeout=5) as r:
+    """The bench broker's /stats (behind its admin token, which it got from the environment)."""
+    request = urllib.request.Request(f"http://127.0.0.1:{BROKER_PORT + 1}/stats",
+                                     headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
+    with urllib.request.urlopen(request, timeout=5) as r:
         return json.loads(r.read())
 
 

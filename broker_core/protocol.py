@@ -449,10 +449,22 @@ def encode_frame(event: Event) -> bytes:
     return HEADER.pack(MAGIC, PROTOCOL_VERSION, event.code, len(body)) + body
 
 
+# A buffer left empty keeps its memory for the next read up to this size (one read of asyncio or uvloop is at
+# most 256 KiB); a larger one, grown for a big frame, is given back once that frame is consumed.
+KEEP_BUFFER = 256 * 1024 + HEADER_SIZE
+
+
 class Connection:
     """One side of a connection: bytes in, events out; events in, bytes out. No I/O.
 
     `our_role` is CLIENT or SERVER; a frame whose command only our own role may send is refused.
+
+    Memory: the receive buffer holds the unconsumed bytes only (consumed frames are dropped as the next data
+    arrives) and its allocation stays within `max_frame` + 8 + the size of one `receive_data` call, as long as
+    the caller takes the events out after each call (a caller that stops taking them, e.g. while it checks
+    a secret, must stop reading too). A frame whose header declares more than `max_frame` is refused from
+    its header, before its body is waited for. `max_frame` may be changed between frames (the broker
+    allows only small frames until Hello succeeds); `limit_note` then says why in the refusal.
     """
 
     def __init__(self, our_role: str, max_frame: int = DEFAULT_MAX_FRAME):
@@ -460,8 +472,10 @@ class Connection:
             raise ValueError(our_role)
         self.our_role = our_role
         self.max_frame = max_frame
-        self._buf = bytearray()
+        self.limit_note = ""
+        self._buf = bytearray()  # its length is the capacity; data lives in [_pos, _end)
         self._pos = 0
+        self._end = 0
         self.frames_received = 0
         self.closed_by_error: ProtocolError | None = None
 
@@ -470,14 +484,43 @@ class Connection:
     def receive_data(self, data: bytes) -> None:
         if self.closed_by_error is not None:
             raise self.closed_by_error
-        if self._pos and self._pos == len(self._buf):
-            self._buf.clear()
-            self._pos = 0
-        self._buf += data
+        n = len(data)
+        if not n:
+            return
+        if self._pos == self._end:  # everything consumed: start over at the front
+            self._pos = self._end = 0
+            if len(self._buf) > KEEP_BUFFER and n <= KEEP_BUFFER:
+                self._buf = bytearray()  # a big frame has passed: give its memory back
+        if self._end + n > len(self._buf):
+            self._make_room(n)
+        end = self._end
+        self._buf[end:end + n] = data  # same length: a copy into place, never a resize
+        self._end = end + n
+
+    def _make_room(self, n: int) -> None:
+        """Room for n more bytes after the unconsumed ones: move them to the front of the buffer when that is
+        enough and cheap, else a larger buffer (doubling, but never past one frame of the limit plus n)."""
+        buf, pos, end = self._buf, self._pos, self._end
+        tail = end - pos
+        needed = tail + n
+        limit = self.max_frame + HEADER_SIZE + n
+        if needed <= len(buf) and (pos >= tail or len(buf) >= limit):
+            buf[:tail] = buf[pos:end]  # the copy costs no more than what was consumed (or once per frame)
+        else:
+            new = bytearray(max(needed, min(2 * len(buf), limit)))
+            new[:tail] = memoryview(buf)[pos:end]
+            self._buf = new
+        self._pos, self._end = 0, tail
 
     @property
     def buffered(self) -> int:
-        return len(self._buf) - self._pos
+        """Bytes received and not consumed yet."""
+        return self._end - self._pos
+
+    @property
+    def allocated(self) -> int:
+        """Bytes the receive buffer holds allocated now (its capacity)."""
+        return len(self._buf)
 
     def next_event(self) -> Event | _NeedData:
         """The next complete event, or NEED_DATA. Raises ProtocolError on a bad frame."""
@@ -490,8 +533,8 @@ class Connection:
             raise
 
     def _next_event(self) -> Event | _NeedData:
-        buf, pos = self._buf, self._pos
-        if len(buf) - pos < HEADER_SIZE:
+        buf, pos, end_of_data = self._buf, self._pos, self._end
+        if end_of_data - pos < HEADER_SIZE:
             return NEED_DATA
         magic, version, code, length = HEADER.unpack_from(buf, pos)
         if magic != MAGIC:
@@ -500,7 +543,8 @@ class Connection:
             raise ProtocolError(f"unsupported protocol version {version} (this side speaks {PROTOCOL_VERSION})",
                                 E_UNSUPPORTED)
         if length > self.max_frame:
-            raise ProtocolError(f"frame of {length} bytes exceeds the limit of {self.max_frame}", E_TOO_LARGE)
+            raise ProtocolError(f"frame of {length} bytes exceeds the limit of {self.max_frame}{self.limit_note}",
+                                E_TOO_LARGE)
         cls = EVENTS.get(code)
         if cls is None:
             if code in RESERVED_CODES:
@@ -509,17 +553,14 @@ class Connection:
         if cls.sender == self.our_role:
             raise ProtocolError(f"bad frame: {cls.__name__} may not be sent by the {_peer(self.our_role)}")
         end = pos + HEADER_SIZE + length
-        if len(buf) < end:
+        if end_of_data < end:
             return NEED_DATA
         try:
-            body = msgpack.unpackb(memoryview(buf)[pos + HEADER_SIZE:end], raw=False, use_list=True,
-                                   strict_map_key=True)
+            with memoryview(buf) as view:
+                body = msgpack.unpackb(view[pos + HEADER_SIZE:end], raw=False, use_list=True, strict_map_key=True)
         except Exception as exc:  # msgpack raises several kinds on garbage
             raise ProtocolError(f"bad frame: body is not valid msgpack ({exc.__class__.__name__})") from None
         self._pos = end
-        if end == len(buf):
-            buf.clear()
-            self._pos = 0
         self.frames_received += 1
         return cls.from_body(body)
 
