@@ -136,7 +136,6 @@ def main() -> int:
     if not zk_connect:
         raise SystemExit("SWITCHYARD_ZK is not set: source the env.sh that ./dev writes into its state folder")
     os.environ.setdefault("SWITCHYARD_BROKER_ADMIN_TOKEN", "tx-bench-" + uuid.uuid4().hex)
-    token = os.environ["SWITCHYARD_BROKER_ADMIN_TOKEN"]
 
     recreate_database()
     os.environ["SWITCHYARD_DB_NAME"] = BENCH_DB

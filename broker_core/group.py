@@ -23,13 +23,14 @@ import time
 from collections import deque
 
 from broker_core.cluster_state import Backoff, Binding
-from broker_core.protocol import M_TTL_MS
+from broker_core.protocol import M_BODY, M_TTL_MS
 from broker_core.store import StoredMessage, TopicStore
 from broker_core.trace import TraceSink
 
 log = logging.getLogger("broker_core.group")
 
 DEFAULT_BACKOFF = Backoff()
+ITEM_OVERHEAD = 128  # bytes a delivered message costs on the wire besides its body (as `ClientConnection.deliver`)
 
 
 class Consumer:
@@ -40,6 +41,10 @@ class Consumer:
     paused: bool
 
     def deliver(self, sub_id: int, items: list) -> None: ...
+
+    def room(self) -> int:
+        """Bytes of deliveries it may still be handed now (<= 0: none until it has written some out)."""
+        ...
 
     def unsubscribed(self, sub_id: int, reason: str) -> None: ...
 
@@ -184,10 +189,11 @@ class Group:
             lane.subs.append(sub)
             sub.lane = lane
             self.lanes[sub] = lane
-            waiting = self._drain(self.main)
+            old_main = self.main
+            waiting = self._drain(old_main)
             if waiting:
                 self.main = Lane()
-                self._give_to_lanes(waiting)
+                self._give_to_lanes(waiting, old_main.attempts)
         self.dispatch()
 
     def unsubscribe(self, sub: Subscription, reason: str | None = None) -> None:
@@ -222,7 +228,7 @@ class Group:
                         del self.copies[m.seq]
                         orphans.append(m)
             if orphans:
-                self._give_to_lanes(orphans)
+                self._give_to_one_lane(orphans, lane.attempts)
         if reason is not None:
             sub.conn.unsubscribed(sub.sub_id, reason)
         if self.mode == "clustering":
@@ -238,17 +244,34 @@ class Group:
         lane.waiting.clear()
         return out
 
-    def _give_to_lanes(self, messages: list[StoredMessage]) -> None:
-        """Broadcast: hand waiting messages to every consumer now connected (or keep them)."""
+    def _give_to_lanes(self, messages: list[StoredMessage], attempts: dict[int, int]) -> None:
+        """Broadcast: hand waiting messages to every consumer now connected (or keep them), with the deliveries
+        they had so far (`attempts`)."""
+        lanes = list(self.lanes.values()) or [self.main]
+        for lane in lanes:
+            lane.attempts.update((m.seq, attempts[m.seq]) for m in messages if m.seq in attempts)
         if not self.lanes:
             for m in messages:
                 self.main.add(m)
             return
-        lanes = list(self.lanes.values())
         for m in messages:
             self.copies[m.seq] = [len(lanes), False]
             for lane in lanes:
                 lane.add(m)
+
+    def _give_to_one_lane(self, messages: list[StoredMessage], attempts: dict[int, int]) -> None:
+        """Broadcast: messages that a consumer held alone (it was cut off or left before it acked them) go back
+        to the group ONCE: to the connected consumer with the least waiting, or kept for the next one. Handing
+        them to every consumer would multiply what the broker holds and sends (none of them was owed these)."""
+        if not self.lanes:
+            lane = self.main
+        else:
+            lane = min(self.lanes.values(), key=lambda lane: len(lane.waiting))
+        lane.attempts.update((m.seq, attempts[m.seq]) for m in messages if m.seq in attempts)
+        for m in messages:
+            if self.lanes:
+                self.copies[m.seq] = [1, False]
+            lane.add(m)
 
     def set_credit(self, sub: Subscription, credit: int) -> None:
         sub.credit = self.clamp_credit(credit)
@@ -268,7 +291,9 @@ class Group:
     def _dispatch_lane(self, lane: Lane) -> None:
         if not lane.ready:
             return
-        subs = [s for s in lane.subs if s.credit > len(s.in_flight) and not s.conn.paused]
+        # a consumer takes messages while it has credit AND room: what waits to be written to it is bounded in
+        # bytes (max_outbuf_bytes), so a consumer that does not read holds at most that much, whatever its credit
+        subs = [s for s in lane.subs if s.credit > len(s.in_flight) and s.conn.room() > 0]
         if not subs:
             return
         now = time.monotonic()
@@ -282,11 +307,12 @@ class Group:
             share = max(1, -(-len(ready) // len(subs)))
             for sub in list(subs):
                 n = min(sub.credit - len(sub.in_flight), share)
+                budget = sub.conn.room()
                 deadline = now + sub.ack_timeout
                 in_flight = sub.in_flight
                 first_only = not attempts  # no message came back: every item is a first attempt
                 items = []
-                while n > 0 and ready:
+                while n > 0 and ready and budget > 0:
                     m = ready.popleft()
                     seq = m.seq
                     if seq not in waiting:
@@ -304,6 +330,7 @@ class Group:
                     in_flight[seq] = (m, attempt, deadline)
                     items.append((seq, attempt, fields))
                     n -= 1
+                    budget -= len(fields[M_BODY]) + ITEM_OVERHEAD
                     if attempt > 1:
                         self.redelivered += 1
                 if items:
@@ -313,7 +340,7 @@ class Group:
                         self.trace.emit_group("delivered", self.topic, self.name, items,
                                               consumer=sub.conn.consumer_id, client_host=sub.conn.peer,
                                               attempt=1 if first_only else None)
-                if n > 0 or sub.credit <= len(in_flight):
+                if n > 0 or sub.credit <= len(in_flight) or sub.conn.room() <= 0:
                     subs.remove(sub)
                 if not ready:
                     break

@@ -40,6 +40,8 @@ class Broker:
         self.state = ClusterState()
         self.topics: dict[str, Topic] = {}
         self.connections: set[ClientConnection] = set()
+        self.connections_per_host: dict[str, int] = {}  # kept by the connections (max_connections_per_host)
+        self.refused_connections = 0
         self.verified = VerifiedCache()
         self.verify_secret = verify_secret
         self.tx = TxService(self)
@@ -253,7 +255,7 @@ class Broker:
 
         {"node_id": str, "cluster": str, "version": str, "started_at": float (epoch s), "uptime_s": float,
          "zookeeper": {"connected": bool, "registrations": int, "sessions_lost": int},
-         "connections": int, "auth_failures": int,
+         "connections": int, "refused_connections": int (over max_connections[_per_host]), "auth_failures": int,
          "transactions": {"prepared", "checks_sent", "checks_answered", "checks_timed_out", "checks_waiting",
                           "listeners"},
          "topics": {<topic>: {"published": int, "published_bytes": int, "publish_failures": int,
@@ -279,6 +281,7 @@ class Broker:
                           "registrations": m.registrations if m else 0,
                           "sessions_lost": m.sessions_lost if m else 0},
             "connections": len(self.connections),
+            "refused_connections": self.refused_connections,
             "auth_failures": self.auth_failures,
             "transactions": self.tx.stats(),
             "topics": {name: t.stats() for name, t in sorted(self.topics.items())},

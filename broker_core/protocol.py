@@ -61,6 +61,7 @@ E_UNKNOWN_MESSAGE = "unknown_message"
 E_HEARTBEAT = "heartbeat_timeout"
 E_SLOW_CONSUMER = "slow_consumer"
 E_SHUTTING_DOWN = "shutting_down"
+E_TOO_MANY_CONNECTIONS = "too_many_connections"
 E_INTERNAL = "internal"
 
 

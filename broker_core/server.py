@@ -3,6 +3,12 @@
 The connection authenticates first (`Hello`), then publishes, subscribes, acks. Refusals are
 `Error` frames naming the request; a frame that cannot be parsed, or is too large, gets a fatal
 `Error` and closes this connection only. Outgoing frames are gathered and written once per loop turn.
+
+Memory (broker_core/README.md "Memory bound"): the broker takes at most `max_connections` connections,
+`max_connections_per_host` from one address (more get a fatal `too_many_connections` error); until Hello
+succeeds a frame may hold `max_prehello_frame_bytes` only, and no more is read while the secret is checked;
+what waits to be written to one connection is bounded by `max_outbuf_bytes` (`room`), which groups
+respect before each delivery.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ class ClientConnection(asyncio.Protocol):
     def __init__(self, broker: Broker):
         self.broker = broker
         self.options = broker.options
-        self.proto = p.Connection(p.SERVER, max_frame=self.options.max_frame_bytes)
+        self.proto = p.Connection(p.SERVER, max_frame=self.options.max_prehello_frame_bytes)
+        self.proto.limit_note = " until Hello succeeds"
         self.transport: asyncio.Transport | None = None
         self.conn_no = next(_conn_ids)
         self.peer = "?"
@@ -48,6 +55,9 @@ class ClientConnection(asyncio.Protocol):
         self.opened_at = self.last_recv = self.last_send = time.monotonic()
         self.paused = False
         self.paused_since = 0.0
+        self.host = ""
+        self.counted = False  # holds a place in the broker's connection counts
+        self.reading_paused = False
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._flush_scheduled = False
@@ -59,6 +69,9 @@ class ClientConnection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.host = str(peer[0]) if isinstance(peer, tuple) else self.peer
+        if not self._take_place():
+            return
         sock = transport.get_extra_info("socket")
         if sock is not None:
             try:
@@ -67,11 +80,38 @@ class ClientConnection(asyncio.Protocol):
                 pass
         self.broker.connections.add(self)
 
+    def _take_place(self) -> bool:
+        """Count this connection in, or refuse it (fatal error, closed) when the broker or its address is full."""
+        opts, broker = self.options, self.broker
+        from_host = broker.connections_per_host.get(self.host, 0)
+        if len(broker.connections) >= opts.max_connections:
+            why = (f"this broker serves its limit of {opts.max_connections} connections (max_connections); "
+                   "retry later or connect to another broker of the cluster")
+        elif from_host >= opts.max_connections_per_host:
+            why = (f"{self.host} already holds {from_host} connections to this broker, the limit per address "
+                   "(max_connections_per_host); close some or share connections between producers")
+        else:
+            broker.connections_per_host[self.host] = from_host + 1
+            self.counted = True
+            return True
+        broker.refused_connections += 1
+        log.warning("refusing a connection from %s: %s", self.peer, why)
+        self.closed = True
+        self.transport.write(p.encode_frame(p.Error(None, p.E_TOO_MANY_CONNECTIONS, why, True)))
+        self.transport.close()
+        self.loop.call_later(5.0, self.transport.abort)
+        return False
+
     def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
         self.last_recv = time.monotonic()
         try:
             self.proto.receive_data(data)
             self._process()
+            if self.authenticating and not self.reading_paused:
+                self.transport.pause_reading()  # read no more while the secret is checked
+                self.reading_paused = True
         except p.ProtocolError as exc:
             self.fail(exc.code, str(exc))
         except Exception as exc:  # a bug must cost one connection, not the broker
@@ -79,6 +119,9 @@ class ClientConnection(asyncio.Protocol):
             self.fail(p.E_INTERNAL, f"internal error: {exc.__class__.__name__}")
 
     def _process(self) -> None:
+        if self.reading_paused and not self.authenticating and not self.closed:
+            self.reading_paused = False
+            self.transport.resume_reading()
         while not self.authenticating and not self.closed:
             event = self.proto.next_event()
             if event is p.NEED_DATA:
@@ -98,6 +141,12 @@ class ClientConnection(asyncio.Protocol):
     def _release(self) -> None:
         """Forget this connection: its subscriptions end and their in-flight messages go back."""
         self.broker.connections.discard(self)
+        if self.counted:
+            self.counted = False
+            per_host = self.broker.connections_per_host
+            per_host[self.host] -= 1
+            if not per_host[self.host]:
+                del per_host[self.host]
         if self.check_listener:
             self.broker.tx.connection_gone(self)
         for sub in list(self.subs.values()):
@@ -119,8 +168,15 @@ class ClientConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.paused = False
-        for sub in self.subs.values():
+        for sub in list(self.subs.values()):
             sub.group.dispatch()
+
+    def room(self) -> int:
+        """Bytes that may still be queued to this connection now: 0 once what waits to be written (gathered
+        here, or buffered by the transport) reaches max_outbuf_bytes, or while the transport is paused."""
+        if self.paused or self.closed:
+            return 0
+        return self.options.max_outbuf_bytes - self._out_bytes - self.transport.get_write_buffer_size()
 
     # -- writing ------------------------------------------------------------------------------
 
@@ -243,6 +299,7 @@ class ClientConnection(asyncio.Protocol):
         opts = self.options
         heartbeat_ms = max(opts.min_heartbeat_ms, min(ev.heartbeat_ms or opts.heartbeat_ms, opts.heartbeat_ms))
         self.heartbeat_s = heartbeat_ms / 1000
+        self.proto.max_frame, self.proto.limit_note = opts.max_frame_bytes, ""  # past Hello: frames of any size
         self.send(p.Welcome(p.PROTOCOL_VERSION, self.broker.node_id, opts.cluster, heartbeat_ms,
                             opts.max_frame_bytes))
 
