@@ -15,7 +15,8 @@ computed at request time from the counters the topics and groups keep (no per-me
 calls on the hot path). The /stats shape is documented in `Broker.stats`.
 
     GET /deadletters?topic=T&group=G&limit=N   the group's dead letters, oldest first (JSON;
-                                               bodies as UTF-8 text when they decode, else base64)
+                                               bodies as UTF-8 text when they decode, else base64;
+                                               at most 8 MiB of bodies, then "truncated": true)
 """
 
 from __future__ import annotations
@@ -104,6 +105,7 @@ def _json_safe_entry(entry: dict) -> dict:
 
 PUBLIC_PATHS = frozenset({"/healthz", "/metrics"})
 HEAD_LIMIT = 16 * 1024  # request line and headers
+DEADLETTERS_ANSWER_BYTES = 8 * 1024 * 1024  # bodies in one /deadletters answer (at least one entry)
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
            405: "Method Not Allowed", 411: "Length Required", 413: "Payload Too Large", 500: "Error",
            503: "Service Unavailable"}
@@ -247,9 +249,16 @@ class HttpEndpoints:
             if topic is None or q.get("group") not in topic.groups:
                 return 404, "application/json", b'{"error": "no such topic or group on this broker"}'
             limit = max(1, min(int(q.get("limit", 100)), 10_000))
-            entries = [_json_safe_entry(d.to_dict()) for d in topic.store.dead_letters(q["group"], limit)]
+            entries, size, truncated = [], 0, False
+            for dead in topic.store.dead_letters(q["group"], limit):
+                entry = dead.to_dict()
+                size += len(entry["body"]) + 256
+                if entries and size > DEADLETTERS_ANSWER_BYTES:
+                    truncated = True  # the answer is bounded in bytes too; page with /admin/dlq
+                    break
+                entries.append(_json_safe_entry(entry))
             return 200, "application/json", json.dumps({"topic": topic.name, "group": q["group"],
-                                                        "entries": entries}).encode()
+                                                        "entries": entries, "truncated": truncated}).encode()
         return 404, "text/plain", b"not found\n"
 
 

@@ -24,7 +24,7 @@ def setup_tx(cluster, *broker_args: str, brokers: int = 1):
     cluster.standard(TOPIC)
     cluster.pv.topic(TOPIC, transactional=True, tx_check={"delay_s": 1})
     cluster.pv.binding(TOPIC, "billing", APP)
-    return [cluster.broker(*broker_args) for _ in range(brokers)]
+    return [cluster.broker(*broker_args, admin_token=TOKEN) for _ in range(brokers)]
 
 
 def settled(got: Received, producer: Producer, name: str = "c") -> list[str]:

@@ -40,7 +40,7 @@ def test_rolled_back_message_is_kept_until_the_topics_retention(cluster):  # noq
     cluster.standard("orders")
     cluster.pv._put(LAYOUT.topic("orders"), topic_doc(RETENTION_S))
     cluster.pv.binding("orders", "billing", APP)
-    broker = cluster.broker("--segment-bytes", "2048")
+    broker = cluster.broker("--segment-bytes", "2048", admin_token=admin_token())
     got = Received()
     consumer = Consumer("orders", "billing", got.handler("billing"), **cluster.client_kwargs())
     consumer.start()
