@@ -94,9 +94,11 @@ class Options:
             raise ValueError("port must be between 1 and 65535")
         if not 256 <= self.max_prehello_frame_bytes <= self.max_frame_bytes:
             raise ValueError("max_prehello_frame_bytes must be between 256 and max_frame_bytes")
-        for name in ("max_connections", "max_connections_per_host", "max_outbuf_bytes", "max_http_connections"):
+        for name in ("max_connections", "max_connections_per_host", "max_http_connections"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
+        if self.max_outbuf_bytes < 64 * 1024:  # the transport's own high-water mark (pause_writing)
+            raise ValueError("max_outbuf_bytes must be at least 65536")
         self.data_dir = Path(self.data_dir)
         if self.trace_dir is not None:
             self.trace_dir = Path(self.trace_dir)

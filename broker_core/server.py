@@ -58,6 +58,7 @@ class ClientConnection(asyncio.Protocol):
         self.host = ""
         self.counted = False  # holds a place in the broker's connection counts
         self.reading_paused = False
+        self.output_full = False  # what waits to be written reached max_outbuf_bytes: read no more requests
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._flush_scheduled = False
@@ -109,19 +110,27 @@ class ClientConnection(asyncio.Protocol):
         try:
             self.proto.receive_data(data)
             self._process()
-            if self.authenticating and not self.reading_paused:
-                self.transport.pause_reading()  # read no more while the secret is checked
-                self.reading_paused = True
+            if self.authenticating:
+                self._update_reading()  # read no more while the secret is checked
         except p.ProtocolError as exc:
             self.fail(exc.code, str(exc))
         except Exception as exc:  # a bug must cost one connection, not the broker
             log.exception("connection %s (%s): internal error", self.consumer_id, self.peer)
             self.fail(p.E_INTERNAL, f"internal error: {exc.__class__.__name__}")
 
+    def _update_reading(self) -> None:
+        """Read from the client unless its secret is being checked or its answers back up past the bound."""
+        pause = self.authenticating or self.output_full
+        if pause != self.reading_paused and not self.closed:
+            self.reading_paused = pause
+            if pause:
+                self.transport.pause_reading()
+            else:
+                self.transport.resume_reading()
+
     def _process(self) -> None:
-        if self.reading_paused and not self.authenticating and not self.closed:
-            self.reading_paused = False
-            self.transport.resume_reading()
+        if self.reading_paused:
+            self._update_reading()
         while not self.authenticating and not self.closed:
             event = self.proto.next_event()
             if event is p.NEED_DATA:
@@ -168,6 +177,9 @@ class ClientConnection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.paused = False
+        if self.output_full:
+            self.output_full = False
+            self._update_reading()
         for sub in list(self.subs.values()):
             sub.group.dispatch()
 
@@ -203,6 +215,9 @@ class ClientConnection(asyncio.Protocol):
         out, self._out = self._out, []
         self.transport.write(out[0] if len(out) == 1 else b"".join(out))
         self.last_send = time.monotonic()
+        if not self.output_full and self.transport.get_write_buffer_size() >= self.options.max_outbuf_bytes:
+            self.output_full = True  # the client does not read its answers: take no more requests from it
+            self._update_reading()
 
     def error(self, ref: int | None, code: str, message: str) -> None:
         self.send(p.Error(ref, code, message, False))
@@ -471,6 +486,10 @@ class ClientConnection(asyncio.Protocol):
         if binding is None or binding.app_id != self.app_id:
             self.error(ev.ref, p.E_NO_BINDING, f"app {self.app_id!r} holds no binding of group {ev.group!r} on "
                                                f"topic {ev.topic!r}")
+            return
+        if self.room() <= 0:
+            self.error(ev.ref, p.E_INVALID, "this connection's output is full (max_outbuf_bytes): read what the "
+                                            "broker sent before asking for dead letters")
             return
         topic = self.broker.topics.get(ev.topic)
         entries, size = [], 0

@@ -8,9 +8,11 @@ import uuid
 import pytest
 
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync API runs an event loop
-# The brokers' admin token: `./dev test` exports one; a bare pytest run gets this one (brokers started by the
-# tests inherit the environment, and so does the Celery worker).
-os.environ.setdefault("SWITCHYARD_BROKER_ADMIN_TOKEN", "switchyard-test-admin-token")
+# The brokers' admin token: `./dev test` exports the path of its stack's token file
+# (SWITCHYARD_BROKER_ADMIN_TOKEN_FILE, read by the settings and the brokers alike); a bare pytest run gets this
+# one (brokers started by the tests inherit the environment, and so does the Celery worker).
+if not os.environ.get("SWITCHYARD_BROKER_ADMIN_TOKEN_FILE"):
+    os.environ.setdefault("SWITCHYARD_BROKER_ADMIN_TOKEN", "switchyard-test-admin-token")
 
 TEST_PASSWORD = "pw-for-tests-1"
 
@@ -112,7 +114,9 @@ def admin_token() -> str:
     """The admin token the control plane of the tests uses (settings read it from the environment)."""
     from django.conf import settings
 
-    return settings.SWITCHYARD_BROKER_ADMIN_TOKEN or os.environ["SWITCHYARD_BROKER_ADMIN_TOKEN"]
+    from broker_core.secret_source import read_secret
+
+    return settings.SWITCHYARD_BROKER_ADMIN_TOKEN or read_secret("SWITCHYARD_BROKER_ADMIN_TOKEN")
 
 
 @pytest.fixture(scope="session")

@@ -25,6 +25,7 @@ from kazoo.client import KazooClient
 
 from broker_core.layout import LAYOUT
 from broker_core.provision import Provisioner
+from broker_core.secret_source import read_secret
 from devstack.services import start_zookeeper, stop_zookeeper
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,7 +113,7 @@ class BrokerProcess:
                 self.env.pop(k, None)
             else:
                 self.env[k] = v
-        self.admin_token = admin_token if admin_token is not None else os.environ.get(TOKEN_VAR, "")
+        self.admin_token = admin_token if admin_token is not None else read_secret(TOKEN_VAR, default="")
         self.index = index
         self.port = port
         self.metrics_port = port + 1

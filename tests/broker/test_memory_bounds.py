@@ -20,14 +20,15 @@ READ = 256 * KiB  # one read of the event loop
 CONN = 64 * KiB  # K: a connection's objects, transport and asyncio state
 PER_MESSAGE = 1 * KiB  # M: a held message's objects besides its body
 PER_LANE_MESSAGE = 256  # L: a message waiting in, or in flight on, one broadcast consumer's lane
-DELIVER_FRAME = 1 * MiB  # D: one delivery frame past the outbuf bound
 
 
 def per_connection(max_frame: int, max_outbuf: int) -> int:
-    return max_frame + 8 + READ + max_outbuf + DELIVER_FRAME + CONN
+    """An authenticated connection: its receive buffer, and its output (the bound plus one frame past it)."""
+    return max_frame + 8 + READ + max_outbuf + max_frame + CONN
 
 
 def per_prehello_connection(max_prehello_frame: int) -> int:
+    """A connection before Hello succeeds: a small frame's receive buffer (its output is one error frame)."""
     return max_prehello_frame + 8 + READ + CONN
 
 
