@@ -15,7 +15,7 @@ Each line also gives the CPU time per message of the broker process and of the c
 the machine is shared and noisy, and CPU per message says more than wall-clock rates when other
 work competes for the two cores.
 
-ZooKeeper: $SWITCHYARD_ZK if set, else one started under /tmp/sy-broker/bench on port 27592.
+ZooKeeper: $SWITCHYARD_ZK if set, else one started under sy-broker/bench in the system's temporary folder, on port 27592.
 Ports 27580-27581 for the broker. Everything it starts is stopped at the end.
 """
 
@@ -46,7 +46,7 @@ from broker_core.client._loop import new_event_loop  # noqa: E402
 from broker_core.provision import Provisioner  # noqa: E402
 from devstack.services import port_open, start_zookeeper, stop_zookeeper  # noqa: E402
 
-STATE = Path("/tmp/sy-broker/bench")
+STATE = Path(tempfile.gettempdir()) / "sy-broker" / "bench"
 ZK_PORT = 27592
 BROKER_PORT = 27580
 APP, SECRET, TOPIC, GROUP = "bench-app", "bench-secret", "bench", "bench-group"

@@ -3,7 +3,7 @@
 ZooKeeper: $SWITCHYARD_ZK when set (`./dev test` exports it), else one started here on port base+390.
 Brokers run as `python -m broker_core` subprocesses on ports base+300..base+389 and are killed at teardown
 (base = $SWITCHYARD_PORT_BASE, 27200 by default, so two stacks never collide).
-State lives under the test state folder's broker/ (or /tmp/sy-broker/ outside `./dev test`).
+State lives under the test state folder's broker/ (or sy-broker/ in the system's temporary folder outside `./dev test`).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -30,7 +31,7 @@ from devstack.services import start_zookeeper, stop_zookeeper
 
 ROOT = Path(__file__).resolve().parents[2]
 PORT_BASE = int(os.environ.get("SWITCHYARD_PORT_BASE", "27200"))
-STATE = Path(os.environ["SWITCHYARD_STATE"]) / "broker" if os.environ.get("SWITCHYARD_STATE") else Path("/tmp/sy-broker")
+STATE = Path(os.environ["SWITCHYARD_STATE"]) / "broker" if os.environ.get("SWITCHYARD_STATE") else Path(tempfile.gettempdir()) / "sy-broker"
 ZK_PORT = PORT_BASE + 390
 SECOND_ZK_PORT = PORT_BASE + 391
 _ports = itertools.cycle(range(PORT_BASE + 300, PORT_BASE + 390, 2))
