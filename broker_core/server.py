@@ -58,7 +58,10 @@ class ClientConnection(asyncio.Protocol):
         self.host = ""
         self.counted = False  # holds a place in the broker's connection counts
         self.reading_paused = False
-        self.output_full = False  # what waits to be written reached max_outbuf_bytes: read no more requests
+        # past this much waiting to be written, read no more requests (deliveries alone stop at max_outbuf_bytes
+        # plus one frame; more means answers the client does not read)
+        self._full_at = self.options.max_outbuf_bytes + self.options.max_frame_bytes
+        self.output_full = False
         self._out: list[bytes] = []
         self._out_bytes = 0
         self._flush_scheduled = False
@@ -215,7 +218,7 @@ class ClientConnection(asyncio.Protocol):
         out, self._out = self._out, []
         self.transport.write(out[0] if len(out) == 1 else b"".join(out))
         self.last_send = time.monotonic()
-        if not self.output_full and self.transport.get_write_buffer_size() >= self.options.max_outbuf_bytes:
+        if not self.output_full and self.transport.get_write_buffer_size() >= self._full_at:
             self.output_full = True  # the client does not read its answers: take no more requests from it
             self._update_reading()
 
@@ -261,7 +264,8 @@ class ClientConnection(asyncio.Protocol):
         if not self.authenticated and not self.authenticating \
                 and now - self.opened_at > self.options.hello_timeout_ms / 1000:
             self.fail(p.E_NOT_AUTHENTICATED, "no Hello within the time allowed", abort=True)
-        elif now - self.last_recv > self.heartbeat_s * self.options.missed_heartbeats:
+        elif now - self.last_recv > self.heartbeat_s * self.options.missed_heartbeats and not self.output_full:
+            # (while its output is full the broker does not read it: the slow-consumer rule below decides)
             self.fail(p.E_HEARTBEAT, f"nothing received for {now - self.last_recv:.1f}s (heartbeats missed)",
                       abort=True)
         elif self.paused and now - self.paused_since > self.options.slow_consumer_timeout_ms / 1000:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 from broker_core import protocol as p
 from broker_core.client import Consumer, Message, Producer
@@ -20,6 +21,7 @@ READ = 256 * KiB  # one read of the event loop
 CONN = 64 * KiB  # K: a connection's objects, transport and asyncio state
 PER_MESSAGE = 1 * KiB  # M: a held message's objects besides its body
 PER_LANE_MESSAGE = 256  # L: a message waiting in, or in flight on, one broadcast consumer's lane
+WORK = 16 * MiB  # W: the objects of the one read being processed (at worst a read of tiny frames)
 
 
 def per_connection(max_frame: int, max_outbuf: int) -> int:
@@ -233,3 +235,46 @@ def test_connections_are_capped_in_total_and_per_address_with_a_clear_refusal(cl
         assert producer.send("orders", b"room again")
     for sock in held[15:]:
         sock.close()
+
+
+def test_a_client_that_never_reads_its_answers_is_no_longer_read_and_is_cut_off(cluster):
+    cluster.standard("orders")
+    max_frame, max_outbuf = MiB, MiB
+    broker = cluster.broker("--no-trace", "--heartbeat-ms", "60000", "--max-frame-bytes", str(max_frame),
+                            "--max-message-bytes", str(MiB // 2), "--max-outbuf-bytes", str(max_outbuf),
+                            "--slow-consumer-timeout-ms", "5000")
+    r0 = idle_rss(broker)
+    sampler = RssSampler(broker)
+    sock = socket.create_connection(("127.0.0.1", broker.port), timeout=10)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * KiB)
+    sock.sendall(p.encode_frame(p.Hello(1, "deaf", APP, SECRET, 60_000, {})))
+    conn = p.Connection(p.CLIENT)
+    while not any(isinstance(e, p.Welcome) for e in conn.events()):
+        conn.receive_data(sock.recv(4096))
+    # 64 MiB of Pings, each answered by a Pong the client never reads
+    pings = p.encode_frame(p.Ping()) * (64 * MiB // 9)
+    sock.setblocking(False)
+    sent, stalled_since = 0, None
+    try:
+        while sent < len(pings):
+            try:
+                sent += sock.send(pings[sent:sent + 256 * KiB])
+                stalled_since = None
+            except BlockingIOError:
+                stalled_since = stalled_since or time.monotonic()
+                if time.monotonic() - stalled_since > 2:  # the broker has stopped reading this client
+                    break
+                time.sleep(0.01)
+            except ConnectionError:  # ... and has already cut it off
+                break
+        assert sent < len(pings), "the broker read every request although the client read none of its answers"
+        wait_for(lambda: broker.stats()["connections"] == 0, 30, "the client to be cut off as a slow consumer")
+        peak = sampler.stop()
+    finally:
+        sock.close()
+    assert "slow_consumer" in broker.log()
+    bound = r0 + per_connection(max_frame, max_outbuf) + WORK
+    REPORTS.append(f"memory, a client sending 64 MiB of Pings and reading no Pong: it could send {sent / MiB:.1f} MiB "
+                   f"(kernel buffers included) before the broker stopped reading it; RSS {r0 / MiB:.0f} MiB idle -> peak {peak / MiB:.0f} MiB; "
+                   f"documented bound {bound / MiB:.0f} MiB")
+    assert peak <= bound, f"peak RSS {peak / MiB:.0f} MiB over the documented bound of {bound / MiB:.0f} MiB"
