@@ -70,6 +70,8 @@ def start_demo_brokers(state: Path, ports: Ports, env: dict[str, str]) -> None:
     demo = ROOT / "devstack" / "demo_traffic.py"
     if not (ROOT / "broker_core" / "__main__.py").exists():
         return
+    # a broker holds its own ZooKeeper credential, not the control plane's
+    broker_env = {k: v for k, v in env.items() if not k.startswith("SWITCHYARD_ZK_CONTROL_AUTH")}
     for index, cluster in enumerate(("dev-a", "prod-a")):
         services.spawn(
             f"broker-{cluster}",
@@ -77,7 +79,7 @@ def start_demo_brokers(state: Path, ports: Ports, env: dict[str, str]) -> None:
              "--data-dir", str(state / "brokers" / cluster), "--port", str(ports.broker(index)),
              "--metrics-port", str(ports.broker_metrics(index)),
              "--admin-token", env["SWITCHYARD_BROKER_ADMIN_TOKEN"]],
-            state, env, ROOT,
+            state, broker_env, ROOT,
         )
     if demo.exists():
         services.spawn("demo-traffic", [sys.executable, str(demo), "--secrets-file", str(state / DEMO_SECRETS)],

@@ -352,6 +352,17 @@ def secret_file(state: Path, name: str, nbytes: int = 32) -> Path:
     return path
 
 
+def zk_auth_file(state: Path, role: str) -> Path:
+    """The ZooKeeper digest credential (`switchyard-<role>:<random>`) of this stack's control plane or brokers,
+    made once in state/secrets/zk-<role>-auth (mode 600); see docs/security.md."""
+    path = state / "secrets" / f"zk-{role}-auth"
+    if not (path.exists() and path.read_text().strip()):
+        (state / "secrets").mkdir(parents=True, exist_ok=True)
+        (state / "secrets").chmod(0o700)
+        write_secret_file(path, f"switchyard-{role}:{secrets.token_urlsafe(32)}")
+    return path
+
+
 def admin_token(state: Path) -> str:
     """The brokers' admin API token of this stack (state/secrets/broker-admin-token)."""
     return read_secret_file(secret_file(state, "broker-admin-token"))
@@ -368,6 +379,9 @@ def environment(state: Path, ports: Ports, dbname: str = "switchyard") -> dict[s
         "SWITCHYARD_REDIS_URL": f"redis://127.0.0.1:{ports.redis}/0",
         "SWITCHYARD_ZK": f"127.0.0.1:{ports.zookeeper}",
         "SPARK_LOCAL_IP": "127.0.0.1",
+        # ZooKeeper ACLs: the control plane writes as one identity, brokers read as another (files, not values)
+        "SWITCHYARD_ZK_CONTROL_AUTH_FILE": str(zk_auth_file(state, "control")),
+        "SWITCHYARD_ZK_BROKER_AUTH_FILE": str(zk_auth_file(state, "broker")),
         # the control plane calls the brokers' /admin/ API with it; the demo brokers get it as --admin-token
         "SWITCHYARD_BROKER_ADMIN_TOKEN": admin_token(state),
     }

@@ -94,6 +94,9 @@ class App(models.Model):
     description = models.TextField(blank=True)
     secret_hash = models.CharField(max_length=200, editable=False)
     secret_rotated_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # the secret before the last rotation, accepted by the brokers until `previous_secret_valid_until`
+    previous_secret_hash = models.CharField(max_length=200, blank=True, default="", editable=False)
+    previous_secret_valid_until = models.DateTimeField(null=True, blank=True, editable=False)
     active = models.BooleanField(default=True)
     check_url = models.URLField(
         "HTTP check URL", max_length=500, blank=True, default="",

@@ -26,6 +26,7 @@ from kazoo.client import KazooClient
 from broker_core.layout import LAYOUT
 from broker_core.provision import Provisioner
 from devstack.services import start_zookeeper, stop_zookeeper
+from tests.support.stack import broker_environment, control_zk_client, zk_acl_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 PORT_BASE = int(os.environ.get("SWITCHYARD_PORT_BASE", "27200"))
@@ -84,7 +85,8 @@ def zk_hosts():
 
 @pytest.fixture(scope="session")
 def zk(zk_hosts):
-    client = KazooClient(hosts=zk_hosts, timeout=10)
+    """Authenticated as the control plane: the tests provision as it does (docs/security.md)."""
+    client = control_zk_client(zk_hosts, timeout=10)
     client.start(timeout=15)
     yield client
     client.stop()
@@ -115,7 +117,7 @@ class BrokerProcess:
                 "--heartbeat-ms", "1000", *self.extra]
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     cwd=ROOT, start_new_session=True)
+                                     cwd=ROOT, start_new_session=True, env=broker_environment())
         log.close()
         if wait:
             self.wait_ready()
@@ -179,7 +181,8 @@ class Cluster:
         self.zk = f"{zk_hosts}{self.chroot}"
         self.zk_client = zk_client
         self.state = state
-        self.pv = Provisioner(zk_client, self.chroot, cluster=name)
+        self.pv = Provisioner(zk_client, self.chroot, cluster=name, policy=zk_acl_policy())
+        self.pv.skeleton()  # the chroot and /brokers, with their ACLs: brokers may not create them
         self.brokers: list[BrokerProcess] = []
         self.cache_dir = state / "sdk-cache"
 
