@@ -15,6 +15,7 @@ from apps.transactions import actions, queries
 from apps.transactions.choices import TxState
 from apps.transactions.filtersets import PreparedMessageFilterSet
 from apps.transactions.forms import CheckUrlForm, RedriveForm
+from apps.provisioning.metrics import DriftCollector
 from apps.transactions.metrics import TxCollector
 from apps.transactions.models import Redrive
 from control_plane.errors import ActionError
@@ -106,7 +107,8 @@ class AppCheckUrlView(LoginRequiredMixin, View):
 
 
 def metrics(request):
-    """Prometheus text: back-check figures read from the database at scrape time."""
+    """Prometheus text: back-check and ZooKeeper drift figures read from the database at scrape time."""
     registry = CollectorRegistry()
     registry.register(TxCollector())
+    registry.register(DriftCollector())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)
