@@ -217,6 +217,13 @@ def record_drift_alert(cluster, items: list[dict], *, previous: set[tuple[str, s
     return True
 
 
+@audited
+def record_secure(*, actor, cluster, nodes: int, changed: int, failed: list[str]) -> None:
+    """`manage.py secure_zookeeper` gave a cluster's nodes their ACLs."""
+    record(actor=actor, action="zookeeper.secure", obj=cluster,
+           after={"cluster": cluster.name, "nodes": nodes, "changed": changed, "failed": failed[:50]})
+
+
 # --- the reconcile schedule (django-celery-beat's PeriodicTask, editable live) ---------------
 
 

@@ -9,13 +9,13 @@ from django.views import View
 from django.views.generic import DetailView, TemplateView
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from apps.provisioning.metrics import DriftCollector
 from apps.topics.actions import set_app_check_url
 from apps.topics.models import App
 from apps.transactions import actions, queries
 from apps.transactions.choices import TxState
 from apps.transactions.filtersets import PreparedMessageFilterSet
 from apps.transactions.forms import CheckUrlForm, RedriveForm
-from apps.provisioning.metrics import DriftCollector
 from apps.transactions.metrics import TxCollector
 from apps.transactions.models import Redrive
 from control_plane.errors import ActionError
