@@ -103,7 +103,8 @@ def reconcile(cluster: Cluster, *, repair: bool = False, actor=None) -> Reconcil
         items.append({"path": path, "kind": _kind_of_path(path), "object_id": None, "problem": "unexpected",
                       "sync_state": "", "diff": diff_docs(None, decode_node(actual[path])), "repaired": False,
                       "error": ""})
-    items += acl_items
+    unexpected = {i["path"] for i in items if i["problem"] == "unexpected"}
+    items += [i for i in acl_items if i["path"] not in unexpected]  # an unexpected node goes as a whole
     actions.record_observations(cluster, observed, actor=actor, known=records)
     SyncState.objects.filter(cluster=cluster).update(checked_at=timezone.now())
     actions.record_drift_alert(cluster, items, previous=_last_open_drift(cluster), repair=repair, actor=actor)
