@@ -29,6 +29,9 @@ from broker_core.secret_source import read_secret
 CONTROL_AUTH = "SWITCHYARD_ZK_CONTROL_AUTH"
 BROKER_AUTH = "SWITCHYARD_ZK_BROKER_AUTH"
 BROKER_DIGEST = "SWITCHYARD_ZK_BROKER_DIGEST"
+# during a credential rotation only (docs/security.md): the identity being replaced
+CONTROL_PREVIOUS_AUTH = "SWITCHYARD_ZK_CONTROL_PREVIOUS_AUTH"
+BROKER_PREVIOUS_DIGEST = "SWITCHYARD_ZK_BROKER_PREVIOUS_DIGEST"
 
 _USER = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 _DIGEST = re.compile(r"^[A-Za-z0-9._-]{1,64}:[A-Za-z0-9+/]{27}=$")
@@ -74,17 +77,35 @@ def control_credential(environ: Mapping[str, str] | None = None) -> ZkCredential
     return _credential(CONTROL_AUTH, environ)
 
 
+def control_previous_credential(environ: Mapping[str, str] | None = None) -> ZkCredential | None:
+    """The control plane's former credential while it is rotated: the session authenticates with it too, so
+    it can still change the nodes whose ACL names the former identity, and give them the new one."""
+    return _credential(CONTROL_PREVIOUS_AUTH, environ)
+
+
 def broker_credential(environ: Mapping[str, str] | None = None) -> ZkCredential | None:
     return _credential(BROKER_AUTH, environ)
 
 
+def _digest(name: str, environ: Mapping[str, str] | None) -> str | None:
+    digest = read_secret(name, environ)
+    if not digest:
+        return None
+    if not _DIGEST.match(digest.strip()):
+        raise ZkCredentialError(f"{name} must be `user:<base64 sha1>` (28 characters after the colon)")
+    return digest.strip()
+
+
+def broker_previous_acl_id(environ: Mapping[str, str] | None = None) -> str | None:
+    """The brokers' former identity while their credential is rotated: it keeps read access meanwhile."""
+    return _digest(BROKER_PREVIOUS_DIGEST, environ)
+
+
 def broker_acl_id(environ: Mapping[str, str] | None = None) -> str | None:
     """The brokers' identity for the ACLs the control plane writes: the digest, or computed from the credential."""
-    digest = read_secret(BROKER_DIGEST, environ)
+    digest = _digest(BROKER_DIGEST, environ)
     if digest:
-        if not _DIGEST.match(digest.strip()):
-            raise ZkCredentialError(f"{BROKER_DIGEST} must be `user:<base64 sha1>` (28 characters after the colon)")
-        return digest.strip()
+        return digest
     credential = broker_credential(environ)
     return credential.acl_id if credential else None
 
@@ -100,12 +121,14 @@ class AclPolicy:
 
     control_id: str
     broker_id: str
+    previous_broker_id: str | None = None  # while the brokers' credential is rotated: both may read
 
     def _control(self) -> ACL:
         return ACL(ALL, Id("digest", self.control_id))
 
-    def _broker(self, perms: int) -> ACL:
-        return ACL(perms, Id("digest", self.broker_id))
+    def _broker(self, perms: int) -> list[ACL]:
+        ids = [self.broker_id] + ([self.previous_broker_id] if self.previous_broker_id else [])
+        return [ACL(perms, Id("digest", broker_id)) for broker_id in ids]
 
     def for_path(self, relative: str) -> list[ACL]:
         """`relative` is a path under the chroot ("" for the chroot itself and for its ancestors)."""
@@ -113,11 +136,11 @@ class AclPolicy:
         if relative in ("", LAYOUT.META):
             return [self._control(), ACL(READ, ANYONE_ID_UNSAFE)]
         if relative == LAYOUT.BROKERS:
-            return [self._control(), self._broker(BROKER_REGISTRY), ACL(READ, ANYONE_ID_UNSAFE)]
+            return [self._control(), *self._broker(BROKER_REGISTRY), ACL(READ, ANYONE_ID_UNSAFE)]
         if top == "brokers":
             return broker_node_acl(self.broker_id)
         # /apps (secret hashes), /topics, /bindings, /grants and anything else: the two identities only
-        return [self._control(), self._broker(READ)]
+        return [self._control(), *self._broker(READ)]
 
     def matches(self, relative: str, acl: list[ACL]) -> bool:
         """Whether `acl` (as ZooKeeper answered it) is the one `relative` should carry. ZooKeeper masks the

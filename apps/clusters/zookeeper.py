@@ -30,7 +30,9 @@ from broker_core.zk_acl import (
     ZkCredential,
     ZkCredentialError,
     broker_acl_id,
+    broker_previous_acl_id,
     control_credential,
+    control_previous_credential,
 )
 
 log = logging.getLogger(__name__)
@@ -56,8 +58,20 @@ def control_auth() -> ZkCredential:
     return credential
 
 
+def control_auth_data() -> list[tuple[str, str]]:
+    """What the control plane's sessions authenticate with: its credential, and during a rotation the former
+    one too (so nodes still naming the former identity can be given the new ACLs)."""
+    current = control_auth()
+    try:
+        previous = control_previous_credential()
+    except (SecretSourceError, ZkCredentialError) as exc:
+        raise ZooKeeperCredentialsMissing(str(exc)) from exc
+    return current.auth_data + (previous.auth_data if previous else [])
+
+
 def acl_policy() -> AclPolicy:
     try:
+        previous_broker_id = broker_previous_acl_id()
         broker_id = broker_acl_id()
     except (SecretSourceError, ZkCredentialError) as exc:
         raise ZooKeeperCredentialsMissing(str(exc)) from exc
@@ -65,7 +79,7 @@ def acl_policy() -> AclPolicy:
         raise ZooKeeperCredentialsMissing(
             f"the control plane does not know the brokers' ZooKeeper identity: set {BROKER_DIGEST} "
             f"(`user:<base64 sha1>`) or {BROKER_AUTH}_FILE (docs/security.md)")
-    return AclPolicy(control_id=control_auth().acl_id, broker_id=broker_id)
+    return AclPolicy(control_id=control_auth().acl_id, broker_id=broker_id, previous_broker_id=previous_broker_id)
 
 
 @contextmanager
@@ -73,7 +87,7 @@ def zk_client(connect: str, timeout: float | None = None) -> Iterator[KazooClien
     """A started client for `connect` (host:port[,...][/chroot]); stopped on exit."""
     timeout = timeout or settings.SWITCHYARD_ZK_TIMEOUT
     client = KazooClient(hosts=connect, timeout=timeout, connection_retry={"max_tries": 1, "delay": 0.1},
-                         command_retry={"max_tries": 0}, auth_data=control_auth().auth_data)
+                         command_retry={"max_tries": 0}, auth_data=control_auth_data())
     try:
         client.start(timeout=timeout)
     except (KazooTimeoutError, Exception) as exc:  # kazoo raises several kinds when nothing answers

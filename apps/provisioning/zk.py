@@ -31,7 +31,7 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 
-from apps.clusters.zookeeper import ZooKeeperUnreachable, acl_policy, control_auth
+from apps.clusters.zookeeper import ZooKeeperUnreachable, acl_policy, control_auth_data
 from apps.provisioning import zkbulk
 from broker_core.layout import LAYOUT
 
@@ -61,7 +61,7 @@ def client_for(connect: str) -> KazooClient:
         if client is not None:
             _close(client)
             _clients.pop(connect, None)
-        client = KazooClient(hosts=connect, timeout=_timeout(), auth_data=control_auth().auth_data,
+        client = KazooClient(hosts=connect, timeout=_timeout(), auth_data=control_auth_data(),
                              connection_retry={"max_tries": 1, "delay": 0.1}, command_retry={"max_tries": 0})
         try:
             client.start(timeout=_timeout())
@@ -150,7 +150,7 @@ class Session:
         """Pipelined: every request goes out before the first answer is awaited. Past a few hundred
         paths the bulk reader (zkbulk) takes over: kazoo's per-request overhead dominates there."""
         if len(paths) > BULK_THRESHOLD:
-            found = zkbulk.read_data(self.connect, [self.abs(p) for p in paths], _timeout(), control_auth().auth_data)
+            found = zkbulk.read_data(self.connect, [self.abs(p) for p in paths], _timeout(), control_auth_data())
             return {p: (Node(*found[self.abs(p)]) if found[self.abs(p)] is not None else None) for p in paths}
         pending = [(p, self.zk.get_async(self.abs(p))) for p in paths]
         out: dict[str, Node | None] = {}
@@ -166,7 +166,7 @@ class Session:
         """path (relative; "" is the chroot) → the node's ACL, None when it does not exist. A node whose ACL
         shuts the control plane out reads as an empty ACL (it is drift either way)."""
         if len(paths) > BULK_THRESHOLD:
-            found = zkbulk.read_acls(self.connect, [self.abs(p) for p in paths], _timeout(), control_auth().auth_data)
+            found = zkbulk.read_acls(self.connect, [self.abs(p) for p in paths], _timeout(), control_auth_data())
             return {p: found[self.abs(p)] for p in paths}
         pending = [(p, self.zk.get_acls_async(self.abs(p))) for p in paths]
         out: dict[str, list | None] = {}

@@ -87,3 +87,35 @@ def test_bad_arguments_are_refused(make_cluster):
         run("nope")
     with pytest.raises(CommandError, match="name one or more clusters, or give --all"):
         run()
+
+
+def test_rotating_the_control_planes_credential(make_cluster, zk, zk_connect, monkeypatch):
+    """With the former credential given as SWITCHYARD_ZK_CONTROL_PREVIOUS_AUTH, `secure_zookeeper` moves every
+    node to the new identity; afterwards the former credential writes nothing."""
+    from apps.provisioning import zk as provisioning_zk
+    from broker_core.zk_acl import control_credential
+
+    cluster = make_cluster("dev-a")
+    run("dev-a")
+    root = cluster.zk_chroot
+    old = control_credential()
+    new = f"switchyard-control-2:{'n' * 40}"
+    monkeypatch.setenv("SWITCHYARD_ZK_CONTROL_AUTH", new)
+    monkeypatch.setenv("SWITCHYARD_ZK_CONTROL_PREVIOUS_AUTH", f"{old.user}:{old.password}")
+    provisioning_zk.close_all()  # a restarted control plane opens its sessions afresh
+    try:
+        assert "2 nodes: 2 secured now" in run("dev-a")
+        monkeypatch.delenv("SWITCHYARD_ZK_CONTROL_PREVIOUS_AUTH")
+        provisioning_zk.close_all()
+        assert "2 nodes: 0 secured now, 2 already secured" in run("dev-a")
+        as_new = KazooClient(hosts=zk_connect, timeout=10, auth_data=[("digest", new)])
+        as_new.start(timeout=15)
+        try:
+            as_new.create(root + LAYOUT.TOPICS, b"")  # the chroot's ACL names the new identity
+        finally:
+            as_new.stop()
+            as_new.close()
+        with pytest.raises(NoAuthError):  # `zk` authenticates with the former credential only
+            zk.create(root + LAYOUT.GRANTS, b"")
+    finally:
+        provisioning_zk.close_all()
