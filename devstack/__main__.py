@@ -45,6 +45,7 @@ def up() -> None:
     manage(env, "collectstatic", "--noinput", "-v", "0")
     manage(env, "seed_demo", "--zk", env["SWITCHYARD_ZK"], "--broker-port-base", str(ports.broker(0)),
            "--secrets-file", str(state / DEMO_SECRETS))
+    manage(env, "secure_zookeeper", "--all")  # ZooKeeper ACLs, also on chroots an older stack made open
     py = sys.executable
     services.spawn("web", [py, "-m", "gunicorn", "control_plane.wsgi", "-b", f"127.0.0.1:{ports.web}",
                            "-w", "3", "--access-logfile", "-"], state, env, ROOT)
