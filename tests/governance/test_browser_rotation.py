@@ -1,5 +1,5 @@
-"""Real browser: rotating an app's secret with a chosen overlap for the old one; a tampered deadline is refused
-with a message and changes nothing."""
+"""Real browser: an app whose hash is a legacy PBKDF2 one says so; rotating its secret with a chosen overlap
+for the old one; a tampered deadline is refused with a message and changes nothing."""
 
 from __future__ import annotations
 
@@ -17,9 +17,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def test_rotate_with_an_overlap_and_a_tampered_deadline(live_server, page, people):
     app, _ = create_app(actor=people.consumer, app_id="shipping-worker", team=people.consumer.teams.get())
+    # a row from before the HMAC scheme: its hash is PBKDF2 (docs/security.md)
+    App.objects.filter(pk=app.pk).update(secret_hash="pbkdf2_sha256$60000$0123456789abcdef01234567$" + "A" * 43 + "=")
     login(page, live_server.url, people.consumer.username)
 
     page.goto(f"{live_server.url}/apps/shipping-worker/")
+    assert "rotate the secret" in page.locator("[data-testid=legacy-hash]").inner_text()
     page.evaluate("document.querySelector('[data-testid=old-secret-valid-for] option[value=\"600\"]').value = '-5'")
     page.select_option("[data-testid=old-secret-valid-for]", "-5")
     page.click("[data-testid=rotate]")
@@ -38,3 +41,4 @@ def test_rotate_with_an_overlap_and_a_tampered_deadline(live_server, page, peopl
     assert before + 86400 - 1 <= app.previous_secret_valid_until.timestamp() <= time.time() + 86400
     page.goto(f"{live_server.url}/apps/shipping-worker/")
     assert page.locator("[data-testid=old-secret-until]").count() == 1
+    assert page.locator("[data-testid=legacy-hash]").count() == 0
