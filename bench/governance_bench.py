@@ -83,14 +83,14 @@ def bulk_bindings(cluster, owners, consumers, n: int, per_topic: int = 100):
     """Rows for n bindings (n/per_topic topics × per_topic consumer apps), as approvals would leave them."""
     from apps.bindings.models import Binding
     from apps.provisioning.models import SyncState
-    from apps.topics.credentials import hash_secret
     from apps.topics.models import App, Topic
+    from broker_core.auth import hash_secret
 
     topics = Topic.objects.bulk_create([
         Topic(name=f"bench-owner.t{i:04d}", team=owners, environment="dev", cluster=cluster,
               message_types=["created", "paid"], expected_peak_mps=10, retention_hours=24)
         for i in range(max(1, n // per_topic))])
-    secret_hash = hash_secret("bench-secret")  # one hash for all: 60,000 rounds each would only slow set-up
+    secret_hash = hash_secret("bench-secret")  # one hash for all
     apps = App.objects.bulk_create([App(app_id=f"bench-app-{j:03d}", team=consumers, secret_hash=secret_hash)
                                     for j in range(per_topic)])
     bindings = Binding.objects.bulk_create([
@@ -191,10 +191,11 @@ def main() -> int:
 
     from apps.audit.context import action_context
     from apps.provisioning.reconcile import reconcile
+    from broker_core.zk_acl import control_credential
 
     call_command("migrate", verbosity=0)
     chroot = f"/bench-{uuid.uuid4().hex[:8]}"
-    zk = KazooClient(hosts=zk_connect, timeout=10)
+    zk = KazooClient(hosts=zk_connect, timeout=10, auth_data=control_credential().auth_data)  # its nodes have ACLs
     zk.start(timeout=10)
     worker = None
     try:

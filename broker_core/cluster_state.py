@@ -11,6 +11,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from broker_core.auth import SecretHash
 from broker_core.selector import compile_selector
 
 log = logging.getLogger("broker_core.cluster_state")
@@ -73,14 +74,26 @@ class Binding:
 @dataclass(frozen=True)
 class App:
     app_id: str
-    secret_hash: str
+    secrets: tuple[SecretHash, ...]  # every secret accepted now or until its expiry (a rotation's overlap)
     active: bool = True
     team: str = ""
 
     @classmethod
     def from_doc(cls, app_id: str, doc: dict) -> App:
-        return cls(app_id=app_id, secret_hash=str(doc["secret_hash"]), active=bool(doc.get("active", True)),
+        if "secrets" in doc:  # layout 2
+            entries = doc["secrets"]
+            if not isinstance(entries, list) or not entries:
+                raise ValueError("secrets must be a non-empty list")
+            secrets = tuple(SecretHash(str(e["hash"]), None if e.get("expires_at") is None else float(e["expires_at"]))
+                            for e in entries)
+        else:  # layout 1: one hash, no expiry
+            secrets = (SecretHash(str(doc["secret_hash"])),)
+        return cls(app_id=app_id, secrets=secrets, active=bool(doc.get("active", True)),
                    team=str(doc.get("team") or ""))
+
+    def doc(self) -> dict:
+        return {"secrets": [{"hash": s.hash, "expires_at": s.expires_at} for s in self.secrets],
+                "active": self.active, "team": self.team}
 
 
 @dataclass(frozen=True)
@@ -180,8 +193,7 @@ class ClusterState:
         return {
             "topics": {name: t.doc for name, t in self.topics.items()},
             "bindings": {t: {g: _binding_doc(b) for g, b in gs.items()} for t, gs in self.bindings.items()},
-            "apps": {a: {"secret_hash": app.secret_hash, "active": app.active, "team": app.team}
-                     for a, app in self.apps.items()},
+            "apps": {a: app.doc() for a, app in self.apps.items()},
             "grants": {t: sorted(apps) for t, apps in self.grants.items()},
         }
 

@@ -10,8 +10,11 @@ kazoo runs callbacks on its own thread; every result is handed to the event loop
 - Watches: `/topics/*`, `/apps/*`, `/bindings/*/*` and `/grants/*/*`, children and data. Roots that
   do not exist yet are watched for creation. kazoo's watch recipes re-read after a lost session.
 
-The client connects without a chroot and prefixes paths itself, so the broker can create its
-cluster's chroot and `/brokers` when they are missing.
+The client connects without a chroot and prefixes paths itself. On a secured cluster
+(docs/security.md) the control plane creates the chroot and `/brokers`; the broker authenticates with
+its own digest credential (`credential`, from `SWITCHYARD_ZK_BROKER_AUTH`), may only read what the
+control plane wrote, and creates its registration readable by anyone (discovery) and writable by itself.
+Without a credential it connects anonymously, as on a cluster that has no ACLs yet.
 """
 
 from __future__ import annotations
@@ -22,15 +25,17 @@ import threading
 from collections.abc import Callable
 
 from kazoo.client import KazooClient, KazooState
-from kazoo.exceptions import KazooException, NodeExistsError, NoNodeError
+from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError, NoNodeError
 from kazoo.retry import KazooRetry
+from kazoo.security import OPEN_ACL_UNSAFE
 
 from broker_core.layout import LAYOUT, LAYOUT_VERSION, encode
+from broker_core.zk_acl import ZkCredential, broker_node_acl
 
 log = logging.getLogger("broker_core.membership")
 
 Apply = Callable[[str, tuple[str, ...], dict | None], None]
-SUPPORTED_LAYOUT_VERSIONS = frozenset({LAYOUT_VERSION})
+SUPPORTED_LAYOUT_VERSIONS = frozenset({1, LAYOUT_VERSION})  # 1: one `secret_hash` per app
 
 
 class ZkMembership:
@@ -45,6 +50,7 @@ class ZkMembership:
         apply: Apply,
         on_synced: Callable[[], None] | None = None,
         session_timeout: float = 10.0,
+        credential: ZkCredential | None = None,
     ):
         self.root = chroot.rstrip("/")
         self.node_id = node_id
@@ -52,9 +58,11 @@ class ZkMembership:
         self.notify = notify
         self.apply = apply
         self.on_synced = on_synced  # handed to the loop after the first full read
+        self.node_acl = broker_node_acl(credential.acl_id) if credential else OPEN_ACL_UNSAFE
         self.client = KazooClient(
             hosts=hosts,
             timeout=session_timeout,
+            auth_data=credential.auth_data if credential else None,
             connection_retry=KazooRetry(max_tries=-1, delay=0.2, max_delay=2.0),
             command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0),
         )
@@ -113,7 +121,11 @@ class ZkMembership:
     def _on_connected(self) -> None:
         with self._setup_lock:
             try:
-                self.client.ensure_path(self.path(LAYOUT.BROKERS))
+                try:
+                    self.client.ensure_path(self.path(LAYOUT.BROKERS))
+                except NoAuthError:
+                    log.warning("%s does not exist and this broker may not create it: the control plane creates "
+                                "it (push to the cluster, or `manage.py secure_zookeeper`)", self.path(LAYOUT.BROKERS))
                 if not self.synced.is_set():
                     self._watch_all()
                     if self.on_synced is not None:
@@ -145,7 +157,7 @@ class ZkMembership:
                     self.client.delete(path)  # left by an earlier session of this broker
                 except NoNodeError:
                     pass
-                self.client.create(path, encode(self.info), ephemeral=True, makepath=True)
+                self.client.create(path, encode(self.info), acl=self.node_acl, ephemeral=True, makepath=True)
                 self.registrations += 1
                 log.info("registered %s", path)
                 return True

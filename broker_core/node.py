@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import unquote
 
 from broker_core import __version__
-from broker_core.auth import VerifiedCache, verify_secret
+from broker_core.auth import VerifiedCache
 from broker_core.cluster_state import App, Binding, ClusterState, TopicConfig
 from broker_core.file_store import FileStore, safe_name
 from broker_core.membership import ZkMembership
@@ -30,6 +30,7 @@ from broker_core.server import ClientConnection
 from broker_core.topic import Topic
 from broker_core.trace import NullTraceSink, TraceSink
 from broker_core.transactions import TxService
+from broker_core.zk_acl import broker_credential
 
 log = logging.getLogger("broker_core.node")
 
@@ -43,7 +44,6 @@ class Broker:
         self.connections_per_host: dict[str, int] = {}  # kept by the connections (max_connections_per_host)
         self.refused_connections = 0
         self.verified = VerifiedCache()
-        self.verify_secret = verify_secret
         self.tx = TxService(self)
         self.auth_failures = 0
         self.node_id = ""
@@ -82,7 +82,8 @@ class Broker:
                 "version": __version__}
         self.membership = ZkMembership(opts.zk_hosts, opts.zk_chroot, self.node_id, info,
                                        notify=self.loop.call_soon_threadsafe, apply=self.state.apply,
-                                       on_synced=self.state.zk_synced, session_timeout=opts.zk_session_timeout_s)
+                                       on_synced=self.state.zk_synced, session_timeout=opts.zk_session_timeout_s,
+                                       credential=broker_credential())
         synced = await self.loop.run_in_executor(None, self.membership.start, opts.zk_start_timeout_s)
         await asyncio.sleep(0)  # let the state changes handed over by kazoo run
         if synced:

@@ -2,29 +2,57 @@
 brokers read (docs/zookeeper-layout.md).
 
 For tests, the benchmark and the demo seed only: in a real deployment the control plane is the one
-writer of these nodes, through its approval workflow and audit log.
+writer of these nodes, through its approval workflow and audit log. Given an `AclPolicy` (and a client
+authenticated as the control plane), every node it creates carries the ACL the layout prescribes
+(broker_core.zk_acl), as the control plane's own writes do.
 """
 
 from __future__ import annotations
 
+import time
+
 from kazoo.client import KazooClient
 from kazoo.exceptions import NodeExistsError
+from kazoo.security import OPEN_ACL_UNSAFE
 
 from broker_core.auth import hash_secret
 from broker_core.layout import LAYOUT, LAYOUT_VERSION, encode
+from broker_core.zk_acl import AclPolicy
 
 
 class Provisioner:
-    def __init__(self, zk: KazooClient, chroot: str, cluster: str = ""):
+    def __init__(self, zk: KazooClient, chroot: str, cluster: str = "", policy: AclPolicy | None = None):
         self.zk = zk
         self.root = chroot.rstrip("/")
         self.cluster = cluster or self.root.rsplit("/", 1)[-1]
+        self.policy = policy
+
+    def _acl(self, relative: str):
+        return self.policy.for_path(relative) if self.policy else OPEN_ACL_UNSAFE
+
+    def _ensure(self, relative: str) -> None:
+        """The chroot's ancestors, the chroot and the containers down to `relative`, each with its ACL."""
+        parts = (self.root + relative).strip("/").split("/")
+        depth_of_root = len(self.root.strip("/").split("/"))
+        for i in range(1, len(parts) + 1):
+            path = "/" + "/".join(parts[:i])
+            rel = "" if i <= depth_of_root else path[len(self.root):]
+            if self.zk.exists(path) is None:
+                try:
+                    self.zk.create(path, b"", acl=self._acl(rel))
+                except NodeExistsError:
+                    pass
+
+    def skeleton(self) -> None:
+        """The chroot and `/brokers`, so brokers (which may not create them on a secured cluster) can register."""
+        self._ensure(LAYOUT.BROKERS)
 
     def _put(self, relative: str, doc: dict) -> None:
         path = self.root + relative
         data = encode(doc)
+        self._ensure(relative.rsplit("/", 1)[0])
         try:
-            self.zk.create(path, data, makepath=True)
+            self.zk.create(path, data, acl=self._acl(relative))
         except NodeExistsError:
             self.zk.set(path, data)
 
@@ -34,10 +62,16 @@ class Provisioner:
     def meta(self) -> None:
         self._put(LAYOUT.META, {"layout_version": LAYOUT_VERSION, "cluster": self.cluster})
 
-    def app(self, app_id: str, secret: str, *, team: str = "demo", active: bool = True, iterations: int = 1000,
-            revision: int = 1) -> None:
+    def app(self, app_id: str, secret: str, *, team: str = "demo", active: bool = True, revision: int = 1,
+            old_secret: str | None = None, old_valid_for_s: float = 0, secret_hash: str | None = None) -> None:
+        """An app document (layout 2). With `old_secret`, that one stays accepted for `old_valid_for_s`
+        more seconds, as after a rotation with an overlap. `secret_hash` stores a hash made elsewhere
+        (a legacy PBKDF2 one, say) instead of hashing `secret`."""
+        secrets = [{"hash": secret_hash or hash_secret(secret), "expires_at": None}]
+        if old_secret is not None:
+            secrets.append({"hash": hash_secret(old_secret), "expires_at": round(time.time() + old_valid_for_s, 3)})
         self._put(LAYOUT.app(app_id), {"app_id": app_id, "team": team, "active": active, "revision": revision,
-                                       "secret_hash": hash_secret(secret, iterations=iterations)})
+                                       "secrets": secrets})
 
     def topic(self, name: str, *, message_types: list[str] | None = None, storage: str | None = None,
               max_message_bytes: int = 0, transactional: bool = False, tx_check: dict | None = None,

@@ -21,6 +21,7 @@ import time
 from typing import TYPE_CHECKING
 
 from broker_core import protocol as p
+from broker_core.auth import is_fast, verify_any, verify_secret
 from broker_core.group import Subscription
 
 if TYPE_CHECKING:
@@ -31,6 +32,11 @@ log = logging.getLogger("broker_core.server")
 _conn_ids = itertools.count(1)
 FLUSH_AT = 128 * 1024  # write at once when this much is queued
 DELIVER_FRAME_BYTES = 1024 * 1024  # far below any client's frame limit, even with 4 MiB messages
+
+
+def _verify_legacy(secret: str, hashes: list[str]) -> str | None:
+    """In the auth thread: the legacy (PBKDF2) hash the secret matches, else None."""
+    return next((encoded for encoded in hashes if verify_secret(secret, encoded)), None)
 
 
 class ClientConnection(asyncio.Protocol):
@@ -285,24 +291,34 @@ class ClientConnection(asyncio.Protocol):
             self.fail(p.E_AUTH_FAILED, f"unknown app {ev.app_id!r}" if app is None else
                       f"app {ev.app_id!r} is not active")
             return
-        cache = self.broker.verified
-        if cache.hit(app.app_id, app.secret_hash, ev.secret):
+        now = time.time()
+        valid = [h for h in app.secrets if h.valid_at(now)]
+        # fast (HMAC) hashes: microseconds, checked right here; legacy PBKDF2 ones off the loop, cached
+        if verify_any(ev.secret, [h for h in valid if is_fast(h.hash)], now):
             self._welcome(ev)
             return
-        self.authenticating = True
-        future = self.loop.run_in_executor(self.broker.auth_executor, self.broker.verify_secret, ev.secret,
-                                           app.secret_hash)
-        future.add_done_callback(lambda f: self._verified(ev, app.secret_hash, f))
-
-    def _verified(self, ev: p.Hello, secret_hash: str, future: asyncio.Future) -> None:
-        self.authenticating = False
-        if self.closed:
+        legacy = [h.hash for h in valid if not is_fast(h.hash)]
+        cache = self.broker.verified
+        if any(cache.hit(app.app_id, encoded, ev.secret) for encoded in legacy):
+            self._welcome(ev)
             return
-        if future.exception() is not None or not future.result():
+        if not legacy:
             self.broker.auth_failures += 1
             self.fail(p.E_AUTH_FAILED, f"wrong secret for app {ev.app_id!r}")
             return
-        self.broker.verified.remember(ev.app_id, secret_hash, ev.secret)
+        self.authenticating = True
+        future = self.loop.run_in_executor(self.broker.auth_executor, _verify_legacy, ev.secret, legacy)
+        future.add_done_callback(lambda f: self._verified(ev, f))
+
+    def _verified(self, ev: p.Hello, future: asyncio.Future) -> None:
+        self.authenticating = False
+        if self.closed:
+            return
+        if future.exception() is not None or future.result() is None:
+            self.broker.auth_failures += 1
+            self.fail(p.E_AUTH_FAILED, f"wrong secret for app {ev.app_id!r}")
+            return
+        self.broker.verified.remember(ev.app_id, future.result(), ev.secret)
         self._welcome(ev)
         try:
             self._process()  # frames that arrived while the secret was being checked

@@ -45,6 +45,7 @@ def up() -> None:
     manage(env, "collectstatic", "--noinput", "-v", "0")
     manage(env, "seed_demo", "--zk", env["SWITCHYARD_ZK"], "--broker-port-base", str(ports.broker(0)),
            "--secrets-file", str(state / DEMO_SECRETS))
+    manage(env, "secure_zookeeper", "--all")  # ZooKeeper ACLs, also on chroots an older stack made open
     py = sys.executable
     services.spawn("web", [py, "-m", "gunicorn", "control_plane.wsgi", "-b", f"127.0.0.1:{ports.web}",
                            "-w", "3", "--access-logfile", "-"], state, env, ROOT)
@@ -70,13 +71,15 @@ def start_demo_brokers(state: Path, ports: Ports, env: dict[str, str]) -> None:
     demo = ROOT / "devstack" / "demo_traffic.py"
     if not (ROOT / "broker_core" / "__main__.py").exists():
         return
+    # a broker holds its own ZooKeeper credential, not the control plane's
+    broker_env = {k: v for k, v in env.items() if not k.startswith("SWITCHYARD_ZK_CONTROL_AUTH")}
     for index, cluster in enumerate(("dev-a", "prod-a")):
         services.spawn(
             f"broker-{cluster}",
             [sys.executable, "-m", "broker_core", "--cluster", cluster, "--zk", f"{env['SWITCHYARD_ZK']}/switchyard/{cluster}",
              "--data-dir", str(state / "brokers" / cluster), "--port", str(ports.broker(index)),
              "--metrics-port", str(ports.broker_metrics(index))],  # admin token: env's _FILE, never argv
-            state, env, ROOT,
+            state, broker_env, ROOT,
         )
     if demo.exists():
         services.spawn("demo-traffic", [sys.executable, str(demo), "--secrets-file", str(state / DEMO_SECRETS)],

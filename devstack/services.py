@@ -352,6 +352,17 @@ def secret_file(state: Path, name: str, nbytes: int = 32) -> Path:
     return path
 
 
+def zk_auth_file(state: Path, role: str) -> Path:
+    """The ZooKeeper digest credential (`switchyard-<role>:<random>`) of this stack's control plane or brokers,
+    made once in state/secrets/zk-<role>-auth (mode 600); see docs/security.md."""
+    path = state / "secrets" / f"zk-{role}-auth"
+    if not (path.exists() and path.read_text().strip()):
+        (state / "secrets").mkdir(parents=True, exist_ok=True)
+        (state / "secrets").chmod(0o700)
+        write_secret_file(path, f"switchyard-{role}:{secrets.token_urlsafe(32)}")
+    return path
+
+
 def admin_token(state: Path) -> str:
     """The brokers' admin API token of this stack (state/secrets/broker-admin-token)."""
     return read_secret_file(secret_file(state, "broker-admin-token"))
@@ -371,6 +382,9 @@ def environment(state: Path, ports: Ports, dbname: str = "switchyard") -> dict[s
         # the brokers' admin token (their HTTP side but /healthz and /metrics): the path of its file, never the
         # value; the control plane (settings, read_secret) and the demo brokers read it from there
         "SWITCHYARD_BROKER_ADMIN_TOKEN_FILE": str(secret_file(state, "broker-admin-token")),
+        # ZooKeeper ACLs: the control plane writes as one identity, brokers read as another (files, not values)
+        "SWITCHYARD_ZK_CONTROL_AUTH_FILE": str(zk_auth_file(state, "control")),
+        "SWITCHYARD_ZK_BROKER_AUTH_FILE": str(zk_auth_file(state, "broker")),
     }
 
 

@@ -13,6 +13,11 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync 
 # one (brokers started by the tests inherit the environment, and so does the Celery worker).
 if not os.environ.get("SWITCHYARD_BROKER_ADMIN_TOKEN_FILE"):
     os.environ.setdefault("SWITCHYARD_BROKER_ADMIN_TOKEN", "switchyard-test-admin-token")
+# ZooKeeper's digest credentials (docs/security.md): `./dev test` hands over files; a bare pytest run gets these.
+for _name, _value in (("SWITCHYARD_ZK_CONTROL_AUTH", "switchyard-control:test-control-password-0123456789"),
+                      ("SWITCHYARD_ZK_BROKER_AUTH", "switchyard-broker:test-broker-password-0123456789")):
+    if not os.environ.get(f"{_name}_FILE"):
+        os.environ.setdefault(_name, _value)
 
 TEST_PASSWORD = "pw-for-tests-1"
 
@@ -65,11 +70,11 @@ def zk_connect():
 @pytest.fixture
 def zk_chroot(zk_connect):
     """A fresh chroot per test so tests never see each other's znodes; removed afterwards."""
-    from kazoo.client import KazooClient
+    from tests.support.stack import control_zk_client
 
     chroot = f"/test-{uuid.uuid4().hex[:12]}"
     yield chroot
-    client = KazooClient(hosts=zk_connect, timeout=5)
+    client = control_zk_client(zk_connect, timeout=5)
     client.start(timeout=5)
     try:
         client.delete(chroot, recursive=True)

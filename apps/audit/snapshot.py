@@ -9,7 +9,7 @@ import uuid
 from django.db import models
 
 # Fields never written into the audit log (secrets stay out of it; hashes too).
-REDACTED = {"password", "secret_hash"}
+REDACTED = {"password", "secret_hash", "previous_secret_hash"}
 
 
 def _plain(value):

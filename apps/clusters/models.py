@@ -25,6 +25,10 @@ class Cluster(models.Model):
     storage_level = models.CharField(max_length=16, choices=StorageLevel.choices, default=StorageLevel.FILE)
     description = models.TextField(blank=True)
     status = models.CharField(max_length=16, choices=ClusterStatus.choices, default=ClusterStatus.ACTIVE)
+    repair_drift = models.BooleanField(
+        "repair drift automatically", default=False,
+        help_text="When the periodic reconcile finds ZooKeeper differing from the platform (a node changed, "
+                  "added or removed by hand, or its ACL), write the platform's state back: desired state wins.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

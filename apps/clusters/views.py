@@ -10,6 +10,7 @@ from apps.clusters.filtersets import ClusterFilterSet
 from apps.clusters.forms import ClusterForm
 from apps.clusters.models import Cluster
 from apps.clusters.zookeeper import read_health
+from apps.provisioning.reconcile import latest_run
 from control_plane.web import apply_validation_error
 
 
@@ -34,7 +35,9 @@ class ClusterDetailView(LoginRequiredMixin, PermissionRequiredMixin, DetailView)
 
     def get_context_data(self, **kwargs):
         health = read_health(self.object)
-        return super().get_context_data(health=health, live=read_cluster_stats(health), **kwargs)
+        run = latest_run(self.object)
+        return super().get_context_data(health=health, live=read_cluster_stats(health),
+                                        drift_run=run if run is not None and run.unrepaired else None, **kwargs)
 
 
 class ClusterFormView(LoginRequiredMixin, PermissionRequiredMixin, View):

@@ -1,6 +1,10 @@
-"""Read a cluster's ZooKeeper live: reachable or not, and the broker nodes registered there.
+"""Read a cluster's ZooKeeper live: reachable or not, and the broker nodes registered there; and the
+control plane's ZooKeeper identity with the ACLs it writes (broker_core.zk_acl holds the rules).
 
-Every call is bounded by SWITCHYARD_ZK_TIMEOUT; nothing here writes.
+Every call is bounded by SWITCHYARD_ZK_TIMEOUT; nothing here writes. The credential is read from the
+environment at use (`read_secret`: a variable or a mode-600 file, never argv), so a rotated credential
+file is picked up by the next client opened. Without one the control plane does not touch a cluster's
+ZooKeeper: what it wrote there would be open to anyone.
 """
 
 from __future__ import annotations
@@ -17,6 +21,19 @@ from kazoo.exceptions import NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
 from broker_core.layout import Layout
+from broker_core.secret_source import SecretSourceError
+from broker_core.zk_acl import (
+    BROKER_AUTH,
+    BROKER_DIGEST,
+    CONTROL_AUTH,
+    AclPolicy,
+    ZkCredential,
+    ZkCredentialError,
+    broker_acl_id,
+    broker_previous_acl_id,
+    control_credential,
+    control_previous_credential,
+)
 
 log = logging.getLogger(__name__)
 
@@ -25,12 +42,52 @@ class ZooKeeperUnreachable(Exception):
     pass
 
 
+class ZooKeeperCredentialsMissing(ZooKeeperUnreachable):
+    """No usable ZooKeeper credential is configured: nothing can be read or written safely."""
+
+
+def control_auth() -> ZkCredential:
+    try:
+        credential = control_credential()
+    except (SecretSourceError, ZkCredentialError) as exc:
+        raise ZooKeeperCredentialsMissing(str(exc)) from exc
+    if credential is None:
+        raise ZooKeeperCredentialsMissing(
+            f"the control plane has no ZooKeeper credential: set {CONTROL_AUTH}_FILE to a mode-600 file holding "
+            f"`user:password` (docs/security.md)")
+    return credential
+
+
+def control_auth_data() -> list[tuple[str, str]]:
+    """What the control plane's sessions authenticate with: its credential, and during a rotation the former
+    one too (so nodes still naming the former identity can be given the new ACLs)."""
+    current = control_auth()
+    try:
+        previous = control_previous_credential()
+    except (SecretSourceError, ZkCredentialError) as exc:
+        raise ZooKeeperCredentialsMissing(str(exc)) from exc
+    return current.auth_data + (previous.auth_data if previous else [])
+
+
+def acl_policy() -> AclPolicy:
+    try:
+        previous_broker_id = broker_previous_acl_id()
+        broker_id = broker_acl_id()
+    except (SecretSourceError, ZkCredentialError) as exc:
+        raise ZooKeeperCredentialsMissing(str(exc)) from exc
+    if broker_id is None:
+        raise ZooKeeperCredentialsMissing(
+            f"the control plane does not know the brokers' ZooKeeper identity: set {BROKER_DIGEST} "
+            f"(`user:<base64 sha1>`) or {BROKER_AUTH}_FILE (docs/security.md)")
+    return AclPolicy(control_id=control_auth().acl_id, broker_id=broker_id, previous_broker_id=previous_broker_id)
+
+
 @contextmanager
 def zk_client(connect: str, timeout: float | None = None) -> Iterator[KazooClient]:
     """A started client for `connect` (host:port[,...][/chroot]); stopped on exit."""
     timeout = timeout or settings.SWITCHYARD_ZK_TIMEOUT
     client = KazooClient(hosts=connect, timeout=timeout, connection_retry={"max_tries": 1, "delay": 0.1},
-                         command_retry={"max_tries": 0})
+                         command_retry={"max_tries": 0}, auth_data=control_auth_data())
     try:
         client.start(timeout=timeout)
     except (KazooTimeoutError, Exception) as exc:  # kazoo raises several kinds when nothing answers

@@ -198,6 +198,32 @@ def record_repair(*, actor, cluster, path: str, problem: str, kind: str | None, 
            after={"cluster": cluster.name, "path": path, "data": after})
 
 
+@audited
+def record_drift_alert(cluster, items: list[dict], *, previous: set[tuple[str, str]], repair: bool, actor) -> bool:
+    """An audit record when reconcile finds drift that was not already open (found and left unrepaired by the
+    cluster's previous run): a hand edit of ZooKeeper is reported once, not at every sweep. True if recorded."""
+    found = {(i["path"], i["problem"]) for i in items}
+    new = sorted(found - previous)
+    if not new:
+        return False
+    counts: dict[str, int] = {}
+    for _, problem in found:
+        counts[problem] = counts.get(problem, 0) + 1
+    record(actor=actor, action="zookeeper.drift_detected", obj=cluster,
+           after={"cluster": cluster.name, "counts": counts, "new": [f"{problem} {path}" for path, problem in new[:50]],
+                  "more": max(0, len(new) - 50), "repairing": repair})
+    log.warning("zookeeper drift on cluster %s: %s (%d new)%s", cluster.name, counts, len(new),
+                "; repairing" if repair else "")
+    return True
+
+
+@audited
+def record_secure(*, actor, cluster, nodes: int, changed: int, failed: list[str]) -> None:
+    """`manage.py secure_zookeeper` gave a cluster's nodes their ACLs."""
+    record(actor=actor, action="zookeeper.secure", obj=cluster,
+           after={"cluster": cluster.name, "nodes": nodes, "changed": changed, "failed": failed[:50]})
+
+
 # --- the reconcile schedule (django-celery-beat's PeriodicTask, editable live) ---------------
 
 

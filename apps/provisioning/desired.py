@@ -63,7 +63,12 @@ def _binding_doc(topic: str, app_id: str, f: dict) -> dict:
 
 
 def app_doc(app: App) -> dict:
-    return {"app_id": app.app_id, "team": app.team.name, "secret_hash": app.secret_hash, "active": app.active,
+    """Layout 2: every accepted secret hash, the one before a rotation with its deadline (Unix seconds)."""
+    secrets = [{"hash": app.secret_hash, "expires_at": None}]
+    if app.previous_secret_hash and app.previous_secret_valid_until:
+        secrets.append({"hash": app.previous_secret_hash,
+                        "expires_at": int(app.previous_secret_valid_until.timestamp())})
+    return {"app_id": app.app_id, "team": app.team.name, "secrets": secrets, "active": app.active,
             "revision": app.revision}
 
 

@@ -76,6 +76,7 @@ class ReconcileRun(models.Model):
     missing = models.PositiveIntegerField(default=0)
     unexpected = models.PositiveIntegerField(default=0)
     different = models.PositiveIntegerField(default=0)
+    acl_drift = models.PositiveIntegerField(default=0, help_text="nodes whose ACL is not the one the layout prescribes")
     repaired = models.PositiveIntegerField(default=0)
     duration_ms = models.PositiveIntegerField(default=0)
     items = models.JSONField(default=list, blank=True,
@@ -90,4 +91,9 @@ class ReconcileRun(models.Model):
 
     @property
     def drift_count(self) -> int:
-        return self.missing + self.unexpected + self.different
+        return self.missing + self.unexpected + self.different + self.acl_drift
+
+    @property
+    def unrepaired(self) -> int:
+        """What the run left drifted: found and not repaired."""
+        return sum(1 for item in self.items if not item.get("repaired"))

@@ -62,6 +62,7 @@ def push(cluster: Cluster, units: list[tuple[str, int]]) -> list:
     session = Session(cluster.zk_connect, cluster.zk_chroot)
     meta = Desired(META, cluster.pk, LAYOUT.META, meta_doc(cluster), cluster)
     try:
+        session.ensure_skeleton()
         session.put(meta.path, meta.data)
         for d in desired:
             session.put(d.path, d.data)

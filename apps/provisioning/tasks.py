@@ -59,7 +59,8 @@ def provision_objects(self, cluster_id: int, units: list):
 
 @app.task(bind=True, name="provisioning.reconcile_all")
 def reconcile_all(self, repair: bool = False):
-    """The periodic sweep: compare every active cluster, then re-drive objects left pending or failed."""
+    """The periodic sweep: compare every active cluster (repairing those whose `repair_drift` is on), then
+    re-drive objects left pending or failed."""
     from apps.clusters.choices import ClusterStatus
     from apps.clusters.models import Cluster
     from apps.provisioning.reconcile import reconcile, stale_units
@@ -67,7 +68,7 @@ def reconcile_all(self, repair: bool = False):
     summary = {}
     with action_context("task", self.request.id):
         for cluster in Cluster.objects.filter(status=ClusterStatus.ACTIVE):
-            run = reconcile(cluster, repair=repair)
+            run = reconcile(cluster, repair=repair or cluster.repair_drift)  # the cluster's setting: desired state wins
             units = stale_units(cluster, older_than=timedelta(minutes=5))
             if units and run.reachable:
                 provision_objects.delay(cluster.pk, [[k, i] for k, i in units])

@@ -3,6 +3,10 @@
 A worker keeps its client between tasks (connecting costs more than writing a node). Any sign that
 the ensemble is gone — not connected, a lost connection, a call that does not answer in time —
 drops the client and raises ZooKeeperUnreachable; the next call connects afresh.
+
+The client authenticates with the control plane's digest credential, and every node it creates carries
+the ACL of broker_core.zk_acl (docs/security.md): brokers read, anonymous clients read only /meta and
+/brokers, and nobody but the control plane writes.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from kazoo.exceptions import (
     BadVersionError,
     ConnectionClosedError,
     ConnectionLoss,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
@@ -26,8 +31,9 @@ from kazoo.exceptions import (
 )
 from kazoo.handlers.threading import KazooTimeoutError
 
-from apps.clusters.zookeeper import ZooKeeperUnreachable
+from apps.clusters.zookeeper import ZooKeeperUnreachable, acl_policy, control_auth_data
 from apps.provisioning import zkbulk
+from broker_core.layout import LAYOUT
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +61,7 @@ def client_for(connect: str) -> KazooClient:
         if client is not None:
             _close(client)
             _clients.pop(connect, None)
-        client = KazooClient(hosts=connect, timeout=_timeout(),
+        client = KazooClient(hosts=connect, timeout=_timeout(), auth_data=control_auth_data(),
                              connection_retry={"max_tries": 1, "delay": 0.1}, command_retry={"max_tries": 0})
         try:
             client.start(timeout=_timeout())
@@ -99,11 +105,29 @@ class Session:
     def __init__(self, connect: str, chroot: str):
         self.connect = connect
         self.root = chroot.rstrip("/")
+        self.policy = acl_policy()
         self.zk = client_for(connect)
         self._known_dirs: set[str] = set()
 
     def abs(self, path: str) -> str:
         return f"{self.root}{path}"
+
+    def relative(self, absolute: str) -> str:
+        """The path under the chroot; "" for the chroot itself and for its ancestors."""
+        return absolute[len(self.root):] if absolute.startswith(self.root + "/") else ""
+
+    def acl_of(self, absolute: str):
+        return self.policy.for_path(self.relative(absolute))
+
+    def ensure_skeleton(self) -> None:
+        """The chroot and /brokers, each with its ACL: brokers may not create them on a secured ensemble."""
+        missing = self._missing_dirs(LAYOUT.BROKERS + "/x")
+        for result in [self.zk.create_async(d, b"", acl=self.acl_of(d)) for d in missing]:
+            try:
+                self._wait(result)
+            except NodeExistsError:
+                pass
+        self._known_dirs.update(missing)
 
     def _wait(self, async_result):
         try:
@@ -126,7 +150,7 @@ class Session:
         """Pipelined: every request goes out before the first answer is awaited. Past a few hundred
         paths the bulk reader (zkbulk) takes over: kazoo's per-request overhead dominates there."""
         if len(paths) > BULK_THRESHOLD:
-            found = zkbulk.read_data(self.connect, [self.abs(p) for p in paths], _timeout())
+            found = zkbulk.read_data(self.connect, [self.abs(p) for p in paths], _timeout(), control_auth_data())
             return {p: (Node(*found[self.abs(p)]) if found[self.abs(p)] is not None else None) for p in paths}
         pending = [(p, self.zk.get_async(self.abs(p))) for p in paths]
         out: dict[str, Node | None] = {}
@@ -136,6 +160,35 @@ class Session:
                 out[path] = Node(data or b"", stat.version)
             except NoNodeError:
                 out[path] = None
+        return out
+
+    def read_acls(self, paths: list[str]) -> dict[str, list | None]:
+        """path (relative; "" is the chroot) → the node's ACL, None when it does not exist. A node whose ACL
+        shuts the control plane out reads as an empty ACL (it is drift either way)."""
+        if len(paths) > BULK_THRESHOLD:
+            found = zkbulk.read_acls(self.connect, [self.abs(p) for p in paths], _timeout(), control_auth_data())
+            return {p: found[self.abs(p)] for p in paths}
+        pending = [(p, self.zk.get_acls_async(self.abs(p))) for p in paths]
+        out: dict[str, list | None] = {}
+        for path, result in pending:
+            try:
+                out[path] = list(self._wait(result)[0])
+            except NoNodeError:
+                out[path] = None
+            except NoAuthError:
+                out[path] = []
+        return out
+
+    def set_acls(self, paths: list[str]) -> dict[str, Exception | None]:
+        """Give each node (relative path) the ACL the policy prescribes; path → error or None."""
+        pending = [(p, self.zk.set_acls_async(self.abs(p), self.policy.for_path(p))) for p in paths]
+        out: dict[str, Exception | None] = {}
+        for path, result in pending:
+            try:
+                self._wait(result)
+                out[path] = None
+            except (NoNodeError, NoAuthError) as exc:
+                out[path] = exc
         return out
 
     def children(self, path: str) -> list[str]:
@@ -177,8 +230,8 @@ class Session:
             tx = self.zk.transaction()
             if current is None:
                 for directory in self._missing_dirs(path):
-                    tx.create(directory, b"")
-                tx.create(self.abs(path), data)
+                    tx.create(directory, b"", acl=self.acl_of(directory))
+                tx.create(self.abs(path), data, acl=self.policy.for_path(path))
             else:
                 tx.set_data(self.abs(path), data, version=current.version)
             results = self._wait(tx.commit_async())
@@ -198,7 +251,7 @@ class Session:
         checks = [(a, self.zk.exists_async(a)) for a in wanted]
         missing = [a for a, result in checks if self._wait(result) is None]
         # One session's requests are applied in order, so parents land before their children.
-        for result in [self.zk.create_async(d, b"") for d in missing]:
+        for result in [self.zk.create_async(d, b"", acl=self.acl_of(d)) for d in missing]:
             try:
                 self._wait(result)
             except NodeExistsError:
@@ -211,7 +264,7 @@ class Session:
                 continue
             tx = self.zk.transaction()
             if node is None:
-                tx.create(self.abs(path), data)
+                tx.create(self.abs(path), data, acl=self.policy.for_path(path))
             else:
                 tx.set_data(self.abs(path), data, version=node.version)
             pending.append((path, tx.commit_async()))

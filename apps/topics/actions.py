@@ -5,7 +5,9 @@ The workflow itself (submit, withdraw, approve, reject) is shared: apps/governan
 
 from __future__ import annotations
 
-from django.core.exceptions import PermissionDenied
+from datetime import timedelta
+
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
 
 from apps.accounts.roles import ADMIN, has_role
@@ -16,9 +18,12 @@ from apps.governance.workflow import State
 from apps.provisioning import actions as provisioning
 from apps.provisioning.desired import clusters_of_app
 from apps.provisioning.models import ObjectKind
-from apps.topics.credentials import hash_secret, new_secret
 from apps.topics.models import App, Topic, TopicApplication
+from broker_core.auth import hash_secret, new_secret
 from control_plane.errors import ActionError, require_perm
+
+OLD_SECRET_DEFAULT_S = 3600  # a rotation's overlap when none is chosen: one hour
+OLD_SECRET_MAX_S = 7 * 24 * 3600
 
 APPLICATION_FIELDS = ("name", "team", "environment", "cluster", "message_types", "expected_peak_mps",
                       "max_message_bytes", "retention_hours", "storage_level", "transactional", "ordered",
@@ -57,15 +62,32 @@ def _push_app(app: App) -> None:
         provisioning.schedule_objects(cluster, [(ObjectKind.APP, app.pk)])
 
 
+def validate_old_secret_valid_for(value) -> int:
+    """Seconds the old secret stays accepted after a rotation: a whole number from 0 (at once) to 7 days."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= OLD_SECRET_MAX_S:
+        raise ValidationError({"old_secret_valid_for_s": f"Give whole seconds from 0 (the old secret stops at once) "
+                                                         f"to {OLD_SECRET_MAX_S} (7 days); got {value!r}."})
+    return value
+
+
 @audited
-def rotate_app_secret(*, actor, app: App) -> tuple[App, str]:
-    """A new secret; the old one keeps working until the new hash is provisioned to each cluster."""
+def rotate_app_secret(*, actor, app: App, old_secret_valid_for_s: int = OLD_SECRET_DEFAULT_S) -> tuple[App, str]:
+    """A new secret. The brokers accept the old one too until `old_secret_valid_for_s` seconds from now (0: the
+    old one stops as soon as the new hash lands on each cluster), then only the new one. A second rotation
+    within the overlap ends the first one's old secret at once: only one previous secret is kept."""
+    validate_old_secret_valid_for(old_secret_valid_for_s)
     _require_app_owner(actor, app)
     app = App.objects.select_for_update().get(pk=app.pk)
     before = snapshot(app)
     secret = new_secret()
+    now = timezone.now().replace(microsecond=0)  # whole seconds: the deadline goes into ZooKeeper as such
+    if old_secret_valid_for_s:
+        app.previous_secret_hash = app.secret_hash
+        app.previous_secret_valid_until = now + timedelta(seconds=old_secret_valid_for_s)
+    else:
+        app.previous_secret_hash, app.previous_secret_valid_until = "", None
     app.secret_hash = hash_secret(secret)
-    app.secret_rotated_at = timezone.now()
+    app.secret_rotated_at = now
     app.revision += 1
     app.save()
     _push_app(app)

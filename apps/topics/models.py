@@ -15,6 +15,7 @@ from apps.clusters.choices import Environment, StorageLevel
 from apps.clusters.models import Cluster
 from apps.governance.workflow import ApplicationBase, DecisionBase
 from apps.topics.choices import TopicStatus
+from broker_core.auth import is_legacy
 
 # The shape a name must have to be a ZooKeeper path segment; the naming *policy* is stricter.
 topic_name_validator = RegexValidator(
@@ -94,6 +95,9 @@ class App(models.Model):
     description = models.TextField(blank=True)
     secret_hash = models.CharField(max_length=200, editable=False)
     secret_rotated_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # the secret before the last rotation, accepted by the brokers until `previous_secret_valid_until`
+    previous_secret_hash = models.CharField(max_length=200, blank=True, default="", editable=False)
+    previous_secret_valid_until = models.DateTimeField(null=True, blank=True, editable=False)
     active = models.BooleanField(default=True)
     check_url = models.URLField(
         "HTTP check URL", max_length=500, blank=True, default="",
@@ -110,6 +114,11 @@ class App(models.Model):
 
     def __str__(self) -> str:
         return self.app_id
+
+    @property
+    def secret_hash_is_legacy(self) -> bool:
+        """A PBKDF2 hash from before the HMAC scheme: it works, at a PBKDF2 check per connection, until rotated."""
+        return is_legacy(self.secret_hash)
 
 
 class Topic(TopicSettings):

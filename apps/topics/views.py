@@ -119,7 +119,13 @@ class AppRotateView(LoginRequiredMixin, View):
 
     def post(self, request, app_id):
         app = get_object_or_404(App, app_id=app_id)
-        app, secret = actions.rotate_app_secret(actor=request.user, app=app)
+        raw = request.POST.get("old_secret_valid_for_s", str(actions.OLD_SECRET_DEFAULT_S))
+        try:
+            app, secret = actions.rotate_app_secret(actor=request.user, app=app,
+                                                    old_secret_valid_for_s=int(raw) if raw.isdigit() else raw)
+        except ValidationError as exc:
+            messages.error(request, "; ".join(exc.messages))
+            return redirect("topics:app-detail", app_id=app.app_id)
         return render(request, "topics/app_secret.html", {"object": app, "secret": secret, "created": False})
 
 

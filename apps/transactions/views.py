@@ -9,6 +9,7 @@ from django.views import View
 from django.views.generic import DetailView, TemplateView
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from apps.provisioning.metrics import DriftCollector
 from apps.topics.actions import set_app_check_url
 from apps.topics.models import App
 from apps.transactions import actions, queries
@@ -106,7 +107,8 @@ class AppCheckUrlView(LoginRequiredMixin, View):
 
 
 def metrics(request):
-    """Prometheus text: back-check figures read from the database at scrape time."""
+    """Prometheus text: back-check and ZooKeeper drift figures read from the database at scrape time."""
     registry = CollectorRegistry()
     registry.register(TxCollector())
+    registry.register(DriftCollector())
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

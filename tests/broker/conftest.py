@@ -28,6 +28,7 @@ from broker_core.layout import LAYOUT
 from broker_core.provision import Provisioner
 from broker_core.secret_source import read_secret
 from devstack.services import start_zookeeper, stop_zookeeper
+from tests.support.stack import broker_environment, control_zk_client, zk_acl_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 PORT_BASE = int(os.environ.get("SWITCHYARD_PORT_BASE", "27200"))
@@ -86,7 +87,8 @@ def zk_hosts():
 
 @pytest.fixture(scope="session")
 def zk(zk_hosts):
-    client = KazooClient(hosts=zk_hosts, timeout=10)
+    """Authenticated as the control plane: the tests provision as it does (docs/security.md)."""
+    client = control_zk_client(zk_hosts, timeout=10)
     client.start(timeout=15)
     yield client
     client.stop()
@@ -104,7 +106,7 @@ class BrokerProcess:
     def __init__(self, cluster: Cluster, index: int, port: int, extra: list[str], admin_token: str | None = None,
                  env: dict[str, str | None] | None = None):
         self.cluster = cluster
-        self.env = {k: v for k, v in os.environ.items() if k not in (TOKEN_VAR, TOKEN_VAR + "_FILE")}
+        self.env = {k: v for k, v in broker_environment().items() if k not in (TOKEN_VAR, TOKEN_VAR + "_FILE")}
         if admin_token is None:
             self.env.update({k: os.environ[k] for k in (TOKEN_VAR, TOKEN_VAR + "_FILE") if k in os.environ})
         elif admin_token:
@@ -210,7 +212,8 @@ class Cluster:
         self.zk = f"{zk_hosts}{self.chroot}"
         self.zk_client = zk_client
         self.state = state
-        self.pv = Provisioner(zk_client, self.chroot, cluster=name)
+        self.pv = Provisioner(zk_client, self.chroot, cluster=name, policy=zk_acl_policy())
+        self.pv.skeleton()  # the chroot and /brokers, with their ACLs: brokers may not create them
         self.brokers: list[BrokerProcess] = []
         self.cache_dir = state / "sdk-cache"
 

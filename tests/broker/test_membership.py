@@ -8,13 +8,13 @@ import signal
 import time
 
 import pytest
-from kazoo.client import KazooClient
 
 from broker_core.client import Consumer, Producer
 from broker_core.layout import LAYOUT
 from devstack.services import start_zookeeper, stop_zookeeper
 from tests.broker.conftest import APP, SECOND_ZK_PORT, SECRET, STATE, Cluster, wait_for
 from tests.broker.helpers import RawConsumer, Received
+from tests.support.stack import control_zk_client
 
 
 def test_a_broker_registers_an_ephemeral_node_and_again_after_losing_its_session(cluster):
@@ -54,7 +54,7 @@ def own_zookeeper():
     """A ZooKeeper of this test alone, so it can be stopped without disturbing other tests."""
     state = STATE / "zk-own"
     start_zookeeper(state, SECOND_ZK_PORT, "zk-broker-tests-own")
-    client = KazooClient(hosts=f"127.0.0.1:{SECOND_ZK_PORT}", timeout=10)
+    client = control_zk_client(f"127.0.0.1:{SECOND_ZK_PORT}", timeout=10)
     client.start(timeout=15)
     yield state, client
     client.stop()

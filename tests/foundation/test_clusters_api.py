@@ -50,6 +50,19 @@ def test_sre_update_leaves_one_record_with_before_and_after(make_user, api_for):
     assert AuditRecord.objects.count() == 2
 
 
+def test_repair_drift_is_off_by_default_and_set_through_the_api(make_user, api_for):
+    sre = make_user("sre-1", "sre")
+    created = api_for(sre).post("/api/v1/clusters/", VALID, format="json").json()
+    assert created["repair_drift"] is False
+    response = api_for(sre).patch("/api/v1/clusters/eu-1/", {"repair_drift": True}, format="json")
+    assert response.status_code == 200 and response.json()["repair_drift"] is True
+    update = AuditRecord.objects.get(action="cluster.update")
+    assert (update.before["repair_drift"], update.after["repair_drift"]) == (False, True)
+    bad = api_for(sre).patch("/api/v1/clusters/eu-1/", {"repair_drift": "maybe"}, format="json")
+    assert bad.status_code == 400 and "repair_drift" in bad.json()
+    assert Cluster.objects.get().repair_drift is True and AuditRecord.objects.count() == 2
+
+
 def test_invalid_body_gets_field_errors_and_changes_nothing(make_user, api_for):
     sre = make_user("sre-1", "sre")
     bad = {**VALID, "name": "Not A Slug", "zk_connect": "zk1", "zk_chroot": "relative/", "environment": "moon"}

@@ -38,9 +38,10 @@ def people(make_user):
 
 @pytest.fixture
 def zk(zk_connect):
-    from kazoo.client import KazooClient
+    """A client authenticated as the control plane (it may read /apps, which brokers and it alone may)."""
+    from tests.support.stack import control_zk_client
 
-    client = KazooClient(hosts=zk_connect, timeout=5)
+    client = control_zk_client(zk_connect, timeout=5)
     client.start(timeout=5)
     yield client
     client.stop()

@@ -34,9 +34,10 @@ def binding_body(**overrides):
 
 
 def stdlib_verify(secret: str, stored: str) -> bool:
-    algorithm, iterations, salt, expected = stored.split("$", 3)
-    digest = hashlib.pbkdf2_hmac("sha256", secret.encode(), salt.encode(), int(iterations))
-    return algorithm == "pbkdf2_sha256" and hmac.compare_digest(base64.b64encode(digest).decode(), expected)
+    """The stored form of docs/zookeeper-layout.md, checked with the standard library alone."""
+    algorithm, salt, expected = stored.split("$", 2)
+    digest = hmac.new(salt.encode(), secret.encode(), hashlib.sha256).digest()
+    return algorithm == "hmac_sha256" and hmac.compare_digest(base64.b64encode(digest).decode(), expected)
 
 
 def test_app_secret_is_shown_once_stored_hashed_and_rotated(people, api_for):
@@ -45,8 +46,11 @@ def test_app_secret_is_shown_once_stored_hashed_and_rotated(people, api_for):
     assert response.status_code == 201, response.content
     secret = response.json()["secret"]
     app = App.objects.get(app_id="shipping-worker")
-    algorithm, iterations, salt, digest = app.secret_hash.split("$")
-    assert (algorithm, iterations) == ("pbkdf2_sha256", "60000") and salt and len(base64.b64decode(digest)) == 32
+    algorithm, salt, digest = app.secret_hash.split("$")
+    assert algorithm == "hmac_sha256" and len(base64.urlsafe_b64decode(salt + "==")) == 16
+    assert len(base64.b64decode(digest)) == 32
+    # 256 random bits: 43 URL-safe base64 characters after the prefix
+    assert secret.startswith("sy_") and len(base64.urlsafe_b64decode(secret[3:] + "=")) == 32
     assert secret not in app.secret_hash and stdlib_verify(secret, app.secret_hash)
     assert "secret" not in api.get("/api/v1/apps/shipping-worker/").json()
     created = AuditRecord.objects.get(action="app.create")
@@ -167,7 +171,7 @@ def test_routes_answer_which_cluster_serves_a_topic(people, api_for, topic, zk_c
     assert response.status_code == 200
     assert response.json() == {
         "topic": "payments.order-paid", "environment": "dev", "cluster": "dev-a", "zk_connect": zk_connect,
-        "zk_chroot": f"{zk_chroot}/dev-a", "zk_hosts": f"{zk_connect}{zk_chroot}/dev-a", "layout_version": 1,
+        "zk_chroot": f"{zk_chroot}/dev-a", "zk_hosts": f"{zk_connect}{zk_chroot}/dev-a", "layout_version": 2,
         "revision": 1, "ordered": False, "transactional": False, "message_types": ["created", "paid"],
         "sync_state": "pending"}  # approved, not pushed yet: nothing has been read back from ZooKeeper
     missing_env = api.get("/api/v1/routes/payments.order-paid/")

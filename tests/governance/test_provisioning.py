@@ -1,5 +1,7 @@
 """Approval → Celery worker (a real process) → the cluster's real ZooKeeper, read back as sync state."""
 
+import time
+
 import pytest
 
 from apps.audit.models import AuditRecord
@@ -32,7 +34,7 @@ def test_approved_topic_lands_in_zookeeper_and_reads_back_synced(celery_worker, 
     assert node == {"name": "payments.order-paid", "message_types": ["created", "paid"], "ordered": False,
                     "transactional": True, "retention_s": 172800, "storage": "file", "max_message_bytes": 8192,
                     "tx_check": {"delay_s": 6, "interval_s": 30, "max_checks": 15}, "revision": 1}
-    assert read_node(zk, f"{zk_chroot}/dev-a/meta") == {"layout_version": 1, "cluster": "dev-a"}
+    assert read_node(zk, f"{zk_chroot}/dev-a/meta") == {"layout_version": 2, "cluster": "dev-a"}
     wait_for(lambda: TopicApplication.objects.get(pk=approved["id"]).state == State.ACTIVE, what="active")
 
     topic_id = api_for(people.dev).get("/api/v1/topics/").json()["results"][0]["id"]
@@ -71,7 +73,8 @@ def test_binding_and_grant_land_with_their_apps(celery_worker, people, api_for, 
                     "revision": 1}
     app_node = read_node(zk, f"{root}/apps/shipping-worker")
     assert app_node == {"app_id": "shipping-worker", "team": "logistics", "active": True, "revision": 1,
-                        "secret_hash": App.objects.get(app_id="shipping-worker").secret_hash}
+                        "secrets": [{"hash": App.objects.get(app_id="shipping-worker").secret_hash,
+                                     "expires_at": None}]}
     assert consumer["secret"] not in str(app_node)
 
     api_for(people.dev).post("/api/v1/apps/", {"app_id": "checkout", "team": "payments"}, format="json")
@@ -97,13 +100,17 @@ def test_rotated_secret_replaces_the_hash_in_zookeeper(celery_worker, people, ap
                                      format="json").json()
     api_for(people.lead).post(f"/api/v1/grant-applications/{grant['id']}/approve/", format="json")
     path = f"{zk_chroot}/dev-a/apps/checkout"
-    old = wait_for(lambda: read_node(zk, path), what="the app node")["secret_hash"]
+    [old] = wait_for(lambda: read_node(zk, path), what="the app node")["secrets"]
 
-    rotated = api_for(people.dev).post("/api/v1/apps/checkout/rotate-secret/", format="json").json()
+    before = int(time.time())
+    rotated = api_for(people.dev).post("/api/v1/apps/checkout/rotate-secret/", {"old_secret_valid_for_s": 600},
+                                       format="json").json()
     node = wait_for(lambda: (n := read_node(zk, path)) and n["revision"] == 2 and n, what="the new hash")
-    assert node["secret_hash"] != old and node["secret_hash"] == App.objects.get(app_id="checkout").secret_hash
-    from apps.topics.credentials import verify_secret
+    new, previous = node["secrets"]
+    assert new == {"hash": App.objects.get(app_id="checkout").secret_hash, "expires_at": None}
+    assert previous["hash"] == old["hash"] and before + 600 - 1 <= previous["expires_at"] <= int(time.time()) + 600
+    from broker_core.auth import verify_secret
 
-    assert verify_secret(rotated["secret"], node["secret_hash"])
+    assert verify_secret(rotated["secret"], new["hash"]) and not verify_secret(rotated["secret"], old["hash"])
     live = api_for(people.dev).get("/api/v1/apps/checkout/sync/").json()
     assert [(s["state"], s["zk_revision"]) for s in live] == [("synced", 2)]

@@ -1,6 +1,11 @@
-"""Secret rotation end to end: a real broker process keeps accepting an app's old secret until the control
-plane's rotation is provisioned into its ZooKeeper (by the real Celery worker), then refuses it and accepts
-the new one."""
+"""Secret rotation end to end, on a real broker process fed by the real Celery worker.
+
+- With no overlap (`old_secret_valid_for_s: 0`) the old secret works until the rotation is provisioned into
+  the cluster's ZooKeeper, then only the new one.
+- With an overlap, both work until the deadline chosen at rotation, then only the new one; a wrong secret
+  never does. A bad deadline is refused and changes nothing."""
+
+import time
 
 import pytest
 
@@ -30,9 +35,8 @@ def refused(broker, secret: str) -> str | None:
     return None
 
 
-def test_old_secret_works_until_the_rotation_lands_then_only_the_new_one(
-        paused_worker, people, api_for, cluster):  # noqa: F811
-    pause, resume = paused_worker
+def granted_checkout(people, api_for, cluster) -> str:  # noqa: F811
+    """App `checkout` granted on a topic of a control-plane cluster over the broker test cluster; its secret."""
     from apps.clusters import actions
 
     cp = actions.create_cluster(actor=people.admin, name="dev-a", environment="dev", region="local",
@@ -50,12 +54,19 @@ def test_old_secret_works_until_the_rotation_lands_then_only_the_new_one(
     assert api_for(people.lead).post(f"/api/v1/grant-applications/{grant['id']}/approve/").status_code == 200
     wait_for(lambda: api_for(people.dev).get(f"/api/v1/grant-applications/{grant['id']}/").json()["state"]
              == State.ACTIVE, what="the grant (app and grant) to be provisioned")
+    return old_secret
 
+
+def test_old_secret_works_until_the_rotation_lands_then_only_the_new_one(
+        paused_worker, people, api_for, cluster):  # noqa: F811
+    pause, resume = paused_worker
+    old_secret = granted_checkout(people, api_for, cluster)
     broker = cluster.broker()
     assert publish(broker, old_secret)
 
     pause()  # the rotation commits; its push waits in the queue
-    rotated = api_for(people.dev).post("/api/v1/apps/checkout/rotate-secret/", format="json")
+    rotated = api_for(people.dev).post("/api/v1/apps/checkout/rotate-secret/", {"old_secret_valid_for_s": 0},
+                                       format="json")
     assert rotated.status_code == 200
     new_secret = rotated.json()["secret"]
     assert new_secret != old_secret
@@ -75,3 +86,38 @@ def test_old_secret_works_until_the_rotation_lands_then_only_the_new_one(
     assert broker.stats()["auth_failures"] == 2
     live = api_for(people.dev).get("/api/v1/apps/checkout/sync/").json()
     assert [(s["state"], s["zk_revision"], s["live"]) for s in live] == [("synced", 2, True)]
+
+
+def test_with_an_overlap_both_secrets_work_until_the_deadline_then_only_the_new_one(
+        celery_worker, people, api_for, cluster):  # noqa: F811
+    from apps.audit.models import AuditRecord
+    from apps.topics.models import App
+
+    old_secret = granted_checkout(people, api_for, cluster)
+    broker = cluster.broker()
+    assert publish(broker, old_secret)
+
+    for bad in (-1, 7 * 24 * 3600 + 1, "soon", 1.5):
+        response = api_for(people.dev).post("/api/v1/apps/checkout/rotate-secret/", {"old_secret_valid_for_s": bad},
+                                            format="json")
+        assert response.status_code == 400 and "old_secret_valid_for_s" in response.json(), response.content
+    assert App.objects.get(app_id="checkout").revision == 1 and not AuditRecord.objects.filter(
+        action="app.rotate_secret").exists()
+
+    overlap_s = 8
+    rotated = api_for(people.dev).post("/api/v1/apps/checkout/rotate-secret/", {"old_secret_valid_for_s": overlap_s},
+                                       format="json")
+    assert rotated.status_code == 200, rotated.content
+    new_secret = rotated.json()["secret"]
+    deadline = App.objects.get(app_id="checkout").previous_secret_valid_until.timestamp()
+    app_node = f"{cluster.chroot}/apps/checkout"
+    wait_for(lambda: read_node(cluster.zk_client, app_node)["revision"] == 2, what="the rotation in ZooKeeper")
+    wait_for(lambda: refused(broker, new_secret) is None, timeout=10, what="the broker to accept the new secret")
+    assert time.time() < deadline, "the checks below need the overlap still running"
+    assert refused(broker, old_secret) is None, "the old secret works until its deadline"
+    assert refused(broker, "sy_" + "x" * 43) == "wrong secret for app 'checkout'"
+
+    message = wait_for(lambda: refused(broker, old_secret), timeout=overlap_s + 10,
+                       what="the broker to refuse the old secret after its deadline")
+    assert message == "wrong secret for app 'checkout'" and time.time() >= deadline
+    assert refused(broker, new_secret) is None

@@ -26,9 +26,8 @@ def flaky_zookeeper():
 
 def test_approval_commits_while_zookeeper_is_down_and_lands_when_it_returns(
         celery_worker, flaky_zookeeper, people, api_for, make_cluster, zk_chroot):
-    from kazoo.client import KazooClient
-
     from tests.governance.conftest import read_node
+    from tests.support.stack import control_zk_client
 
     start, stop = flaky_zookeeper
     make_cluster("dev-a", "dev", connect=f"127.0.0.1:{FLAKY_PORT}")
@@ -55,7 +54,7 @@ def test_approval_commits_while_zookeeper_is_down_and_lands_when_it_returns(
     state.refresh_from_db()
     assert (state.state, state.landed_revision, state.error) == ("synced", 1, "")
     assert state.attempts >= 2
-    client = KazooClient(hosts=f"127.0.0.1:{FLAKY_PORT}", timeout=5)
+    client = control_zk_client(f"127.0.0.1:{FLAKY_PORT}", timeout=5)
     client.start(timeout=10)
     try:
         assert read_node(client, f"{zk_chroot}/dev-a/topics/payments.order-paid")["message_types"] == ["paid"]

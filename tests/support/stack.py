@@ -21,3 +21,24 @@ def state_dir() -> Path:
 
 def ports() -> Ports:
     return Ports(int(os.environ.get("SWITCHYARD_PORT_BASE", "27200")))
+
+
+def control_zk_client(hosts: str, timeout: float = 10.0):
+    """A kazoo client (not started) that authenticates as the control plane: full rights on what it wrote."""
+    from kazoo.client import KazooClient
+
+    from broker_core.zk_acl import control_credential
+
+    return KazooClient(hosts=hosts, timeout=timeout, auth_data=control_credential().auth_data)
+
+
+def zk_acl_policy():
+    """The ACLs the control plane writes, for this test run's two identities."""
+    from broker_core.zk_acl import AclPolicy, broker_acl_id, control_credential
+
+    return AclPolicy(control_id=control_credential().acl_id, broker_id=broker_acl_id())
+
+
+def broker_environment() -> dict[str, str]:
+    """The environment of a broker process: the test run's, without the control plane's ZooKeeper credential."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_ZK_CONTROL_AUTH")}

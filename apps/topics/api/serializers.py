@@ -24,13 +24,21 @@ class AppCheckUrlSerializer(serializers.Serializer):
                                                "has a check listener; \"\" removes it")
 
 
+class RotateSecretSerializer(serializers.Serializer):
+    old_secret_valid_for_s = serializers.IntegerField(
+        min_value=0, max_value=7 * 24 * 3600, default=3600, required=False,
+        help_text="seconds the brokers keep accepting the old secret (0: it stops as soon as the new hash lands; "
+                  "default one hour, at most 7 days)")
+
+
 class AppWithSecretSerializer(AppSerializer):
     """Returned once, at creation or rotation: the secret is not stored and cannot be shown again."""
 
     secret = serializers.CharField(read_only=True)
 
     class Meta(AppSerializer.Meta):
-        fields = [*AppSerializer.Meta.fields, "secret"]
+        fields = [*AppSerializer.Meta.fields, "secret", "previous_secret_valid_until"]
+        read_only_fields = [*AppSerializer.Meta.read_only_fields, "previous_secret_valid_until"]
 
 
 class TopicSerializer(serializers.ModelSerializer):

@@ -11,6 +11,7 @@ from apps.topics.api.serializers import (
     AppCheckUrlSerializer,
     AppSerializer,
     AppWithSecretSerializer,
+    RotateSecretSerializer,
     TopicApplicationSerializer,
     TopicSerializer,
 )
@@ -45,11 +46,16 @@ class AppViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                                          description=body.validated_data.get("description", ""))
         return Response(_with_secret(app, secret), status=status.HTTP_201_CREATED)
 
-    @extend_schema(request=None, responses=AppWithSecretSerializer)
+    @extend_schema(request=RotateSecretSerializer, responses=AppWithSecretSerializer)
     @action(detail=True, methods=["post"], url_path="rotate-secret")
     def rotate_secret(self, request, app_id=None):
-        """A new secret; the old one works until the new hash is provisioned (see `sync`)."""
-        app, secret = actions.rotate_app_secret(actor=request.user, app=self.get_object())
+        """A new secret. The brokers accept the old one too for `old_secret_valid_for_s` seconds (default one
+        hour; 0: only until the new hash is provisioned, see `sync`), then only the new one."""
+        app = self.get_object()
+        body = RotateSecretSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        app, secret = actions.rotate_app_secret(actor=request.user, app=app,
+                                                old_secret_valid_for_s=body.validated_data["old_secret_valid_for_s"])
         return Response(_with_secret(app, secret))
 
     @extend_schema(request=None)
