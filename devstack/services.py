@@ -289,6 +289,9 @@ def start_postgres(state: Path, port: int, dbname: str = "switchyard", tuned_for
             f"(trust, tables owned by postgres). Stop it and start anew: `./dev down`, remove {state}, then "
             "`./dev up` again (the demo data is seeded anew).")
     if port_open(port):
+        if not (data / "postmaster.pid").exists():  # never hand this stack's passwords to someone else's server
+            raise ServiceError(f"port {port} is taken by a server that is not this stack's PostgreSQL ({data}): "
+                               "stop it, or choose other ports with SWITCHYARD_PORT_BASE")
         log.info("postgres already listening on %s", port)
     else:
         opts = f"-p {port} -k {pgdir} -c listen_addresses=127.0.0.1 -c max_connections=200"

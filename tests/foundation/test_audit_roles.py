@@ -3,7 +3,11 @@
 Each test connects to the test database with a real, separate connection as the runtime role (the role the web
 server, the Celery worker and Spark's load use), with the password devstack made for it."""
 
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 import psycopg2
 import pytest
@@ -18,6 +22,7 @@ from broker_core.secret_source import read_secret
 
 pytestmark = pytest.mark.django_db(transaction=True)
 INSUFFICIENT_PRIVILEGE = "42501"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -118,3 +123,12 @@ def test_runtime_role_keeps_ordinary_dml_elsewhere(runtime_db, three_records):
         cur.execute("TRUNCATE tracing_message_staging, tracing_event_staging")  # what Spark's load does
     runtime_db.rollback()
     assert refused(runtime_db, "TRUNCATE clusters_cluster") == INSUFFICIENT_PRIVILEGE
+
+
+def test_migrate_as_the_runtime_role_is_refused_with_what_to_do():
+    env = {**os.environ, "SWITCHYARD_DB_ROLE": "runtime", "SWITCHYARD_DB_NAME": connection.settings_dict["NAME"]}
+    result = subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1
+    assert "migrate connects as the runtime role" in result.stderr
+    assert "SWITCHYARD_DB_ROLE=owner ./manage.py migrate" in result.stderr
