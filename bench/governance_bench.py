@@ -23,6 +23,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from broker_core.secret_source import read_secret  # noqa: E402
+
 BENCH_DB = "switchyard_bench"
 
 
@@ -31,7 +33,8 @@ def recreate_database() -> None:
 
     conn = psycopg2.connect(host=os.environ.get("SWITCHYARD_DB_HOST", "127.0.0.1"),
                             port=os.environ.get("SWITCHYARD_DB_PORT", "27100"),
-                            user=os.environ.get("SWITCHYARD_DB_USER", "postgres"), dbname="postgres")
+                            user=os.environ.get("SWITCHYARD_DB_OWNER_USER", "switchyard_owner"), dbname="postgres",
+                            password=read_secret("SWITCHYARD_DB_OWNER_PASSWORD"))
     conn.autocommit = True
     with conn.cursor() as cur:
         cur.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
@@ -44,7 +47,8 @@ def drop_database() -> None:
 
     conn = psycopg2.connect(host=os.environ.get("SWITCHYARD_DB_HOST", "127.0.0.1"),
                             port=os.environ.get("SWITCHYARD_DB_PORT", "27100"),
-                            user=os.environ.get("SWITCHYARD_DB_USER", "postgres"), dbname="postgres")
+                            user=os.environ.get("SWITCHYARD_DB_OWNER_USER", "switchyard_owner"), dbname="postgres",
+                            password=read_secret("SWITCHYARD_DB_OWNER_PASSWORD"))
     conn.autocommit = True
     with conn.cursor() as cur:
         cur.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
@@ -182,6 +186,7 @@ def main() -> int:
 
     recreate_database()
     os.environ["SWITCHYARD_DB_NAME"] = BENCH_DB
+    os.environ["SWITCHYARD_DB_ROLE"] = "owner"  # the bench migrates its database
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "control_plane.settings")
     import django
 

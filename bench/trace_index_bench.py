@@ -32,24 +32,35 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.trace_events import business_id, generate, message_id  # noqa: E402
+from broker_core.secret_source import read_secret  # noqa: E402
 
 DB = "switchyard_bench"
 
 
 def env_for_bench() -> dict[str, str]:
-    return {**os.environ, "SWITCHYARD_DB_NAME": DB, "DJANGO_SETTINGS_MODULE": "control_plane.settings"}
+    # the bench makes and migrates its own database: as the owner role
+    return {**os.environ, "SWITCHYARD_DB_NAME": DB, "DJANGO_SETTINGS_MODULE": "control_plane.settings",
+            "SWITCHYARD_DB_ROLE": "owner"}
 
 
-def prepare_database(env) -> str:
+def prepare_database(env) -> tuple[str, str]:
+    """A fresh bench database; the JDBC URL (no password) and the password to load it as the owner."""
+    import psycopg2
+
     port = env.get("SWITCHYARD_DB_PORT", "27100")
-    psql = ["psql", "-h", "127.0.0.1", "-p", port, "-U", "postgres", "-v", "ON_ERROR_STOP=1", "-q"]
-    subprocess.run([*psql, "-c", f"DROP DATABASE IF EXISTS {DB}"], check=True, env=env)
-    subprocess.run([*psql, "-c", f"CREATE DATABASE {DB}"], check=True, env=env)
+    user = env.get("SWITCHYARD_DB_OWNER_USER", "switchyard_owner")
+    password = read_secret("SWITCHYARD_DB_OWNER_PASSWORD", env)
+    conn = psycopg2.connect(host="127.0.0.1", port=port, user=user, password=password, dbname="postgres")
+    conn.autocommit = True
+    with conn.cursor() as cur:
+        cur.execute(f'DROP DATABASE IF EXISTS "{DB}"')
+        cur.execute(f'CREATE DATABASE "{DB}"')
+    conn.close()
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], check=True, env=env, cwd=ROOT)
-    return f"jdbc:postgresql://127.0.0.1:{port}/{DB}?user=postgres"
+    return f"jdbc:postgresql://127.0.0.1:{port}/{DB}?user={user}", password
 
 
-def build(args, jdbc_url: str, events_dir: Path) -> tuple[int, int]:
+def build(args, jdbc: tuple[str, str], events_dir: Path) -> tuple[int, int]:
     from spark_jobs import trace_index
     from spark_jobs.session import POSTGRES_JDBC_JAR, spark_session
 
@@ -65,7 +76,8 @@ def build(args, jdbc_url: str, events_dir: Path) -> tuple[int, int]:
         marks[stage] = time.perf_counter() - start
         print(f"  {marks[stage]:7.1f}s  {stage} {fields if fields else ''}", flush=True)
 
-    result = trace_index.run(spark, [str(events_dir)], str(out), jdbc_url=jdbc_url, reader=args.reader,
+    result = trace_index.run(spark, [str(events_dir)], str(out), jdbc_url=jdbc[0], jdbc_password=jdbc[1],
+                             reader=args.reader,
                              progress=progress)
     total = time.perf_counter() - start
     parquet = marks["wrote the message summaries and timelines"]

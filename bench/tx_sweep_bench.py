@@ -32,6 +32,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+from broker_core.secret_source import read_secret  # noqa: E402
+
 BENCH_DB = "switchyard_txbench"
 APP, SECRET, TOPIC = "bench-tx", "bench-tx-secret", "bench.tx"
 
@@ -69,7 +71,8 @@ def db_conn():
 
     conn = psycopg2.connect(host=os.environ.get("SWITCHYARD_DB_HOST", "127.0.0.1"),
                             port=os.environ.get("SWITCHYARD_DB_PORT", "27100"),
-                            user=os.environ.get("SWITCHYARD_DB_USER", "postgres"), dbname="postgres")
+                            user=os.environ.get("SWITCHYARD_DB_OWNER_USER", "switchyard_owner"), dbname="postgres",
+                            password=read_secret("SWITCHYARD_DB_OWNER_PASSWORD"))
     conn.autocommit = True
     return conn
 
@@ -139,6 +142,7 @@ def main() -> int:
 
     recreate_database()
     os.environ["SWITCHYARD_DB_NAME"] = BENCH_DB
+    os.environ["SWITCHYARD_DB_ROLE"] = "owner"  # the bench migrates its database
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "control_plane.settings")
     import django
 

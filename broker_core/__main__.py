@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from broker_core.log_scrub import scrub_root_logger
 from broker_core.node import run
 from broker_core.options import parse
 
@@ -13,6 +14,7 @@ def main(argv: list[str] | None = None) -> int:
     options = parse(argv)
     logging.basicConfig(level=options.log_level.upper(),
                         format=f"%(asctime)s broker[{options.cluster}:{options.port}] %(levelname)s %(name)s: %(message)s")
+    scrub_root_logger()  # secrets (the admin token, ZooKeeper credentials) never reach the log
     logging.getLogger("kazoo").setLevel(logging.WARNING)
     run(options)
     return 0

@@ -41,7 +41,7 @@ def up() -> None:
     services.start_core(state, ports)
     env = services.environment(state, ports)
     services.write_env(state, env)
-    manage(env, "migrate", "--noinput", "-v", "0")
+    manage({**env, "SWITCHYARD_DB_ROLE": "owner"}, "migrate", "--noinput", "-v", "0")  # DDL as the owner
     manage(env, "collectstatic", "--noinput", "-v", "0")
     manage(env, "seed_demo", "--zk", env["SWITCHYARD_ZK"], "--broker-port-base", str(ports.broker(0)),
            "--secrets-file", str(state / DEMO_SECRETS))
@@ -92,7 +92,10 @@ def test(pytest_args: list[str]) -> int:
     env = services.environment(state, ports)
     services.write_env(state, env)
     try:
-        return subprocess.run([sys.executable, "-m", "pytest", *pytest_args], env={**os.environ, **env},
+        # pytest-django creates the test database and migrates it: as the owner (the Celery worker the tests
+        # start, and the tests of the guarantee, connect as the runtime role)
+        return subprocess.run([sys.executable, "-m", "pytest", *pytest_args],
+                              env={**os.environ, **env, "SWITCHYARD_DB_ROLE": "owner"},
                               cwd=ROOT).returncode
     finally:
         if not os.environ.get("SWITCHYARD_KEEP_SERVICES"):

@@ -7,7 +7,9 @@ start extra servers (for instance a ZooKeeper it stops and restarts on purpose).
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import hmac
 import json
 import logging
 import os
@@ -220,15 +222,76 @@ def postgres_dir(state: Path) -> Path:
     return outside
 
 
+# Roles (issue 16): `postgres`, the superuser, is used by devstack only (roles and databases); the tables
+# belong to the owner role, which runs the migrations; the running control plane connects as the runtime role,
+# which may only INSERT and SELECT the audit log. Every role logs in with a password over TCP (no trust).
+OWNER_ROLE = "switchyard_owner"
+RUNTIME_ROLE = "switchyard_app"
+_HBA_MARKER = "# switchyard: password authentication (scram-sha-256) for every role over TCP"
+PG_HBA = f"""{_HBA_MARKER}
+local   all   postgres                 peer
+host    all   all        127.0.0.1/32  scram-sha-256
+host    all   all        ::1/128       scram-sha-256
+"""
+
+
+def scram_verifier(password: str, iterations: int = 4096) -> str:
+    """PostgreSQL's stored form of a SCRAM-SHA-256 password, so ALTER ROLE never carries the password itself."""
+    salt = secrets.token_bytes(16)
+    salted = hashlib.pbkdf2_hmac("sha256", password.encode(), salt, iterations)
+    client_key = hmac.new(salted, b"Client Key", "sha256").digest()
+    server_key = hmac.new(salted, b"Server Key", "sha256").digest()
+    stored_key = hashlib.sha256(client_key).digest()
+    b64 = lambda raw: base64.b64encode(raw).decode()  # noqa: E731
+    return f"SCRAM-SHA-256${iterations}:{b64(salt)}${b64(stored_key)}:{b64(server_key)}"
+
+
+def pg_passfile(state: Path, port: int) -> Path:
+    """A libpq password file (mode 600) with the superuser's line, for devstack's own psql calls."""
+    path = state / "secrets" / "pgpass"
+    password = read_secret_file(secret_file(state, "postgres-superuser-password"))
+    write_secret_file(path, f"127.0.0.1:{port}:*:postgres:{password}")
+    return path
+
+
+def psql(state: Path, port: int, sql: str, what: str, dbname: str = "postgres") -> str:
+    """Run sql (on stdin, never argv) as the superuser, authenticated by the password file."""
+    argv = ["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-d", dbname, "-v", "ON_ERROR_STOP=1",
+            "-qtA", "-f", "-"]
+    result = subprocess.run(argv, input=sql, capture_output=True, text=True,
+                            env={**os.environ, "PGPASSFILE": str(pg_passfile(state, port))})
+    if result.returncode != 0:
+        raise ServiceError(f"{what} failed (exit {result.returncode}): {result.stderr.strip()}")
+    return result.stdout.strip()
+
+
 def start_postgres(state: Path, port: int, dbname: str = "switchyard", tuned_for_tests: bool = False) -> None:
     pgdir = postgres_dir(state)
     data = pgdir / "data"
     if os.geteuid() == 0:
         shutil.chown(pgdir, "postgres", "postgres")
+    superuser_password = read_secret_file(secret_file(state, "postgres-superuser-password"))
     if not (data / "PG_VERSION").exists():
-        _run(_as_postgres([str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust",
-                           "-E", "UTF8", "--locale=C.UTF-8"]), "initdb")
+        # the superuser's password goes to initdb in a file (mode 600, the postgres user's), never on argv
+        pwfile = pgdir / "initdb-pwfile"
+        write_secret_file(pwfile, superuser_password)
+        if os.geteuid() == 0:
+            shutil.chown(pwfile, "postgres", "postgres")
+        try:
+            _run(_as_postgres([str(PG_BIN / "initdb"), "-D", str(data), "-U", "postgres", f"--pwfile={pwfile}",
+                               "-E", "UTF8", "--locale=C.UTF-8"]), "initdb")
+        finally:
+            pwfile.unlink(missing_ok=True)
+        (data / "pg_hba.conf").write_text(PG_HBA)
+    elif _HBA_MARKER not in (data / "pg_hba.conf").read_text():
+        raise ServiceError(
+            f"the PostgreSQL cluster under {pgdir} was made before password authentication and role separation "
+            f"(trust, tables owned by postgres). Stop it and start anew: `./dev down`, remove {state}, then "
+            "`./dev up` again (the demo data is seeded anew).")
     if port_open(port):
+        if not (data / "postmaster.pid").exists():  # never hand this stack's passwords to someone else's server
+            raise ServiceError(f"port {port} is taken by a server that is not this stack's PostgreSQL ({data}): "
+                               "stop it, or choose other ports with SWITCHYARD_PORT_BASE")
         log.info("postgres already listening on %s", port)
     else:
         opts = f"-p {port} -k {pgdir} -c listen_addresses=127.0.0.1 -c max_connections=200"
@@ -237,11 +300,24 @@ def start_postgres(state: Path, port: int, dbname: str = "switchyard", tuned_for
         _run(_as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(pgdir / "postgres.log"),
                            "-o", opts, "-w", "-t", "60", "start"]), f"starting postgres (log: {pgdir / 'postgres.log'})")
         log.info("started postgres on %s", port)
-    exists = _run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-tAc",
-                   f"SELECT 1 FROM pg_database WHERE datname = '{dbname}'"], "psql").stdout.strip()
-    if exists != "1":
-        _run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-c", f'CREATE DATABASE "{dbname}"'],
-             "createdb")
+    ensure_roles(state, port, dbname)
+
+
+def ensure_roles(state: Path, port: int, dbname: str) -> None:
+    """The owner and runtime roles with this stack's passwords (made once in state/secrets, set on every
+    start), and the database owned by the owner role. Idempotent."""
+    owner = scram_verifier(read_secret_file(secret_file(state, "db-owner-password")))
+    runtime = scram_verifier(read_secret_file(secret_file(state, "db-password")))
+    psql(state, port, f"""
+SELECT 'CREATE ROLE {OWNER_ROLE}' WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{OWNER_ROLE}') \\gexec
+SELECT 'CREATE ROLE {RUNTIME_ROLE}' WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '{RUNTIME_ROLE}') \\gexec
+-- the owner creates test databases (pytest-django) and owns the tables; it is no superuser
+ALTER ROLE {OWNER_ROLE} LOGIN CREATEDB NOSUPERUSER NOCREATEROLE NOREPLICATION NOBYPASSRLS PASSWORD '{owner}';
+ALTER ROLE {RUNTIME_ROLE} LOGIN NOCREATEDB NOSUPERUSER NOCREATEROLE NOREPLICATION NOBYPASSRLS NOINHERIT
+    PASSWORD '{runtime}';
+SELECT format('CREATE DATABASE %I OWNER {OWNER_ROLE}', '{dbname}')
+    WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = '{dbname}') \\gexec
+""", "setting up the PostgreSQL roles and database")
 
 
 def stop_postgres(state: Path) -> None:
@@ -376,6 +452,12 @@ def environment(state: Path, ports: Ports, dbname: str = "switchyard") -> dict[s
         "SWITCHYARD_DB_HOST": "127.0.0.1",
         "SWITCHYARD_DB_PORT": str(ports.postgres),
         "SWITCHYARD_DB_NAME": dbname,
+        # the runtime role; `manage.py migrate` (and the test suite) add SWITCHYARD_DB_ROLE=owner
+        "SWITCHYARD_DB_USER": RUNTIME_ROLE,
+        "SWITCHYARD_DB_PASSWORD_FILE": str(secret_file(state, "db-password")),
+        "SWITCHYARD_DB_OWNER_USER": OWNER_ROLE,
+        "SWITCHYARD_DB_OWNER_PASSWORD_FILE": str(secret_file(state, "db-owner-password")),
+        "SWITCHYARD_AUDIT_CHECKPOINT_KEY_FILE": str(secret_file(state, "audit-checkpoint-key")),
         "SWITCHYARD_REDIS_URL": f"redis://127.0.0.1:{ports.redis}/0",
         "SWITCHYARD_ZK": f"127.0.0.1:{ports.zookeeper}",
         "SPARK_LOCAL_IP": "127.0.0.1",

@@ -7,6 +7,8 @@ defaults match the stack that `./dev up` starts (port base 27100).
 import os
 from pathlib import Path
 
+from django.core.exceptions import ImproperlyConfigured
+
 from broker_core.secret_source import read_secret
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -73,14 +75,26 @@ TEMPLATES = [
 WSGI_APPLICATION = "control_plane.wsgi.application"
 ASGI_APPLICATION = "control_plane.asgi.application"
 
+# PostgreSQL roles (docs/security.md): the running control plane (web, Celery, Spark's load) connects as the
+# runtime role, which may only INSERT and SELECT the audit log; `manage.py migrate` and the test suite (which
+# creates its test database) connect as the owner of the tables: SWITCHYARD_DB_ROLE=owner.
+SWITCHYARD_DB_RUNTIME_USER = os.environ.get("SWITCHYARD_DB_USER", "switchyard_app")
+SWITCHYARD_DB_OWNER_USER = os.environ.get("SWITCHYARD_DB_OWNER_USER", "switchyard_owner")
+SWITCHYARD_DB_ROLE = os.environ.get("SWITCHYARD_DB_ROLE", "runtime")
+if SWITCHYARD_DB_ROLE not in ("runtime", "owner"):
+    raise ImproperlyConfigured(f"SWITCHYARD_DB_ROLE is {SWITCHYARD_DB_ROLE!r}: use 'runtime' (the default) or 'owner' "
+                               "(manage.py migrate)")
+_DB_AS_OWNER = SWITCHYARD_DB_ROLE == "owner"
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.postgresql",
         "HOST": os.environ.get("SWITCHYARD_DB_HOST", "127.0.0.1"),
         "PORT": os.environ.get("SWITCHYARD_DB_PORT", str(PORT_BASE)),
         "NAME": os.environ.get("SWITCHYARD_DB_NAME", "switchyard"),
-        "USER": os.environ.get("SWITCHYARD_DB_USER", "postgres"),
-        "PASSWORD": os.environ.get("SWITCHYARD_DB_PASSWORD", ""),
+        "USER": SWITCHYARD_DB_OWNER_USER if _DB_AS_OWNER else SWITCHYARD_DB_RUNTIME_USER,
+        # the variable itself or the mode-600 file SWITCHYARD_DB_[OWNER_]PASSWORD_FILE names
+        "PASSWORD": read_secret("SWITCHYARD_DB_OWNER_PASSWORD" if _DB_AS_OWNER else "SWITCHYARD_DB_PASSWORD",
+                                default=""),
         "CONN_MAX_AGE": 60,
     }
 }
@@ -171,3 +185,8 @@ SWITCHYARD_TX_CHECK_TIMEOUT_MS = int(os.environ.get("SWITCHYARD_TX_CHECK_TIMEOUT
 SWITCHYARD_TX_CHECK_BATCH = int(os.environ.get("SWITCHYARD_TX_CHECK_BATCH", "500"))  # message ids per check task
 SWITCHYARD_TX_HTTP_CHECK_TIMEOUT = float(os.environ.get("SWITCHYARD_TX_HTTP_CHECK_TIMEOUT", "5"))
 SWITCHYARD_REDRIVE_BATCH = int(os.environ.get("SWITCHYARD_REDRIVE_BATCH", "500"))  # dead letters per redrive call
+
+# The audit chain's head, HMAC-signed, is written here every 30 s (Celery beat) and on every export, so
+# `manage.py audit_verify` notices deleted tail records and truncation (apps/audit/checkpoint.py).
+SWITCHYARD_AUDIT_CHECKPOINT_DIR = os.environ.get("SWITCHYARD_AUDIT_CHECKPOINT_DIR", str(STATE_DIR / "audit-checkpoints"))
+SWITCHYARD_AUDIT_CHECKPOINT_KEY = read_secret("SWITCHYARD_AUDIT_CHECKPOINT_KEY", default="")

@@ -63,32 +63,41 @@ MERGE_SQL = [
 ]
 
 
-def libpq_dsn(jdbc_url: str) -> str:
-    """jdbc:postgresql://host:port/db?user=u&password=p → a libpq connection string."""
+def libpq_dsn(jdbc_url: str, password: str | None = None) -> str:
+    """jdbc:postgresql://host:port/db?user=u, and the password apart → a libpq connection string. A password in
+    the URL is refused: the URL travels on command lines and into logs, the password must not."""
     if not jdbc_url.startswith("jdbc:postgresql://"):
-        raise ValueError(f"not a PostgreSQL JDBC URL: {jdbc_url!r}")
+        raise ValueError(f"not a PostgreSQL JDBC URL: {jdbc_url.split('?')[0]!r}")
     url = urlparse(jdbc_url[len("jdbc:"):])
     params = {k: v[0] for k, v in parse_qs(url.query).items()}
+    if "password" in params or url.password:
+        raise ValueError("the JDBC URL carries a password: give it apart (SWITCHYARD_JDBC_PASSWORD_FILE, a mode-600 "
+                         "file, or SWITCHYARD_JDBC_PASSWORD), never in the URL")
     parts = {"host": url.hostname or "127.0.0.1", "port": str(url.port or 5432), "dbname": url.path.lstrip("/"),
-             "user": params.get("user", ""), "password": params.get("password", "")}
-    return " ".join(f"{k}='{v}'" for k, v in parts.items() if v)
+             "user": params.get("user", ""), "password": password or ""}
+    return " ".join(f"{k}='{_libpq_quote(v)}'" for k, v in parts.items() if v)
 
 
-def _jdbc_write(df: DataFrame, jdbc_url: str, table: str, connections: int) -> None:
+def _libpq_quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
+def _jdbc_write(df: DataFrame, jdbc_url: str, password: str | None, table: str, connections: int) -> None:
     sep = "&" if "?" in jdbc_url else "?"
-    (df.write.format("jdbc")
-     .option("url", f"{jdbc_url}{sep}reWriteBatchedInserts=true")
-     .option("driver", "org.postgresql.Driver")
-     .option("dbtable", table)
-     .option("batchsize", 10000)
-     .option("numPartitions", connections)
-     .mode("append").save())
+    writer = (df.write.format("jdbc")
+              .option("url", f"{jdbc_url}{sep}reWriteBatchedInserts=true")
+              .option("driver", "org.postgresql.Driver")
+              .option("dbtable", table)
+              .option("batchsize", 10000)
+              .option("numPartitions", connections))
+    if password:
+        writer = writer.option("password", password)  # a connection property, not part of the URL
+    writer.mode("append").save()
 
 
-def _copy(df: DataFrame, jdbc_url: str, table: str) -> int:
+def _copy(df: DataFrame, dsn: str, table: str) -> int:
     """COPY every partition of `df` into `table` from the executors (one connection per task, one
     transaction per task: a failed task's rows are not left behind, its retry copies them again)."""
-    dsn = libpq_dsn(jdbc_url)
     columns = ", ".join(f'"{c}"' for c in df.columns)
     sql = f"COPY {table} ({columns}) FROM STDIN WITH (FORMAT csv)"
 
@@ -120,13 +129,14 @@ def _copy(df: DataFrame, jdbc_url: str, table: str) -> int:
     return df.mapInArrow(copy, "rows long").agg(F.sum("rows")).first()[0] or 0
 
 
-def load_lookup_tables(messages: DataFrame, jdbc_url: str, *, connections: int = 2,
+def load_lookup_tables(messages: DataFrame, jdbc_url: str, *, password: str | None = None, connections: int = 2,
                        progress=None, method: str = "copy") -> dict:
     """Upsert the summaries of `messages` (those a run updated) and add the events of their timelines that
     are not there yet."""
     import psycopg2
 
-    conn = psycopg2.connect(libpq_dsn(jdbc_url))
+    dsn = libpq_dsn(jdbc_url, password)
+    conn = psycopg2.connect(dsn)
     try:
         conn.autocommit = True
         with conn.cursor() as cur:
@@ -137,9 +147,9 @@ def load_lookup_tables(messages: DataFrame, jdbc_url: str, *, connections: int =
         for rows, table, what in ((summary_rows(messages), MESSAGE_STAGING, "summary"),
                                   (timeline_rows(messages), EVENT_STAGING, "timeline")):
             if method == "jdbc":
-                _jdbc_write(rows, jdbc_url, table, connections)
+                _jdbc_write(rows, jdbc_url, password, table, connections)
             else:
-                _copy(rows, jdbc_url, table)
+                _copy(rows, dsn, table)
             if progress:
                 progress(f"loaded {what} rows into staging")
         conn.autocommit = False

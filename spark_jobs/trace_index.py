@@ -2,6 +2,9 @@
 
     python -m spark_jobs.trace_index --input DIR [DIR ...] --output DIR [--master URL] [--jdbc-url URL]
 
+The database password never comes on the command line: SWITCHYARD_JDBC_PASSWORD_FILE names a mode-600 file
+holding it (or SWITCHYARD_JDBC_PASSWORD holds it).
+
 Incremental: only closed trace files not in the checkpoint are read. Idempotent: a message already indexed
 is summarized again from its indexed timeline and its new events together, each event once (by group and
 event id), into its one row, so running again over the same files changes nothing. Progress goes to stdout
@@ -20,6 +23,7 @@ from collections.abc import Callable
 
 from pyspark.sql import functions as F
 
+from broker_core.secret_source import read_secret
 from spark_jobs.index_store import IndexStore
 from spark_jobs.session import POSTGRES_JDBC_JAR, spark_session
 from spark_jobs.trace_read import READERS, file_buckets, read_events
@@ -39,8 +43,8 @@ def print_progress(stage: str, percent: int, **fields) -> None:
     print(json.dumps({"stage": stage, "percent": percent, **fields}), flush=True)
 
 
-def run(spark, inputs: list[str], output: str, *, jdbc_url: str | None = None, full: bool = False,
-        reader: str = "arrow", progress: Progress = print_progress) -> dict:
+def run(spark, inputs: list[str], output: str, *, jdbc_url: str | None = None, jdbc_password: str | None = None,
+        full: bool = False, reader: str = "arrow", progress: Progress = print_progress) -> dict:
     store = IndexStore(output)
     with store.locked():
         recovered = store.recover()
@@ -102,7 +106,8 @@ def run(spark, inputs: list[str], output: str, *, jdbc_url: str | None = None, f
 
         # load: summaries upserted, events inserted unless there (the touched messages' known ones are)
         if jdbc_url:
-            loaded = load_lookup_tables(updated, jdbc_url, progress=lambda stage: progress(stage, 75))
+            loaded = load_lookup_tables(updated, jdbc_url, password=jdbc_password,
+                                        progress=lambda stage: progress(stage, 75))
             progress("merged the lookup tables in PostgreSQL", 90, **loaded)
         store.commit(run_id, replaced, files, drop_legacy_events=legacy)
         result = {"new_files": len(files), "replaced_files": len(replaced), "run_id": run_id, **counts}
@@ -174,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--input", nargs="+", required=True, help="trace folders (each broker's <data dir>/trace)")
     parser.add_argument("--output", required=True, help="the index folder (Parquet and checkpoint)")
     parser.add_argument("--master", default="local[*]", help="Spark master URL (default local[*])")
-    parser.add_argument("--jdbc-url", help="jdbc:postgresql://host:port/db?user=..: load the lookup tables there")
+    parser.add_argument("--jdbc-url", help="jdbc:postgresql://host:port/db?user=..: load the lookup tables there "
+                                           "(the password from SWITCHYARD_JDBC_PASSWORD_FILE, never here)")
     parser.add_argument("--full", action="store_true", help="read every trace file again (the result is the same)")
     parser.add_argument("--reader", choices=READERS, default="arrow", help="JSON parser (default arrow)")
     parser.add_argument("--shuffle-partitions", type=int, default=8)
@@ -183,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     spark = spark_session(args.master, "switchyard-trace-index", shuffle_partitions=args.shuffle_partitions,
                           driver_memory=args.driver_memory, jars=[POSTGRES_JDBC_JAR] if args.jdbc_url else None)
     try:
-        run(spark, args.input, args.output, jdbc_url=args.jdbc_url, full=args.full, reader=args.reader)
+        run(spark, args.input, args.output, jdbc_url=args.jdbc_url, jdbc_password=read_secret("SWITCHYARD_JDBC_PASSWORD"),
+            full=args.full, reader=args.reader)
     except Exception as exc:
         print_progress("failed", 100, error=f"{type(exc).__name__}: {exc}")
         raise

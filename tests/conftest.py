@@ -22,6 +22,13 @@ for _name, _value in (("SWITCHYARD_ZK_CONTROL_AUTH", "switchyard-control:test-co
 TEST_PASSWORD = "pw-for-tests-1"
 
 
+@pytest.fixture(autouse=True)
+def audit_checkpoint_dir(settings, tmp_path):
+    """Each test its own audit checkpoints: a checkpoint names records of the test that wrote it."""
+    settings.SWITCHYARD_AUDIT_CHECKPOINT_DIR = str(tmp_path / "audit-checkpoints")
+    return tmp_path / "audit-checkpoints"
+
+
 @pytest.fixture
 def make_user(db):
     """make_user("sre-1", "sre", team="payments") → a user holding that role (and team membership)."""
@@ -144,7 +151,9 @@ def celery_worker(django_db_setup, django_db_blocker, trace_dirs):
     app.control.purge()  # nothing left over from an earlier run
     for folder in trace_dirs.values():
         folder.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "SWITCHYARD_DB_NAME": test_db, "SWITCHYARD_STATE": str(trace_dirs["state"]),
+    # the worker connects as the runtime role, as in production (the test process itself is the owner)
+    env = {**os.environ, "SWITCHYARD_DB_ROLE": "runtime", "SWITCHYARD_DB_NAME": test_db,
+           "SWITCHYARD_STATE": str(trace_dirs["state"]),
            "SWITCHYARD_TRACE_INPUTS": str(trace_dirs["inputs"]), "SWITCHYARD_TRACE_INDEX_DIR": str(trace_dirs["index"]),
            "SWITCHYARD_SPARK_MASTER": "local[2]", "SWITCHYARD_PROVISION_BACKOFF_BASE": "0.5",
            "SWITCHYARD_PROVISION_BACKOFF_MAX": "2", "SWITCHYARD_ZK_TIMEOUT": "2",

@@ -11,6 +11,9 @@ import logging
 import os
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from django.conf import settings
@@ -19,16 +22,21 @@ from django.utils import timezone
 
 from apps.tracing.choices import RunState
 from apps.tracing.models import IndexRun
+from broker_core.secret_source import write_secret_file
 
 log = logging.getLogger("apps.tracing.runner")
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def jdbc_url() -> str:
-    """The database this process uses (the test database under pytest), as a JDBC URL."""
+    """The database this process uses (the test database under pytest), as a JDBC URL with the user and without
+    the password: the URL goes on the job's command line, where `ps` shows it."""
     db = connection.settings_dict
-    params = f"user={db['USER']}" + (f"&password={db['PASSWORD']}" if db.get("PASSWORD") else "")
-    return f"jdbc:postgresql://{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}?{params}"
+    return f"jdbc:postgresql://{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}?user={db['USER']}"
+
+
+def jdbc_password() -> str | None:
+    return connection.settings_dict.get("PASSWORD") or None
 
 
 def job_command(full: bool = False) -> list[str]:
@@ -38,6 +46,21 @@ def job_command(full: bool = False) -> list[str]:
            "--master", settings.SWITCHYARD_SPARK_MASTER,
            "--jdbc-url", jdbc_url()]
     return cmd + (["--full"] if full else [])
+
+
+@contextmanager
+def job_environment() -> Iterator[dict[str, str]]:
+    """The job's environment: the database password in a file only this user can read, for the job's life
+    (SWITCHYARD_JDBC_PASSWORD_FILE), never in its argv or environment."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_JDBC_PASSWORD")}
+    env["SPARK_LOCAL_IP"] = os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")
+    password = jdbc_password()
+    with tempfile.TemporaryDirectory(prefix="switchyard-jdbc-") as folder:  # mode 700
+        if password:
+            path = Path(folder) / "password"
+            write_secret_file(path, password)
+            env["SWITCHYARD_JDBC_PASSWORD_FILE"] = str(path)
+        yield env
 
 
 def run_index_build(run_id: int) -> IndexRun:
@@ -52,9 +75,8 @@ def run_index_build(run_id: int) -> IndexRun:
     _update(run, state=RunState.RUNNING, started_at=timezone.now(), stage="starting Spark", percent=1)
     log.info("index run started", extra={"run_id": run.pk, "command": job_command()})
     last: dict = {}
-    with open(logs / f"trace-index-{run.pk}.log", "ab") as spark_log:
-        proc = subprocess.Popen(job_command(), stdout=subprocess.PIPE, stderr=spark_log, cwd=ROOT, text=True,
-                                env={**os.environ, "SPARK_LOCAL_IP": os.environ.get("SPARK_LOCAL_IP", "127.0.0.1")})
+    with open(logs / f"trace-index-{run.pk}.log", "ab") as spark_log, job_environment() as env:
+        proc = subprocess.Popen(job_command(), stdout=subprocess.PIPE, stderr=spark_log, cwd=ROOT, text=True, env=env)
         for line in proc.stdout:
             try:
                 step = json.loads(line)

@@ -3,7 +3,9 @@
 Runs `python -m devstack` (what `./dev up` runs after installing packages) twice, checks the
 printed URL serves the login page and that the demo traffic flows through what the demo data approved
 (seeded through the workflow, provisioned into ZooKeeper by the Celery worker, served by the demo
-brokers), then `down` and checks no process of that stack is left.
+brokers). While it runs (an index build on Spark included), no secret of the stack is on any of its
+processes' command lines or in any of its logs, and the audit chain is checkpointed and verifies. Then
+`down`, and no process of that stack is left.
 """
 
 import json
@@ -11,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -67,6 +70,78 @@ def demo_groups_acking(metrics_port: int, token: str, timeout: float = 90) -> se
     return acking
 
 
+def stack_secrets(state: Path) -> dict[str, str]:
+    """Every secret of the stack: each file under state/secrets/ (pgpass: its password field) and the demo apps'
+    secrets, by where they come from."""
+    found = {}
+    for path in sorted((state / "secrets").iterdir()):
+        text = path.read_text().strip()
+        found[f"secrets/{path.name}"] = text.rsplit(":", 1)[-1] if path.name == "pgpass" else text
+    demo = json.loads((state / "demo-app-secrets.json").read_text())
+    for name, value in (demo.items() if isinstance(demo, dict) else enumerate(demo)):
+        for secret in (value.values() if isinstance(value, dict) else [value]):
+            if isinstance(secret, str) and len(secret) >= 16:
+                found[f"demo-app-secrets.json:{name}"] = secret
+    assert len(found) >= 5, found
+    return found
+
+
+def secrets_on_command_lines(state_root: Path, secrets: dict[str, str]) -> set[str]:
+    """(secret, pid: command) for every secret on the command line of a process of the stack (what `ps` shows)."""
+    hits = set()
+    for pid in processes_of(state_root):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").replace("\0", " ")
+        except OSError:
+            continue
+        hits |= {f"{name} in the command line of pid {pid}: {cmdline[:120]}"
+                 for name, value in secrets.items() if value in cmdline}
+    return hits
+
+
+def log_files(state: Path) -> list[Path]:
+    """The stack's logs: logs/ (web, Celery, brokers, demo traffic, Spark, ZooKeeper's output), PostgreSQL's,
+    ZooKeeper's and Redis's own."""
+    found = []
+    for folder, _dirs, files in os.walk(state, followlinks=True):  # state/postgres may link elsewhere
+        for name in files:
+            path = Path(folder) / name
+            if path.parent.name == "logs" or re.search(r"\.(log|out)(\.\d+)?$", name):
+                found.append(path)
+    return found
+
+
+def secrets_in_logs(state: Path, secrets: dict[str, str]) -> set[str]:
+    hits = set()
+    for path in log_files(state):
+        text = path.read_bytes().decode(errors="replace")
+        hits |= {f"{name} in {path.relative_to(state)}" for name, value in secrets.items() if value in text}
+    return hits
+
+
+def manage(state: Path, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """manage.py with the variables `./dev up` wrote for its processes (secrets as file paths)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_")}
+    env.update(json.loads((state / "env.json").read_text()))
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+BUILD_INDEX = """
+import time
+import control_plane.celery  # the Celery app the build task is queued through
+from django.contrib.auth.models import User
+from apps.tracing import actions
+from apps.tracing.models import IndexRun
+run = actions.active_run() or actions.request_index_build(actor=User.objects.get(username="sre-carol"))
+deadline = time.monotonic() + 500
+while IndexRun.objects.get(pk=run.pk).state in ("queued", "running") and time.monotonic() < deadline:
+    time.sleep(1)
+run.refresh_from_db()
+print("index run", run.pk, run.state, run.error)
+"""
+
+
 @pytest.fixture
 def state_root(tmp_path):
     root = tmp_path / "stack"
@@ -105,6 +180,31 @@ def test_up_twice_serves_login_and_down_leaves_nothing(state_root):
         assert demo_groups_acking(metrics_port, token) == {
             ("payments.demo-orders", "audit-feed"), ("payments.demo-orders", "shipping"),
             ("payments.demo-payments", "ledger")}
+
+    # no secret of the stack on a command line or in a log, while an index build runs Spark's load as well
+    state = state_root / "dev"
+    secrets = stack_secrets(state)
+    seen_on_command_lines: set[str] = set()
+    build_output: list[str] = []
+    build = threading.Thread(target=lambda: build_output.append(
+        (lambda r: r.stdout + r.stderr[-2000:])(manage(state, "shell", "-c", BUILD_INDEX))))
+    build.start()
+    while build.is_alive():
+        seen_on_command_lines |= secrets_on_command_lines(state_root, secrets)
+        time.sleep(0.2)
+    assert re.search(r"^index run \d+ succeeded", build_output[0], re.M), build_output
+    assert any((state / "logs").glob("trace-index-*.log")), "the index build ran Spark"
+    leaks = seen_on_command_lines | secrets_on_command_lines(state_root, secrets) | secrets_in_logs(state, secrets)
+    assert not leaks, "secrets leaked:\n" + "\n".join(sorted(leaks))
+
+    # the audit chain's head is checkpointed by beat (every 30 s) and the chain verifies against it
+    checkpoint = state / "audit-checkpoints" / "switchyard.latest.json"
+    deadline = time.monotonic() + 90
+    while not checkpoint.exists() and time.monotonic() < deadline:
+        time.sleep(1)
+    assert checkpoint.exists(), "Celery beat wrote no audit checkpoint"
+    verified = manage(state, "audit_verify")
+    assert verified.returncode == 0 and "audit chain intact" in verified.stdout, verified.stderr
 
     down = devstack(state_root, "down")
     assert down.returncode == 0, down.stderr[-3000:]

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 
 from apps.tracing.models import TracedMessage
-from apps.tracing.runner import jdbc_url
+from apps.tracing.runner import jdbc_password, jdbc_url
 from broker_core.client import Consumer, Producer
 from spark_jobs import trace_index
 from tests.broker.conftest import APP, cluster, wait_for, zk, zk_hosts  # noqa: F401  (the broker fixtures)
@@ -17,6 +17,11 @@ from tests.broker.tx_helpers import TOKEN, admin
 from tests.tracing.pages import RenderedLane, rendered_message
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def database() -> dict:
+    """Where the job loads the lookup tables: the test database, the password given apart from the URL."""
+    return {"jdbc_url": jdbc_url(), "jdbc_password": jdbc_password()}
 
 HOST = re.compile(r"^127\.0\.0\.1:\d+$")
 P, S = ("published", None, None), ("stored", None, None)
@@ -98,10 +103,10 @@ def test_traced_paths_through_a_real_broker(cluster, spark, make_user, api_for, 
             c.stop()
     broker.stop()  # SIGTERM: the trace writer writes what it holds and closes its file
 
-    result = trace_index.run(spark, [str(broker.data_dir)], str(tmp_path / "index"), jdbc_url=jdbc_url(),
+    result = trace_index.run(spark, [str(broker.data_dir)], str(tmp_path / "index"), **database(),
                              progress=lambda *a, **k: None)
     assert result["messages"] == 7
-    again = trace_index.run(spark, [str(broker.data_dir)], str(tmp_path / "index"), jdbc_url=jdbc_url(),
+    again = trace_index.run(spark, [str(broker.data_dir)], str(tmp_path / "index"), **database(),
                             progress=lambda *a, **k: None)
     assert again["new_files"] == 0
 

@@ -5,10 +5,15 @@ from django.db import connection
 
 from apps.tracing.models import TracedMessage, TraceEvent
 from apps.tracing.queries import timeline_of
-from apps.tracing.runner import jdbc_url
+from apps.tracing.runner import jdbc_password, jdbc_url
 from spark_jobs import trace_index
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def database() -> dict:
+    """Where the job loads the lookup tables: the test database, the password given apart from the URL."""
+    return {"jdbc_url": jdbc_url(), "jdbc_password": jdbc_password()}
 
 
 def quiet(*args, **kwargs):
@@ -38,7 +43,7 @@ def indexed_event_count(spark, output):
 
 def test_batches_update_messages_in_place_and_rerunning_changes_nothing(spark, trace_batch, tmp_path):
     inputs, output = [str(tmp_path / "brokers")], str(tmp_path / "index")
-    run = lambda **kw: trace_index.run(spark, inputs, output, jdbc_url=jdbc_url(), progress=quiet, **kw)  # noqa: E731
+    run = lambda **kw: trace_index.run(spark, inputs, output, **database(), progress=quiet, **kw)  # noqa: E731
 
     first = trace_batch(fmt="jsonl")  # written by an older broker; the next file is Parquet
     first.emit("published", "m-ack", 0, app_id="shop", business_id="order-1", key="cust-1")
@@ -118,7 +123,7 @@ def test_a_copy_of_a_trace_file_adds_no_event(spark, trace_batch, tmp_path, fmt,
     copy = tmp_path / "brokers" / "copied" / original.name
     copy.parent.mkdir()
     copy.write_bytes(original.read_bytes())
-    result = trace_index.run(spark, [str(tmp_path / "brokers")], str(tmp_path / "index"), jdbc_url=jdbc_url(),
+    result = trace_index.run(spark, [str(tmp_path / "brokers")], str(tmp_path / "index"), **database(),
                              reader=reader, progress=quiet)
     assert (result["new_files"], result["new_events"]) == (2, 2)
     assert TracedMessage.objects.get().event_count == 2
@@ -150,7 +155,7 @@ def file_bytes(folder) -> dict[str, bytes]:
 def test_the_index_is_partitioned_by_date_and_topic_and_a_batch_leaves_other_summaries_alone(spark, trace_batch,
                                                                                            tmp_path):
     inputs, output = [str(tmp_path / "brokers")], tmp_path / "index"
-    run = lambda: trace_index.run(spark, inputs, str(output), jdbc_url=jdbc_url(), progress=quiet)  # noqa: E731
+    run = lambda: trace_index.run(spark, inputs, str(output), **database(), progress=quiet)  # noqa: E731
     day = 86_400_000  # ms; T0 is 2026-01-01T00:00:00Z
 
     first = trace_batch()
@@ -214,7 +219,7 @@ def test_an_index_of_format_1_has_its_events_folded_into_the_timelines(spark, tr
     new.emit("acked", "m-old", 12, group="billing", consumer="c1", attempt=1)
     new.emit("published", "m-new", 20, app_id="shop")
     new.close()
-    trace_index.run(spark, [str(tmp_path / "brokers")], str(output), jdbc_url=jdbc_url(), progress=quiet)
+    trace_index.run(spark, [str(tmp_path / "brokers")], str(output), **database(), progress=quiet)
 
     assert not (output / "events").exists()
     assert timeline_steps(spark, str(output), "m-old") == [
