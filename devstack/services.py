@@ -370,6 +370,8 @@ def environment(state: Path, ports: Ports, dbname: str = "switchyard") -> dict[s
         "SPARK_LOCAL_IP": "127.0.0.1",
         # the control plane calls the brokers' /admin/ API with it; the demo brokers get it as --admin-token
         "SWITCHYARD_BROKER_ADMIN_TOKEN": admin_token(state),
+        # the control plane's Django secret key: a file of this stack (Django wants 50+ characters)
+        "SWITCHYARD_SECRET_KEY_FILE": str(secret_file(state, "django-secret-key", nbytes=48)),
     }
 
 

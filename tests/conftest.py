@@ -11,6 +11,9 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # Playwright's sync 
 # The brokers' admin token: `./dev test` exports one; a bare pytest run gets this one (brokers started by the
 # tests inherit the environment, and so does the Celery worker).
 os.environ.setdefault("SWITCHYARD_BROKER_ADMIN_TOKEN", "switchyard-test-admin-token")
+# The control plane refuses to start without a secret key outside DEBUG; `./dev test` hands it a key file.
+if not os.environ.get("SWITCHYARD_SECRET_KEY_FILE"):
+    os.environ.setdefault("SWITCHYARD_SECRET_KEY", "switchyard-tests-only-" + uuid.uuid4().hex + uuid.uuid4().hex)
 
 TEST_PASSWORD = "pw-for-tests-1"
 
@@ -40,14 +43,18 @@ def make_user(db):
 @pytest.fixture
 def api_for():
     """api_for(user) → a DRF APIClient authenticated with that user's token (None: anonymous)."""
-    from rest_framework.authtoken.models import Token
     from rest_framework.test import APIClient
+
+    from tests.support.tokens import token_for
+
+    tokens: dict[int, str] = {}
 
     def make(user=None):
         client = APIClient()
         if user is not None:
-            token, _ = Token.objects.get_or_create(user=user)
-            client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+            if user.pk not in tokens:
+                tokens[user.pk] = token_for(user)
+            client.credentials(HTTP_AUTHORIZATION=f"Token {tokens[user.pk]}")
         return client
 
     return make

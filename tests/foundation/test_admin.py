@@ -101,7 +101,8 @@ def test_only_a_superuser_makes_a_superuser_in_the_admin(client, make_user):
 
 
 @pytest.mark.parametrize("url", [
-    "/admin/auth/group/", "/admin/auth/group/add/", "/admin/authtoken/tokenproxy/", "/admin/authtoken/tokenproxy/add/",
+    "/admin/auth/group/", "/admin/auth/group/add/", "/admin/knox/authtoken/", "/admin/knox/authtoken/add/",
+    "/admin/accounts/apitoken/", "/admin/axes/accessattempt/",
     "/admin/django_celery_beat/intervalschedule/add/", "/admin/django_celery_beat/crontabschedule/add/",
     "/admin/django_celery_beat/solarschedule/", "/admin/django_celery_beat/clockedschedule/",
 ])
