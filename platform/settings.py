@@ -220,6 +220,7 @@ AXES_VERBOSE = False
 
 # API tokens (django-rest-knox, our model): only a SHA-512 digest is stored; every token expires.
 KNOX_TOKEN_MODEL = "accounts.ApiToken"
+MIGRATION_MODULES = {"knox": None}  # knox's own token table is swapped out for accounts.ApiToken: never created
 REST_KNOX = {"TOKEN_TTL": timedelta(days=30), "AUTH_HEADER_PREFIX": "Token", "AUTO_REFRESH": False}
 
 if PROFILE == "production":
