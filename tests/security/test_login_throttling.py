@@ -92,3 +92,23 @@ def test_only_admins_see_and_lift_lock_outs(make_user, api_for, client):
     assert api_for(None).get("/api/v1/lockouts/").status_code == 401
     client.force_login(sre)
     assert client.get("/security/lockouts/").status_code == 403
+
+
+def test_the_api_throttles_anonymous_callers_per_address_with_counts_in_redis(monkeypatch):
+    """The anonymous rate, lowered for the test (the class reads its rate once): the fourth call in a minute
+    from one address gets 429; another address is not affected. The count is in the stack's Redis. (DRF checks
+    throttles after permissions, so the open token endpoint is where anonymous callers meet it.)"""
+    from django.core.cache import cache
+    from rest_framework.test import APIClient
+    from rest_framework.throttling import AnonRateThrottle
+
+    monkeypatch.setattr(AnonRateThrottle, "rate", "3/minute")
+    address = "127.0.0.77"
+    cache.delete(f"throttle_anon_{address}")
+    body = {"username": "nobody", "password": "wrong"}
+    answers = [APIClient(REMOTE_ADDR=address).post("/api/v1/auth/token/", body, format="json").status_code
+               for _ in range(4)]
+    assert answers == [400, 400, 400, 429]
+    assert len(cache.get(f"throttle_anon_{address}")) == 3
+    assert APIClient(REMOTE_ADDR="127.0.0.78").post("/api/v1/auth/token/", body, format="json").status_code == 400
+    cache.delete_many([f"throttle_anon_{address}", "throttle_anon_127.0.0.78"])
