@@ -191,6 +191,7 @@ def main() -> int:
 
     from apps.audit.context import action_context
     from apps.provisioning.reconcile import reconcile
+    from control_plane import actors
 
     call_command("migrate", verbosity=0)
     chroot = f"/bench-{uuid.uuid4().hex[:8]}"
@@ -205,7 +206,7 @@ def main() -> int:
             print(f"database rows for {count} bindings: {time.monotonic() - t:.2f} s")
 
             t = time.monotonic()
-            run = reconcile(cluster, repair=True)
+            run = reconcile(cluster, repair=True, actor=actors.RECONCILE)
             print(f"provision {run.repaired} objects into ZooKeeper (pipelined, one transaction each, read back, "
                   f"audited): {time.monotonic() - t:.2f} s")
             assert run.missing == run.repaired == run.checked, (run.missing, run.repaired, run.checked)
@@ -213,7 +214,7 @@ def main() -> int:
             timings = []
             for _ in range(3):
                 t = time.monotonic()
-                run = reconcile(cluster)
+                run = reconcile(cluster, actor=actors.RECONCILE)
                 timings.append(time.monotonic() - t)
                 assert run.drift_count == 0, run.items[:3]
             print(f"reconcile {run.checked} objects ({count} bindings) against ZooKeeper, no drift: "
@@ -223,7 +224,7 @@ def main() -> int:
             for path in sample:
                 zk.set(path, b'{"hand":"edit"}')
             t = time.monotonic()
-            run = reconcile(cluster, repair=True)
+            run = reconcile(cluster, repair=True, actor=actors.RECONCILE)
             print(f"reconcile with {run.different} hand-edited nodes and repair them: "
                   f"{time.monotonic() - t:.2f} s")
 

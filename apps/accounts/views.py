@@ -13,7 +13,7 @@ from django.views import View
 from apps.accounts import lockouts, token_actions
 from apps.accounts.forms import ServiceAccountEditForm, ServiceAccountForm, TokenForm
 from apps.accounts.models import ApiToken, ServiceAccount, Team
-from apps.accounts.roles import ADMIN, ROLES, has_role
+from apps.accounts.roles import ADMIN, APPROVER, ROLES, has_role
 from control_plane.errors import ActionError
 from control_plane.web import apply_validation_error
 
@@ -55,9 +55,9 @@ def _manageable_teams(user):
 
 class ServiceAccountListView(LoginRequiredMixin, View):
     def get(self, request, form=None):
-        teams = _manageable_teams(request.user)
-        if not teams.exists():
+        if not has_role(request.user, ADMIN, APPROVER) or token_actions.is_service_account(request.user):
             raise PermissionDenied("Service accounts are managed by admins and by approvers of their team.")
+        teams = _manageable_teams(request.user)
         accounts = token_actions.service_accounts_visible_to(request.user).prefetch_related("user__groups")
         return render(request, "accounts/service_accounts.html", {
             "accounts": accounts, "form": form or ServiceAccountForm(teams=teams)})
