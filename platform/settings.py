@@ -217,6 +217,7 @@ AXES_IPWARE_PROXY_COUNT = int(os.environ.get("SWITCHYARD_PROXY_COUNT", "0"))  # 
 AXES_LOCKOUT_CALLABLE = "apps.accounts.lockouts.lockout_response"  # JSON on /api/, the lock-out page elsewhere
 AXES_ENABLE_ADMIN = False  # lock-outs are lifted through the audited action (Security → Lock-outs)
 AXES_VERBOSE = False
+AXES_SENSITIVE_PARAMETERS = ["username", "ip_address", "csrfmiddlewaretoken"]  # masked in stored attempts
 
 # API tokens (django-rest-knox, our model): only a SHA-512 digest is stored; every token expires.
 KNOX_TOKEN_MODEL = "accounts.ApiToken"

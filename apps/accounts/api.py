@@ -49,8 +49,8 @@ class ApiTokenSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
     def get_service_account(self, token) -> int | None:
-        account = ServiceAccount.objects.filter(user_id=token.user_id).values_list("pk", flat=True).first()
-        return account
+        account = getattr(token.user, "service_account", None)  # selected with the token (tokens_visible_to)
+        return account.pk if account is not None else None
 
     def get_key_prefix(self, token) -> str:
         return token.token_key[:8]

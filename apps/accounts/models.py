@@ -64,4 +64,4 @@ class ApiToken(AbstractAuthToken):
         ordering = ["-created"]
 
     def __str__(self) -> str:
-        return f"{self.name} ({self.token_key}…) of {self.user.username}"
+        return f"{self.name} ({self.token_key[:8]}…) of {self.user.username}"

@@ -167,3 +167,21 @@ def test_throttles_are_per_user_and_anonymous_and_shared_through_redis():
 
     cache.set("switchyard-throttle-probe", 1, 5)  # the real Redis of the stack answers
     assert cache.get("switchyard-throttle-probe") == 1
+
+
+def test_a_service_account_is_never_given_a_password(make_user, api_for):
+    from django.core.exceptions import ValidationError
+
+    from apps.accounts import actions
+    from apps.accounts.models import ServiceAccount
+
+    lead = make_user("lead-1", "approver", "developer", team="payments")
+    admin = make_user("root-1", "admin", superuser=True)
+    assert api_for(lead).post("/api/v1/service-accounts/", {"team": "payments", "name": "bot", "roles": []},
+                              format="json").status_code == 201
+    account = ServiceAccount.objects.get()
+    assert not account.user.has_usable_password()
+    with pytest.raises(ValidationError):
+        actions.update_user(actor=admin, user=account.user, password="a-long-enough-password")
+    account.user.refresh_from_db()
+    assert not account.user.has_usable_password()
