@@ -77,3 +77,18 @@ def test_a_500_shows_no_traceback_on_a_page_or_in_the_api():
     assert set(api.json()) == {"detail"}
     assert "secret-internal-detail" not in api.content.decode() and "Traceback" not in api.content.decode()
     assert api["X-Request-ID"] in api.json()["detail"]
+
+
+def test_the_dev_stack_makes_one_secret_key_per_state_folder_and_passes_only_its_path(tmp_path):
+    from devstack import services
+
+    env = services.environment(tmp_path / "stack", services.Ports(29990))
+    path = Path(env["SWITCHYARD_SECRET_KEY_FILE"])
+    key = path.read_text().strip()
+    assert path.stat().st_mode & 0o777 == 0o600 and len(key) >= 50
+    assert "SWITCHYARD_SECRET_KEY" not in env and key not in str(env)
+    again = services.environment(tmp_path / "stack", services.Ports(29990))
+    assert Path(again["SWITCHYARD_SECRET_KEY_FILE"]).read_text().strip() == key  # kept: sessions survive a restart
+    other = services.environment(tmp_path / "other", services.Ports(29990))
+    assert Path(other["SWITCHYARD_SECRET_KEY_FILE"]).read_text().strip() != key
+    assert _manage("check", **{k: v for k, v in env.items() if k.startswith("SWITCHYARD_SECRET")}).returncode == 0
