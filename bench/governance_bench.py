@@ -197,6 +197,7 @@ def main() -> int:
     from apps.audit.context import action_context
     from apps.provisioning.reconcile import reconcile
     from broker_core.zk_acl import control_credential
+    from control_plane import actors
 
     call_command("migrate", verbosity=0)
     chroot = f"/bench-{uuid.uuid4().hex[:8]}"
@@ -211,7 +212,7 @@ def main() -> int:
             print(f"database rows for {count} bindings: {time.monotonic() - t:.2f} s")
 
             t = time.monotonic()
-            run = reconcile(cluster, repair=True)
+            run = reconcile(cluster, repair=True, actor=actors.RECONCILE)
             print(f"provision {run.repaired} objects into ZooKeeper (pipelined, one transaction each, read back, "
                   f"audited): {time.monotonic() - t:.2f} s")
             assert run.missing == run.repaired == run.checked, (run.missing, run.repaired, run.checked)
@@ -219,7 +220,7 @@ def main() -> int:
             timings = []
             for _ in range(3):
                 t = time.monotonic()
-                run = reconcile(cluster)
+                run = reconcile(cluster, actor=actors.RECONCILE)
                 timings.append(time.monotonic() - t)
                 assert run.drift_count == 0, run.items[:3]
             print(f"reconcile {run.checked} objects ({count} bindings) against ZooKeeper, no drift: "
@@ -229,7 +230,7 @@ def main() -> int:
             for path in sample:
                 zk.set(path, b'{"hand":"edit"}')
             t = time.monotonic()
-            run = reconcile(cluster, repair=True)
+            run = reconcile(cluster, repair=True, actor=actors.RECONCILE)
             print(f"reconcile with {run.different} hand-edited nodes and repair them: "
                   f"{time.monotonic() - t:.2f} s")
 

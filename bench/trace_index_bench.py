@@ -120,12 +120,13 @@ def baseline(spark, events_dir: Path, out: Path) -> None:
 
 def lookups(args, env, messages: int) -> None:
     env = {**env, "SWITCHYARD_DEBUG": "0"}
-    setup = ("from django.contrib.auth.models import User, Group;"
-             "from rest_framework.authtoken.models import Token;"
+    setup = ("from datetime import timedelta;"
+             "from django.contrib.auth.models import User, Group;"
+             "from apps.accounts.models import ApiToken;"
              "from apps.accounts.roles import sync_role_groups; sync_role_groups();"
              "u, _ = User.objects.get_or_create(username='bench-auditor');"
              "u.groups.set(Group.objects.filter(name='auditor'));"
-             "print(Token.objects.get_or_create(user=u)[0].key)")
+             "print(ApiToken.objects.create(user=u, expiry=timedelta(hours=1), name='bench')[1])")
     token = subprocess.run([sys.executable, "manage.py", "shell", "-c", setup], check=True, env=env, cwd=ROOT,
                            capture_output=True, text=True).stdout.strip().splitlines()[-1]
     web = subprocess.Popen([sys.executable, "-m", "gunicorn", "control_plane.wsgi", "-b",

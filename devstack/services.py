@@ -467,6 +467,8 @@ def environment(state: Path, ports: Ports, dbname: str = "switchyard") -> dict[s
         # ZooKeeper ACLs: the control plane writes as one identity, brokers read as another (files, not values)
         "SWITCHYARD_ZK_CONTROL_AUTH_FILE": str(zk_auth_file(state, "control")),
         "SWITCHYARD_ZK_BROKER_AUTH_FILE": str(zk_auth_file(state, "broker")),
+        # the control plane's Django secret key: a file of this stack (Django wants 50+ characters)
+        "SWITCHYARD_SECRET_KEY_FILE": str(secret_file(state, "django-secret-key", nbytes=48)),
     }
 
 

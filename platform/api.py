@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
@@ -10,6 +12,8 @@ from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from control_plane.errors import ActionError
+
+log = logging.getLogger(__name__)
 
 
 def _field_errors(error: DjangoValidationError) -> dict:
@@ -31,7 +35,12 @@ def exception_handler(exc, context):
         body = {exc.field: [exc.message]} if exc.field else {"detail": exc.message}
         return Response(body, status=status.HTTP_409_CONFLICT if not exc.field else status.HTTP_400_BAD_REQUEST)
     response = drf_exception_handler(exc, context)
-    if response is not None and context.get("request") is not None:
+    if response is None:  # not an API error: a bug. Log it; the caller gets no detail of it, only the request id
+        request_id = getattr(context.get("request"), "request_id", "")
+        log.error("unhandled error in an API view", exc_info=exc, extra={"request_id": request_id})
+        response = Response({"detail": f"Internal server error. Quote request id {request_id} when you report it."},
+                            status=status.HTTP_500_INTERNAL_SERVER_ERROR)
+    if context.get("request") is not None:
         response["X-Request-ID"] = getattr(context["request"], "request_id", "")
     return response
 

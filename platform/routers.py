@@ -2,7 +2,7 @@
 
 from rest_framework.routers import DefaultRouter
 
-from apps.accounts.api import TeamViewSet
+from apps.accounts.api import ApiTokenViewSet, LockoutViewSet, ServiceAccountViewSet, TeamViewSet
 from apps.audit.api.urls import register as register_audit
 from apps.bindings.api.urls import register as register_bindings
 from apps.clusters.api.views import ClusterViewSet
@@ -14,6 +14,9 @@ from apps.transactions.api.urls import register as register_transactions
 api_router = DefaultRouter()
 api_router.register("clusters", ClusterViewSet, basename="cluster")
 api_router.register("teams", TeamViewSet, basename="team")
+api_router.register("tokens", ApiTokenViewSet, basename="token")
+api_router.register("service-accounts", ServiceAccountViewSet, basename="service-account")
+api_router.register("lockouts", LockoutViewSet, basename="lockout")
 register_topics(api_router)
 register_bindings(api_router)
 register_provisioning(api_router)

@@ -5,6 +5,7 @@ defaults match the stack that `./dev up` starts (port base 27100).
 """
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
@@ -16,8 +17,21 @@ PROJECT_DIR = Path(__file__).resolve().parent  # platform/ in the repository, co
 PORT_BASE = int(os.environ.get("SWITCHYARD_PORT_BASE", "27100"))
 STATE_DIR = Path(os.environ.get("SWITCHYARD_STATE", BASE_DIR / ".devstack" / "dev"))
 
-SECRET_KEY = os.environ.get("SWITCHYARD_SECRET_KEY", "switchyard-development-key-change-me-in-production")
-DEBUG = os.environ.get("SWITCHYARD_DEBUG", "1") == "1"
+# Fail closed: DEBUG only when asked for; outside DEBUG no start without a secret key of this deployment.
+DEBUG = os.environ.get("SWITCHYARD_DEBUG", "0") == "1"
+# "production" adds what only HTTPS in front of the control plane makes possible (secure cookies, HSTS, redirect)
+PROFILE = os.environ.get("SWITCHYARD_PROFILE", "development")
+if PROFILE not in ("development", "production"):
+    raise ImproperlyConfigured(f"SWITCHYARD_PROFILE={PROFILE!r}: use 'development' or 'production'")
+SECRET_KEY = read_secret("SWITCHYARD_SECRET_KEY")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "No secret key: the control plane does not start without one outside DEBUG. Put a random key of at "
+            "least 50 characters in a file readable by its owner only and name it in SWITCHYARD_SECRET_KEY_FILE "
+            "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(48))' > secret-key; chmod 600 secret-key), "
+            "or set SWITCHYARD_SECRET_KEY. `./dev up` and `./dev test` make one per state folder.")
+    SECRET_KEY = "django-insecure-switchyard-debug-only"  # DEBUG only; `check --deploy` flags it
 ALLOWED_HOSTS = os.environ.get("SWITCHYARD_ALLOWED_HOSTS", "127.0.0.1,localhost,testserver").split(",")
 
 INSTALLED_APPS = [
@@ -28,7 +42,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
-    "rest_framework.authtoken",
+    "knox",
+    "axes",
     "django_filters",
     "drf_spectacular",
     "django_celery_beat",
@@ -52,6 +67,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "apps.audit.middleware.ActionContextMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: answers a locked-out login with the lock-out page
 ]
 
 ROOT_URLCONF = "control_plane.urls"
@@ -119,7 +135,7 @@ LOGOUT_REDIRECT_URL = "login"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "apps.accounts.tokens.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["control_plane.permissions.RolePermission"],
@@ -132,6 +148,11 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "control_plane.api.exception_handler",
+    # per user and per anonymous address, counted in Redis (CACHES) so every gunicorn worker shares the count
+    "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.AnonRateThrottle",
+                                 "rest_framework.throttling.UserRateThrottle"],
+    "DEFAULT_THROTTLE_RATES": {"anon": os.environ.get("SWITCHYARD_API_THROTTLE_ANON", "600/minute"),
+                               "user": os.environ.get("SWITCHYARD_API_THROTTLE_USER", "6000/minute")},
 }
 
 SPECTACULAR_SETTINGS = {
@@ -190,3 +211,46 @@ SWITCHYARD_REDRIVE_BATCH = int(os.environ.get("SWITCHYARD_REDRIVE_BATCH", "500")
 # `manage.py audit_verify` notices deleted tail records and truncation (apps/audit/checkpoint.py).
 SWITCHYARD_AUDIT_CHECKPOINT_DIR = os.environ.get("SWITCHYARD_AUDIT_CHECKPOINT_DIR", str(STATE_DIR / "audit-checkpoints"))
 SWITCHYARD_AUDIT_CHECKPOINT_KEY = read_secret("SWITCHYARD_AUDIT_CHECKPOINT_KEY", default="")
+
+# --- logins, API tokens, the production profile (docs/security.md) ---------------------------------
+
+# Shared by every process (DRF's throttle counts); Django's default cache is per process.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": os.environ.get("SWITCHYARD_CACHE_URL", f"redis://127.0.0.1:{PORT_BASE + 1}/1"),
+        "KEY_PREFIX": f"switchyard-{os.environ.get('SWITCHYARD_DB_NAME', 'switchyard')}",
+    }
+}
+
+# Login throttling (django-axes, attempts kept in PostgreSQL): after AXES_FAILURE_LIMIT failed logins for one
+# username from one address, logins of that pair are refused, right password or not, until the cool-off ends
+# or an admin lifts the lock-out (Security → Lock-outs). Web form, admin login and POST /api/v1/auth/token/.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = int(os.environ.get("SWITCHYARD_LOGIN_FAILURE_LIMIT", "10"))
+AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("SWITCHYARD_LOGIN_COOLOFF_MINUTES", "30")))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_IPWARE_PROXY_COUNT = int(os.environ.get("SWITCHYARD_PROXY_COUNT", "0"))  # proxies in front that add X-F-F
+AXES_LOCKOUT_CALLABLE = "apps.accounts.lockouts.lockout_response"  # JSON on /api/, the lock-out page elsewhere
+AXES_ENABLE_ADMIN = False  # lock-outs are lifted through the audited action (Security → Lock-outs)
+AXES_VERBOSE = False
+AXES_SENSITIVE_PARAMETERS = ["username", "ip_address", "csrfmiddlewaretoken"]  # masked in stored attempts
+
+# API tokens (django-rest-knox, our model): only a SHA-512 digest is stored; every token expires.
+KNOX_TOKEN_MODEL = "accounts.ApiToken"
+MIGRATION_MODULES = {"knox": None}  # knox's own token table is swapped out for accounts.ApiToken: never created
+REST_KNOX = {"TOKEN_TTL": timedelta(days=30), "AUTH_HEADER_PREFIX": "Token", "AUTO_REFRESH": False}
+
+if PROFILE == "production":
+    # HTTPS terminates in front of the control plane (a proxy that sets X-Forwarded-Proto).
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = int(os.environ.get("SWITCHYARD_HSTS_SECONDS", str(365 * 86400)))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True

@@ -3,6 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
+from apps.accounts.api import ObtainTokenView
 from apps.governance.api import ApprovalQueueView
 from control_plane import views
 from control_plane.routers import api_router
@@ -11,11 +12,12 @@ urlpatterns = [
     path("", views.home, name="home"),
     path("login/", auth_views.LoginView.as_view(template_name="registration/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("", include("apps.accounts.urls")),
     path("clusters/", include("apps.clusters.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include("apps.tracing.api.urls")),
     path("api/v1/", include(api_router.urls)),
-    path("api/v1/auth/token/", views.ObtainTokenView.as_view(), name="api-token"),
+    path("api/v1/auth/token/", ObtainTokenView.as_view(), name="api-token"),
     path("api/v1/approvals/", ApprovalQueueView.as_view(), name="api-approvals"),
     path("api/v1/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("api/v1/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),

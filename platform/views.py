@@ -1,7 +1,5 @@
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
-from rest_framework.authtoken.views import ObtainAuthToken
-from rest_framework.response import Response
 
 from apps.accounts.roles import roles_of
 
@@ -16,17 +14,3 @@ def home(request):
 def forbidden(request, exception=None):
     message = str(exception) if exception and str(exception) else "Your role does not allow this page."
     return render(request, "403.html", {"message": message}, status=403)
-
-
-class ObtainTokenView(ObtainAuthToken):
-    """POST username and password, get the token for `Authorization: Token <key>`."""
-
-    permission_classes = ()
-
-    def post(self, request, *args, **kwargs):
-        from apps.accounts import actions
-
-        serializer = self.get_serializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        token = actions.issue_token(actor=serializer.validated_data["user"])
-        return Response({"token": token.key})

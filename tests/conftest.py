@@ -18,6 +18,9 @@ for _name, _value in (("SWITCHYARD_ZK_CONTROL_AUTH", "switchyard-control:test-co
                       ("SWITCHYARD_ZK_BROKER_AUTH", "switchyard-broker:test-broker-password-0123456789")):
     if not os.environ.get(f"{_name}_FILE"):
         os.environ.setdefault(_name, _value)
+# The control plane refuses to start without a secret key outside DEBUG; `./dev test` hands it a key file.
+if not os.environ.get("SWITCHYARD_SECRET_KEY_FILE"):
+    os.environ.setdefault("SWITCHYARD_SECRET_KEY", "switchyard-tests-only-" + uuid.uuid4().hex + uuid.uuid4().hex)
 
 TEST_PASSWORD = "pw-for-tests-1"
 
@@ -54,14 +57,18 @@ def make_user(db):
 @pytest.fixture
 def api_for():
     """api_for(user) → a DRF APIClient authenticated with that user's token (None: anonymous)."""
-    from rest_framework.authtoken.models import Token
     from rest_framework.test import APIClient
+
+    from tests.support.tokens import token_for
+
+    tokens: dict[int, str] = {}
 
     def make(user=None):
         client = APIClient()
         if user is not None:
-            token, _ = Token.objects.get_or_create(user=user)
-            client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+            if user.pk not in tokens:
+                tokens[user.pk] = token_for(user)
+            client.credentials(HTTP_AUTHORIZATION=f"Token {tokens[user.pk]}")
         return client
 
     return make

@@ -1,4 +1,6 @@
-"""Writes to users, roles and teams. Each is atomic and leaves one audit record."""
+"""Writes to users, roles and teams. Each is atomic and leaves one audit record.
+
+API tokens and service accounts: apps/accounts/token_actions.py; lifting login lock-outs: lockouts.py."""
 
 from __future__ import annotations
 
@@ -6,9 +8,8 @@ from django.contrib.auth.models import Group, User
 from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
-from rest_framework.authtoken.models import Token
 
-from apps.accounts.models import Team
+from apps.accounts.models import ServiceAccount, Team
 from apps.accounts.roles import ROLES
 from apps.audit.recorder import record
 from apps.audit.snapshot import snapshot
@@ -63,6 +64,8 @@ def update_user(*, actor, user: User, email: str | None = None, is_active: bool 
                         ("is_superuser", is_superuser)):
         if value is not None:
             setattr(user, name, value)
+    if password and ServiceAccount.objects.filter(user=user).exists():
+        raise ValidationError({"password": "A service account has no password: it acts only through its tokens."})
     if password:
         _check_password(password, user)
         user.set_password(password)
@@ -76,14 +79,6 @@ def update_user(*, actor, user: User, email: str | None = None, is_active: bool 
         after["password_changed"] = True
     record(actor=actor, action="user.update", obj=user, before=before, after=after)
     return user
-
-
-@transaction.atomic
-def issue_token(*, actor: User) -> Token:
-    """Hand a user their API token (made on first use); the record says who took it, never the key."""
-    token, created = Token.objects.get_or_create(user=actor)
-    record(actor=actor, action="user.token_issued", obj=actor, after={"created": created})
-    return token
 
 
 @transaction.atomic

@@ -2,18 +2,19 @@ from django import forms
 from django.contrib import admin
 from django.contrib.auth.models import Group, User
 from django.contrib.auth.password_validation import validate_password
-from rest_framework.authtoken.models import TokenProxy
+from knox.models import AuthToken as KnoxAuthToken
 
 from apps.accounts import actions
 from apps.accounts.models import Team
 from apps.accounts.roles import ROLE_LABELS, ROLES
 from control_plane.web import ActionAdmin
 
-# Django's and DRF's own admins write users, groups and tokens directly, with no audit record: users are
-# edited below through the actions; roles are groups kept by roles.py; tokens are issued at /api/v1/auth/token/.
+# Django's and knox's own admins write users, groups and tokens directly, with no audit record: users are
+# edited below through the actions; roles are groups kept by roles.py; tokens are made on the API tokens page.
 admin.site.unregister(User)
 admin.site.unregister(Group)
-admin.site.unregister(TokenProxy)
+if admin.site.is_registered(KnoxAuthToken):
+    admin.site.unregister(KnoxAuthToken)
 
 _ROLE_CHOICES = [(role, ROLE_LABELS[role]) for role in ROLES]
 

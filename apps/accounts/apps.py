@@ -12,3 +12,4 @@ class AccountsConfig(AppConfig):
         from apps.accounts.roles import sync_role_groups
 
         post_migrate.connect(sync_role_groups, dispatch_uid="switchyard_sync_role_groups")
+        from apps.accounts import lockouts, schema  # noqa: F401  (the lock-out audit receiver, the token scheme)

@@ -1,6 +1,8 @@
 from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
+from knox.models import AbstractAuthToken
+from knox.settings import CONSTANTS
 
 slug_validator = RegexValidator(
     r"^[a-z][a-z0-9-]{1,62}$", "Use 2–63 characters: lowercase letters, digits and '-', starting with a letter."
@@ -21,3 +23,45 @@ class Team(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class ServiceAccount(models.Model):
+    """A team's automation identity: a user that cannot log in with a password, holding chosen roles, acting
+    for its team (it is a member), reached only through its API tokens."""
+
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="service_accounts")
+    name = models.CharField(max_length=40, validators=[slug_validator])
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="service_account")
+    description = models.TextField(blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["team__name", "name"]
+        constraints = [models.UniqueConstraint(fields=["team", "name"], name="unique_service_account_per_team")]
+
+    def __str__(self) -> str:
+        return self.user.username
+
+    @staticmethod
+    def username_for(team_name: str, name: str) -> str:
+        return f"svc.{team_name}.{name}"
+
+
+class ApiToken(AbstractAuthToken):
+    """An API token (django-rest-knox): only the SHA-512 digest of the secret is stored, with the first
+    characters (token_key) to find it. Every token expires; revoking deletes it (the audit log keeps its story)."""
+
+    id = models.BigAutoField(primary_key=True)
+    digest = models.CharField(max_length=CONSTANTS.DIGEST_LENGTH, unique=True)
+    name = models.CharField(max_length=80)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.token_key[:8]}…) of {self.user.username}"

@@ -58,7 +58,7 @@ def sync_role_groups(sender=None, **kwargs) -> None:
 
 
 def roles_of(user) -> set[str]:
-    if not user or not user.is_authenticated:
+    if not user or not user.is_authenticated or not hasattr(user, "groups"):  # system actors hold no roles
         return set()
     names = set(user.groups.values_list("name", flat=True))
     if user.is_superuser:

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from apps.audit.context import current
 from apps.audit.models import GENESIS_HASH, AuditRecord
+from control_plane.errors import require_actor
 
 # One transaction-scoped advisory lock serialises appends so the chain has a single order. It is the last lock
 # a transaction takes (see `audited`): taken earlier, it deadlocks against a transaction holding a row this one
@@ -72,6 +73,7 @@ def record(
     `audited` action it is appended (id, time, hash) when the action ends, otherwise at once."""
     if not connection.in_atomic_block:
         raise RuntimeError("audit.record must be called inside the action's transaction")
+    require_actor(actor)  # every record names who acted: a user, a service account or a system actor
     if obj is not None:
         object_type = object_type or obj._meta.label_lower
         object_id = obj.pk if object_id is None else object_id
@@ -79,7 +81,7 @@ def record(
     ctx = current()
     entry = AuditRecord(
         actor=actor if getattr(actor, "pk", None) else None,
-        actor_name=getattr(actor, "username", None) or "system",
+        actor_name=actor.username,
         action=action,
         object_type=object_type or "",
         object_id=str(object_id if object_id is not None else ""),

@@ -26,7 +26,8 @@ from apps.governance.workflow import (
     transition,
     why_not_approver,
 )
-from control_plane.errors import ActionError
+from control_plane import actors
+from control_plane.errors import ActionError, require_actor
 
 
 def _lock(application):
@@ -53,7 +54,8 @@ def check_fields(fields: dict, allowed) -> None:
 
 def require_member(actor, team, field: str = "team") -> None:
     """Applicants act for their own team (admins for any); a field error otherwise."""
-    if actor is None or has_role(actor, ADMIN) or team.members.filter(pk=actor.pk).exists():
+    require_actor(actor)
+    if has_role(actor, ADMIN) or team.members.filter(pk=actor.pk).exists():
         return
     raise ValidationError({field: f"You are not a member of team {team.name}."})
 
@@ -144,7 +146,7 @@ def reject(*, actor, application, comment: str):
     return application
 
 
-# --- what provisioning reports (actor None: the system) -------------------------------------
+# --- what provisioning reports (the system actor of provisioning) -------------------------------------
 
 
 @audited
@@ -155,7 +157,7 @@ def mark_provisioning(application):
     before = snapshot(application)
     transition(application, State.PROVISIONING)
     application.save()
-    _audit(None, application, "provisioning", before)
+    _audit(actors.PROVISIONING, application, "provisioning", before)
     return application
 
 
@@ -167,7 +169,7 @@ def mark_active(application):
     before = snapshot(application)
     transition(application, State.ACTIVE)
     application.save()
-    _audit(None, application, "active", before)
+    _audit(actors.PROVISIONING, application, "active", before)
     return application
 
 
@@ -179,5 +181,5 @@ def mark_failed(application, error: str):
     before = snapshot(application)
     transition(application, State.FAILED)
     application.save()
-    _audit(None, application, "failed", before, {"error": error[:500]})
+    _audit(actors.PROVISIONING, application, "failed", before, {"error": error[:500]})
     return application

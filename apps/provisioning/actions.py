@@ -95,7 +95,7 @@ def _differs(record: SyncState | None, desired: Desired, obs: Observation) -> bo
 
 @audited
 def record_observations(cluster, observed: list[tuple[Desired, Observation]], *, attempt: bool = False,
-                        actor=None, audit_landing: bool = True, known: dict | None = None) -> int:
+                        actor, audit_landing: bool = True, known: dict | None = None) -> int:
     """Store what was read back. An object landing a new revision is audited (unless the caller audits the
     write itself, as a repair does). `known` (records read just before) lets a caller skip what did not
     change without locking it. Returns the number of records changed."""

@@ -22,6 +22,7 @@ from apps.provisioning.models import SyncState, SyncStatus
 from apps.provisioning.status import observe
 from apps.provisioning.zk import Session, WriteConflict
 from broker_core.layout import LAYOUT
+from control_plane import actors
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ def push(cluster: Cluster, units: list[tuple[str, int]]) -> list:
     records = {(r.kind, r.object_id): r for r in SyncState.objects.filter(cluster=cluster)
                .filter(kind__in={d.kind for d in desired}, object_id__in={d.object_id for d in desired})}
     observed = [(d, observe(d, nodes[d.path], records.get((d.kind, d.object_id)))) for d in desired]
-    actions.record_observations(cluster, observed, attempt=True)
+    actions.record_observations(cluster, observed, attempt=True, actor=actors.PROVISIONING)
     return observed
 
 

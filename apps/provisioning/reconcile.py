@@ -71,7 +71,7 @@ def _kind_of_path(path: str) -> str:
     return {"topics": "topic", "bindings": "binding", "apps": "app", "grants": "grant", "meta": META}.get(top, top)
 
 
-def reconcile(cluster: Cluster, *, repair: bool = False, actor=None) -> ReconcileRun:
+def reconcile(cluster: Cluster, *, actor, repair: bool = False) -> ReconcileRun:
     """Compare (and, with repair, fix) one cluster. Always returns a saved run, reachable or not."""
     require_perm(actor, "provisioning.repair_drift" if repair else "provisioning.add_reconcilerun")
     started = timezone.now()

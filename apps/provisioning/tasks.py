@@ -13,6 +13,7 @@ from django.db import OperationalError
 
 from apps.audit.context import action_context
 from apps.clusters.zookeeper import ZooKeeperUnreachable
+from control_plane import actors
 from control_plane.celery import app
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,8 @@ def reconcile_all(self, repair: bool = False):
     summary = {}
     with action_context("task", self.request.id):
         for cluster in Cluster.objects.filter(status=ClusterStatus.ACTIVE):
-            run = reconcile(cluster, repair=repair or cluster.repair_drift)  # the cluster's setting: desired state wins
+            run = reconcile(cluster, repair=repair or cluster.repair_drift,  # the cluster's setting: desired state wins
+                            actor=actors.RECONCILE)
             units = stale_units(cluster, older_than=timedelta(minutes=5))
             if units and run.reachable:
                 provision_objects.delay(cluster.pk, [[k, i] for k, i in units])
@@ -83,7 +85,10 @@ def reconcile_cluster(self, cluster_id: int, repair: bool = False, actor_id: int
     from apps.clusters.models import Cluster
     from apps.provisioning.reconcile import reconcile
 
-    actor = get_user_model().objects.filter(pk=actor_id).first() if actor_id else None
+    actor = get_user_model().objects.filter(pk=actor_id, is_active=True).first() if actor_id else actors.RECONCILE
+    if actor is None:  # the requesting user is gone or disabled: nobody to act for
+        log.warning("reconcile of cluster %s skipped: its requester %s is no longer an active user", cluster_id, actor_id)
+        return None
     with action_context("task", self.request.id):
         cluster = Cluster.objects.filter(pk=cluster_id).first()
         if cluster is not None:

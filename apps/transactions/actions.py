@@ -49,7 +49,7 @@ class CheckRound:
 
 
 @transaction.atomic
-def apply_check_outcomes(*, actor=None, round: CheckRound) -> int:
+def apply_check_outcomes(*, actor, round: CheckRound) -> int:
     """Record a round of back-checks: every check, each message's new state, one audit record for the
     round's resolutions. Releases the messages' claim. Returns how many messages were resolved."""
     require_perm(actor, "transactions.resolve_preparedmessage")
@@ -170,7 +170,7 @@ def request_redrive(*, actor, cluster, topic: str, group: str, since: datetime |
 
 
 @transaction.atomic
-def finish_redrive(*, actor=None, run: Redrive) -> None:
+def finish_redrive(*, actor, run: Redrive) -> None:
     """The task's closing record of a re-drive: what it sent, what it skipped."""
     record(actor=actor, action="dlq.redrive_done", obj=run,
            after={"state": run.state, "total": run.total, "done": run.done, "skipped": run.skipped,

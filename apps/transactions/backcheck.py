@@ -32,6 +32,7 @@ from apps.transactions import actions, timing
 from apps.transactions.broker_admin import BrokerAdmin, BrokerAdminError, BrokerEndpoint, live_brokers
 from apps.transactions.choices import CheckAnswer, CheckVia, Resolution, ResolutionSource, TxState
 from apps.transactions.models import PreparedMessage, TxCheck
+from control_plane import actors
 
 log = logging.getLogger("apps.transactions.backcheck")
 
@@ -292,7 +293,7 @@ def run_check_round(cluster, endpoint: BrokerEndpoint, pks: list[int], claim: da
         else:
             o.next_check_at = timing.next_check_at(now, max(done, 1), t.interval_s)
         round.outcomes.append(o)
-    resolved = actions.apply_check_outcomes(actor=None, round=round)
+    resolved = actions.apply_check_outcomes(actor=actors.TX_BACKCHECK, round=round)
     return {"checked": len(answers), "resolved": resolved, "by_producer": len(final_states)}
 
 

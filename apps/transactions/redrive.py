@@ -24,6 +24,7 @@ from apps.transactions import actions
 from apps.transactions.broker_admin import BrokerAdmin, BrokerAdminError, live_brokers
 from apps.transactions.choices import RedriveState
 from apps.transactions.models import Redrive, RedrivenMessage
+from control_plane import actors
 
 log = logging.getLogger("apps.transactions.redrive")
 
@@ -90,7 +91,7 @@ def run(redrive_id: int) -> Redrive:
     else:
         _update(run, state=RedriveState.SUCCEEDED, finished_at=timezone.now())
         log.info("re-drive done", extra={"redrive_id": run.pk, "done": run.done, "skipped": run.skipped})
-    actions.finish_redrive(run=run)
+    actions.finish_redrive(actor=actors.REDRIVE, run=run)
     return run
 
 

@@ -131,5 +131,7 @@ def test_openapi_schema_and_docs_are_served(make_user, api_for, client):
 def test_token_endpoint(make_user, api_for):
     make_user("sre-1", "sre")
     response = api_for(None).post("/api/v1/auth/token/", {"username": "sre-1", "password": "pw-for-tests-1"})
-    assert response.status_code == 200 and len(response.json()["token"]) == 40
+    assert response.status_code == 200 and len(response.json()["token"]) == 64  # 256 random bits, hex
+    token = response.json()["token"]
+    assert api_for(None).get("/api/v1/clusters/", HTTP_AUTHORIZATION=f"Token {token}").status_code == 200
     assert api_for(None).post("/api/v1/auth/token/", {"username": "sre-1", "password": "x"}).status_code == 400

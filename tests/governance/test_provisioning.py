@@ -45,7 +45,7 @@ def test_approved_topic_lands_in_zookeeper_and_reads_back_synced(celery_worker, 
     assert (recorded.state, recorded.landed_revision, recorded.error) == ("synced", 1, "")
     provisioned = AuditRecord.objects.get(action="topic.provisioned")
     assert (provisioned.source, provisioned.actor_name, provisioned.after["path"]) == (
-        "task", "system", "/topics/payments.order-paid")
+        "task", "system:provisioning", "/topics/payments.order-paid")
     states = list(AuditRecord.objects.filter(action__startswith="topic_application.").order_by("id")
                   .values_list("action", flat=True))
     assert states == ["topic_application.create", "topic_application.approve", "topic_application.provisioning",

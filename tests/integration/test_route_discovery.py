@@ -31,11 +31,11 @@ def no_redirects():
 
 
 def test_the_sdk_resolves_its_cluster_through_the_route_endpoint_and_uses_that_broker(governed, live_server, no_redirects):
-    from rest_framework.authtoken.models import Token
+    from tests.support.tokens import token_for
 
     cluster = governed.cluster
     broker = cluster.broker()
-    token = Token.objects.create(user=governed.people.consumer).key
+    token = token_for(governed.people.consumer)
     assert resolve_route(live_server.url, TOPIC, "dev", token=token) == cluster.zk
     with pytest.raises(urllib.error.HTTPError) as refused:
         resolve_route(live_server.url, TOPIC, "dev")  # the endpoint wants a token

@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError
 from apps.audit.context import action_context
 from apps.clusters.models import Cluster
 from apps.provisioning.reconcile import reconcile
+from control_plane import actors
 
 
 class Command(BaseCommand):
@@ -23,7 +24,7 @@ class Command(BaseCommand):
             names = ", ".join(Cluster.objects.values_list("name", flat=True)) or "none"
             raise CommandError(f"no cluster named {cluster!r} (known: {names})")
         with action_context("cli"):
-            run = reconcile(target, repair=repair)
+            run = reconcile(target, repair=repair, actor=actors.RECONCILE)
         if json:
             self.stdout.write(_json({"run": run.pk, "cluster": target.name, "reachable": run.reachable,
                                      "error": run.error, "checked": run.checked, "missing": run.missing,

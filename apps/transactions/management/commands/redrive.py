@@ -11,6 +11,7 @@ from apps.audit.context import action_context
 from apps.clusters.models import Cluster
 from apps.transactions import actions
 from apps.transactions.models import Redrive
+from control_plane import actors
 from control_plane.errors import ActionError
 
 
@@ -46,7 +47,7 @@ class Command(BaseCommand):
         if target is None:
             names = ", ".join(Cluster.objects.values_list("name", flat=True)) or "none"
             raise CommandError(f"no cluster named {cluster!r} (known: {names})")
-        actor = None
+        actor = actors.REDRIVE
         if as_user:
             actor = get_user_model().objects.filter(username=as_user).first()
             if actor is None:

@@ -1,0 +1,45 @@
+"""Who acts when no person does: named system actors, each holding an explicit set of permissions.
+
+Every action takes an actor (errors.require_actor). A background job acts as the system actor of its job,
+so the audit log names it ("system:reconcile") and its permission set bounds what it may do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SystemActor:
+    """A job of the platform itself. `has_perm` answers from `perms` only; it has no roles and no team."""
+
+    username: str
+    perms: frozenset[str] = frozenset()
+
+    pk = None
+    is_authenticated = True
+    is_active = True
+    is_staff = False
+    is_superuser = False
+
+    def __post_init__(self):
+        if not self.username.startswith("system:"):
+            raise ValueError(f"a system actor's name starts with 'system:' (got {self.username!r})")
+
+    def has_perm(self, perm: str, obj=None) -> bool:
+        return perm in self.perms
+
+    def __str__(self) -> str:
+        return self.username
+
+
+# The periodic and command-line reconcile: compare, and repair when the schedule or the command says so.
+RECONCILE = SystemActor("system:reconcile", frozenset({"provisioning.add_reconcilerun", "provisioning.repair_drift"}))
+# Pushing approved objects into ZooKeeper and recording what landed (no permission checks of its own).
+PROVISIONING = SystemActor("system:provisioning")
+# Transaction back-checks resolve prepared messages on the producer's answer.
+TX_BACKCHECK = SystemActor("system:tx-backcheck", frozenset({"transactions.resolve_preparedmessage"}))
+# Dead-letter re-drive started from the command line without --as-user, and the task's closing record.
+REDRIVE = SystemActor("system:redrive", frozenset({"transactions.add_redrive"}))
+# The login guard (django-axes): records lock-outs.
+LOGIN_GUARD = SystemActor("system:login-guard")
