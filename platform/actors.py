@@ -41,5 +41,7 @@ PROVISIONING = SystemActor("system:provisioning")
 TX_BACKCHECK = SystemActor("system:tx-backcheck", frozenset({"transactions.resolve_preparedmessage"}))
 # Dead-letter re-drive started from the command line without --as-user, and the task's closing record.
 REDRIVE = SystemActor("system:redrive", frozenset({"transactions.add_redrive"}))
+# `manage.py secure_zookeeper`: applies the ACLs to every node of a cluster's chroot.
+ZK_SECURE = SystemActor("system:zookeeper-secure", frozenset({"provisioning.repair_drift"}))
 # The login guard (django-axes): records lock-outs.
 LOGIN_GUARD = SystemActor("system:login-guard")

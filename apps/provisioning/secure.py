@@ -29,7 +29,7 @@ class SecureReport:
     failed: list[str] = field(default_factory=list)
 
 
-def secure_cluster(cluster, *, actor=None, progress: Callable[[SecureReport, int], None] | None = None,
+def secure_cluster(cluster, *, actor, progress: Callable[[SecureReport, int], None] | None = None,
                    session: Session | None = None) -> SecureReport:
     """Apply the ACLs to every node under the cluster's chroot (creating the chroot and /brokers when
     missing); audited as `zookeeper.secure` when anything changed or failed."""

@@ -6,6 +6,7 @@ from apps.audit.context import action_context
 from apps.clusters.models import Cluster
 from apps.clusters.zookeeper import ZooKeeperUnreachable
 from apps.provisioning.secure import secure_cluster
+from control_plane import actors
 
 
 class Command(BaseCommand):
@@ -33,7 +34,7 @@ class Command(BaseCommand):
             self.stdout.write(f"cluster {cluster.name} ({cluster.zk_connect}{cluster.zk_chroot}):")
             try:
                 with action_context("cli"):
-                    report = secure_cluster(cluster, progress=self._progress)
+                    report = secure_cluster(cluster, actor=actors.ZK_SECURE, progress=self._progress)
             except ZooKeeperUnreachable as exc:
                 failures += 1
                 self.stderr.write(f"  not secured: {exc}")
