@@ -17,6 +17,7 @@ This module does no I/O beyond reading those secrets.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -132,21 +133,38 @@ class AclPolicy:
 
     def for_path(self, relative: str) -> list[ACL]:
         """`relative` is a path under the chroot ("" for the chroot itself and for its ancestors)."""
-        top = relative.split("/")[1] if relative.startswith("/") else ""
-        if relative in ("", LAYOUT.META):
-            return [self._control(), ACL(READ, ANYONE_ID_UNSAFE)]
-        if relative == LAYOUT.BROKERS:
-            return [self._control(), *self._broker(BROKER_REGISTRY), ACL(READ, ANYONE_ID_UNSAFE)]
-        if top == "brokers":
-            return broker_node_acl(self.broker_id)
-        # /apps (secret hashes), /topics, /bindings, /grants and anything else: the two identities only
-        return [self._control(), *self._broker(READ)]
+        return list(self._acl(_category(relative)))
 
     def matches(self, relative: str, acl: list[ACL]) -> bool:
         """Whether `acl` (as ZooKeeper answered it) is the one `relative` should carry. ZooKeeper masks the
         hash of a digest id (`user:x`) for a reader without ADMIN on the node: then the user name decides."""
-        want, have = _canonical(self.for_path(relative)), _canonical(acl)
+        want, have = self._canonical(_category(relative)), _canonical(acl)
         return len(want) == len(have) and all(_same(w, h) for w, h in zip(want, have, strict=True))
+
+    @functools.cache  # noqa: B019  (a handful of entries per policy, and policies live as long as a session)
+    def _acl(self, category: str) -> tuple[ACL, ...]:
+        if category == "discovery":  # the chroot, /meta
+            return (self._control(), ACL(READ, ANYONE_ID_UNSAFE))
+        if category == "registry":  # /brokers
+            return (self._control(), *self._broker(BROKER_REGISTRY), ACL(READ, ANYONE_ID_UNSAFE))
+        if category == "broker-node":
+            return tuple(broker_node_acl(self.broker_id))
+        # /apps (secret hashes), /topics, /bindings, /grants and anything else: the two identities only
+        return (self._control(), *self._broker(READ))
+
+    @functools.cache  # noqa: B019
+    def _canonical(self, category: str) -> list[tuple[int, str, str, str]]:
+        return _canonical(self._acl(category))
+
+
+def _category(relative: str) -> str:
+    if relative in ("", LAYOUT.META):
+        return "discovery"
+    if relative == LAYOUT.BROKERS:
+        return "registry"
+    if relative.startswith(LAYOUT.BROKERS + "/"):
+        return "broker-node"
+    return "private"
 
 
 def broker_node_acl(broker_id: str) -> list[ACL]:
