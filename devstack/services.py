@@ -300,10 +300,10 @@ def start_postgres(state: Path, port: int, dbname: str = "switchyard", tuned_for
         _run(_as_postgres([str(PG_BIN / "pg_ctl"), "-D", str(data), "-l", str(pgdir / "postgres.log"),
                            "-o", opts, "-w", "-t", "60", "start"]), f"starting postgres (log: {pgdir / 'postgres.log'})")
         log.info("started postgres on %s", port)
-    ensure_roles(state, port, dbname)
+    ensure_roles(state, port, dbname, for_tests=tuned_for_tests)
 
 
-def ensure_roles(state: Path, port: int, dbname: str) -> None:
+def ensure_roles(state: Path, port: int, dbname: str, for_tests: bool = False) -> None:
     """The owner and runtime roles with this stack's passwords (made once in state/secrets, set on every
     start), and the database owned by the owner role. Idempotent."""
     owner = scram_verifier(read_secret_file(secret_file(state, "db-owner-password")))
@@ -318,6 +318,8 @@ ALTER ROLE {RUNTIME_ROLE} LOGIN NOCREATEDB NOSUPERUSER NOCREATEROLE NOREPLICATIO
 SELECT format('CREATE DATABASE %I OWNER {OWNER_ROLE}', '{dbname}')
     WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = '{dbname}') \\gexec
 """, "setting up the PostgreSQL roles and database")
+    if for_tests:  # a test that makes a deadlock on purpose lets the other session find it (superuser-only otherwise)
+        psql(state, port, f"GRANT SET ON PARAMETER deadlock_timeout TO {OWNER_ROLE}", "granting deadlock_timeout")
 
 
 def stop_postgres(state: Path) -> None:
