@@ -3,10 +3,12 @@ secrets (broker_core.log_scrub): the values of the secret settings and variables
 
 import json
 import logging
+import re
 from datetime import UTC, datetime
 
-from broker_core.log_scrub import SECRET_NAME, Scrubber, secrets_in_environment
+from broker_core.log_scrub import Scrubber, secrets_in_environment
 
+SECRET_SETTING = re.compile(r"(PASSWORD|SECRET|TOKEN|_KEY|_AUTH|CREDENTIALS?)$")
 _RESERVED = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"message", "asctime"}
 
 
@@ -16,7 +18,9 @@ def secrets_in_settings() -> set[str]:
 
     found = {db.get("PASSWORD") or "" for db in getattr(settings, "DATABASES", {}).values()}
     for name in dir(settings):
-        if name.isupper() and SECRET_NAME.search(name):
+        # names that end like a secret (SECRET_KEY, ..._TOKEN, ..._PASSWORD); not the settings that only name a
+        # field, cookie or model (AXES_PASSWORD_FORM_FIELD = "password", CSRF_COOKIE_NAME = "csrftoken")
+        if name.isupper() and SECRET_SETTING.search(name):
             value = getattr(settings, name, None)
             if isinstance(value, str):
                 found.add(value)
