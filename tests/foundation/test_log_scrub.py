@@ -69,7 +69,8 @@ def record(msg, *args, exc_info=None, **extra) -> logging.LogRecord:
 
 def test_structured_formatter_redacts_settings_secrets_in_message_fields_and_traceback(settings):
     settings.SWITCHYARD_AUDIT_CHECKPOINT_KEY = "checkpoint-key-value-1"
-    settings.DATABASES["default"]["PASSWORD"] = "the-db-password-42"
+    # a copy: changing the live dict in place would outlast the test and break every later connection
+    settings.DATABASES = {**settings.DATABASES, "default": {**settings.DATABASES["default"], "PASSWORD": "the-db-password-42"}}
     formatter = StructuredFormatter()
     try:
         raise RuntimeError("could not connect with the-db-password-42")

@@ -4,6 +4,7 @@ import csv
 import io
 
 import pytest
+from django.http import HttpRequest
 
 from apps.audit.models import AuditRecord
 from apps.tracing.models import IndexRun, TracedMessage
@@ -97,7 +98,7 @@ def test_rebuild_now_then_the_auditor_traces_a_message(live_server, page, make_u
 
 def test_auditor_cannot_start_a_build_or_change_the_schedule(client, make_user):
     make_user("aud-1", "auditor")
-    client.login(username="aud-1", password="pw-for-tests-1")
+    client.login(request=HttpRequest(), username="aud-1", password="pw-for-tests-1")  # axes counts per request
     assert client.get("/tracing/index/").status_code == 200
     assert client.post("/tracing/index/rebuild/").status_code == 403
     assert client.post("/tracing/index/schedule/", {"every_minutes": 1, "enabled": "on"}).status_code == 403
