@@ -27,6 +27,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI and ReDoc served from pinned local assets, never a CDN
     "django_celery_beat",
     "apps.audit",
     "apps.accounts",
@@ -124,6 +125,12 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    # every operation lists the error answers any view may give (400/401/403/404/...): control_plane.schema
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "control_plane.schema.add_error_responses"],
 }
 
 CELERY_BROKER_URL = os.environ.get("SWITCHYARD_REDIS_URL", f"redis://127.0.0.1:{PORT_BASE + 1}/0")

@@ -25,6 +25,10 @@ class Cluster(models.Model):
     storage_level = models.CharField(max_length=16, choices=StorageLevel.choices, default=StorageLevel.FILE)
     description = models.TextField(blank=True)
     status = models.CharField(max_length=16, choices=ClusterStatus.choices, default=ClusterStatus.ACTIVE)
+    backcheck_allow_private = models.BooleanField(
+        "back-checks may call private addresses", default=False,
+        help_text="Let HTTP back-checks of this cluster's apps call private and loopback addresses (10/8, 172.16/12, "
+                  "192.168/16, 100.64/10, 127/8, fc00::/7, ::1). Link-local addresses are never called.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
