@@ -10,6 +10,7 @@ type the schema does not list fails the test, with schemathesis' report of each 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -65,7 +66,9 @@ def seeded(transactional_db, zk_connect, zk_chroot, tmp_path):
 def control_plane(seeded, tmp_path):
     """gunicorn serving the control plane on the test database; its base URL."""
     port = free_port()
-    env = {**os.environ, "SWITCHYARD_DB_NAME": connection.settings_dict["NAME"], "PYTHONPATH": str(ROOT)}
+    # as in production: DEBUG off (errors are JSON, never a traceback page), a key of its own
+    env = {**os.environ, "SWITCHYARD_DB_NAME": connection.settings_dict["NAME"], "PYTHONPATH": str(ROOT),
+           "SWITCHYARD_DEBUG": "0", "SWITCHYARD_SECRET_KEY": secrets.token_urlsafe(50)}
     log_path = tmp_path / "gunicorn.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
@@ -109,6 +112,7 @@ def run_schemathesis(url: str, auth: str, tmp_path: Path) -> subprocess.Complete
 def test_api_keeps_its_contract(control_plane, seeded, api_for, username, tmp_path):
     url, log_path = control_plane
     result = run_schemathesis(url, authorization(api_for, seeded[username]), tmp_path)
-    report = result.stdout + result.stderr[-3000:]
+    errors = [line for line in log_path.read_text(errors="replace").splitlines() if '"level": "error"' in line]
+    report = result.stdout + result.stderr[-3000:] + "\nserver errors:\n" + "\n".join(errors[:20])
     assert result.returncode == 0, f"schemathesis found failures as {username}:\n{report}"
     assert "passed" in result.stdout, report
