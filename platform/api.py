@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
-from rest_framework import exceptions, metadata, status, viewsets
+from rest_framework import exceptions, status, viewsets
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
@@ -67,13 +67,3 @@ class ActionViewSet(viewsets.GenericViewSet):
     def update_via_action(self, instance, data):  # pragma: no cover - subclasses implement
         raise NotImplementedError
 
-
-class Metadata(metadata.SimpleMetadata):
-    """OPTIONS answers. DRF's describes PUT by loading the object, which a list-level action that takes PUT
-    (e.g. reconcile-runs/schedule/) has none of: an AssertionError, a 500. Such a view is described without it."""
-
-    def determine_actions(self, request, view):
-        lookup = view.lookup_url_kwarg or view.lookup_field if hasattr(view, "lookup_field") else None
-        if lookup and lookup not in getattr(view, "kwargs", {}) and getattr(view, "detail", None) is False:
-            view.get_object = lambda: None
-        return super().determine_actions(request, view)

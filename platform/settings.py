@@ -117,7 +117,7 @@ REST_FRAMEWORK = {
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "control_plane.api.exception_handler",
-    "DEFAULT_METADATA_CLASS": "control_plane.api.Metadata",
+    "DEFAULT_METADATA_CLASS": "control_plane.metadata.Metadata",
 }
 
 SPECTACULAR_SETTINGS = {

@@ -138,7 +138,8 @@ def post_json(target: Target, payload: dict, timeout: float, max_bytes: int = MA
         request = client.build_request(
             "POST", url, content=json.dumps(payload).encode(), extensions=extensions,
             headers={"Host": host_header, "Content-Type": "application/json", "Accept": "application/json"})
-        with client.send(request, stream=True) as response:
+        response = client.send(request, stream=True)
+        try:
             if response.is_redirect:
                 raise Refused(f"answered {response.status_code} redirecting to "
                               f"{response.headers.get('location', '?')!r}: redirects are not followed")
@@ -153,3 +154,5 @@ def post_json(target: Target, payload: dict, timeout: float, max_bytes: int = MA
                 if time.monotonic() > deadline:
                     raise Refused(f"answer not complete within {timeout:g}s")
             return response.status_code, bytes(body)
+        finally:
+            response.close()
