@@ -5,7 +5,9 @@ from apps.accounts.models import slug_validator
 from apps.clusters.choices import ClusterStatus, Environment, StorageLevel
 
 zk_connect_validator = RegexValidator(
-    r"^[A-Za-z0-9.-]+:\d{1,5}(,[A-Za-z0-9.-]+:\d{1,5})*$",
+    # host names of labels of 1-63 characters (what DNS and the idna codec take), each with a port
+    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?:\d{1,5}"
+    r"(?:,(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?:\d{1,5})*$",
     "Give host:port pairs separated by commas, e.g. zk1:2181,zk2:2181 (no chroot here).",
 )
 zk_chroot_validator = RegexValidator(
