@@ -66,4 +66,3 @@ class ActionViewSet(viewsets.GenericViewSet):
 
     def update_via_action(self, instance, data):  # pragma: no cover - subclasses implement
         raise NotImplementedError
-
