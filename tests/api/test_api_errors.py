@@ -28,3 +28,9 @@ def test_unknown_api_url_is_a_json_404(auditor, settings):
     response = auditor.get("/api/v1/tx/messages/abc/")
     assert response.status_code == 404
     assert response["Content-Type"] == "application/json" and "No API endpoint" in response.json()["detail"]
+
+
+def test_a_400_body_is_always_an_object(auditor):
+    response = auditor.get("/api/v1/apps/", {"search": "a\x00b"})  # a null character (PostgreSQL takes none)
+    assert response.status_code == 400
+    assert isinstance(response.json(), dict) and response.json()["non_field_errors"], response.content

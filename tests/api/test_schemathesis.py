@@ -108,7 +108,8 @@ def run_schemathesis(url: str, auth: str, examples: int, tmp_path: Path) -> subp
     return subprocess.run(
         [sys.executable, "-m", "schemathesis.cli", "--config-file", str(config), "--no-color", "run",
          f"{url}/api/v1/schema/", "--checks", CHECKS, "--max-examples", str(examples), "--seed", "16",
-         "--phases", PHASES, "--workers", "2", "--request-timeout", "30",
+         "--phases", PHASES, "--workers", "1", "--request-timeout", "30",
+         # one worker: hypothesis describing a strategy from two threads at once hits a CPython 3.11 ast bug
          "--generation-database", "none", "--no-shrink"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
 
