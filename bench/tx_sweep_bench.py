@@ -173,7 +173,8 @@ def main() -> int:
         admin = User.objects.create_superuser("bench-admin", "", "x")
         team = Team.objects.create(name="bench", display_name="Bench")
         cluster = cluster_actions.create_cluster(actor=admin, name="txbench", environment="dev", region="local",
-                                                 zk_connect=zk_connect, zk_chroot=chroot)
+                                                 zk_connect=zk_connect, zk_chroot=chroot,
+                                                 backcheck_allow_private=True)  # the check server is on loopback
         topic = Topic.objects.create(name=TOPIC, team=team, environment="dev", cluster=cluster,
                                      message_types=["paid"], expected_peak_mps=10, retention_hours=24,
                                      transactional=True, tx_check_delay_s=1, tx_check_interval_s=5, tx_check_max=15)
@@ -214,7 +215,7 @@ def main() -> int:
 
             server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
             threading.Thread(target=server.serve_forever, daemon=True).start()
-            App.objects.create(app_id=APP, team=team, secret_hash="x",
+            App.objects.create(app_id=APP, team=team, secret_hash="x", check_hosts=["127.0.0.1"],
                                check_url=f"http://127.0.0.1:{server.server_port}/check")
             how = "HTTP check URL"
         else:

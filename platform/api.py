@@ -34,6 +34,8 @@ def exception_handler(exc, context):
     elif isinstance(exc, ActionError):
         body = {exc.field: [exc.message]} if exc.field else {"detail": exc.message}
         return Response(body, status=status.HTTP_409_CONFLICT if not exc.field else status.HTTP_400_BAD_REQUEST)
+    elif isinstance(exc, exceptions.ValidationError) and isinstance(exc.detail, list):
+        exc = exceptions.ValidationError({"non_field_errors": exc.detail})  # the 400 body is always an object
     response = drf_exception_handler(exc, context)
     if response is None:  # not an API error: a bug. Log it; the caller gets no detail of it, only the request id
         request_id = getattr(context.get("request"), "request_id", "")

@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "axes",
     "django_filters",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI and ReDoc served from pinned local assets, never a CDN
     "django_celery_beat",
     "apps.audit",
     "apps.accounts",
@@ -153,6 +154,7 @@ REST_FRAMEWORK = {
                                  "rest_framework.throttling.UserRateThrottle"],
     "DEFAULT_THROTTLE_RATES": {"anon": os.environ.get("SWITCHYARD_API_THROTTLE_ANON", "600/minute"),
                                "user": os.environ.get("SWITCHYARD_API_THROTTLE_USER", "6000/minute")},
+    "DEFAULT_METADATA_CLASS": "control_plane.metadata.Metadata",
 }
 
 SPECTACULAR_SETTINGS = {
@@ -161,6 +163,12 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    # every operation lists the error answers any view may give (400/401/403/404/...): control_plane.schema
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "control_plane.schema.add_error_responses"],
 }
 
 CELERY_BROKER_URL = os.environ.get("SWITCHYARD_REDIS_URL", f"redis://127.0.0.1:{PORT_BASE + 1}/0")

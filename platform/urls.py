@@ -32,3 +32,5 @@ urlpatterns = [
 ]
 
 handler403 = "control_plane.views.forbidden"
+handler404 = "control_plane.views.not_found"
+handler500 = "control_plane.views.server_error"

@@ -2,6 +2,7 @@ import django_filters
 from django import forms
 
 from apps.audit.models import AuditRecord
+from control_plane.filters import IsoDateTimeFilter
 
 _DT = forms.DateTimeInput(attrs={"type": "datetime-local"})
 
@@ -15,8 +16,8 @@ class AuditRecordFilterSet(django_filters.FilterSet):
     object_type = django_filters.CharFilter(label="Object type")
     object_id = django_filters.CharFilter(label="Object id")
     object = django_filters.CharFilter(field_name="object_repr", lookup_expr="icontains", label="Object name")
-    since = django_filters.IsoDateTimeFilter(field_name="timestamp", lookup_expr="gte", label="From", widget=_DT)
-    until = django_filters.IsoDateTimeFilter(field_name="timestamp", lookup_expr="lt", label="Until", widget=_DT)
+    since = IsoDateTimeFilter(field_name="timestamp", lookup_expr="gte", label="From", widget=_DT)
+    until = IsoDateTimeFilter(field_name="timestamp", lookup_expr="lt", label="Until", widget=_DT)
     request_id = django_filters.CharFilter(label="Request id")
 
     class Meta:

@@ -10,7 +10,8 @@ from apps.clusters.models import Cluster
 from control_plane.errors import require_perm
 
 EDITABLE_FIELDS = ("name", "environment", "region", "zk_connect", "zk_chroot", "storage_level",
-                   "description", "status", "repair_drift")
+                   "description", "status", "repair_drift",
+                   "backcheck_allow_private")
 
 
 @transaction.atomic

@@ -5,7 +5,9 @@ from apps.accounts.models import slug_validator
 from apps.clusters.choices import ClusterStatus, Environment, StorageLevel
 
 zk_connect_validator = RegexValidator(
-    r"^[A-Za-z0-9.-]+:\d{1,5}(,[A-Za-z0-9.-]+:\d{1,5})*$",
+    # host names of labels of 1-63 characters (what DNS and the idna codec take), each with a port
+    r"^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?:\d{1,5}"
+    r"(?:,(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?:\d{1,5})*$",
     "Give host:port pairs separated by commas, e.g. zk1:2181,zk2:2181 (no chroot here).",
 )
 zk_chroot_validator = RegexValidator(
@@ -29,6 +31,10 @@ class Cluster(models.Model):
         "repair drift automatically", default=False,
         help_text="When the periodic reconcile finds ZooKeeper differing from the platform (a node changed, "
                   "added or removed by hand, or its ACL), write the platform's state back: desired state wins.")
+    backcheck_allow_private = models.BooleanField(
+        "back-checks may call private addresses", default=False,
+        help_text="Let HTTP back-checks of this cluster's apps call private and loopback addresses (10/8, 172.16/12, "
+                  "192.168/16, 100.64/10, 127/8, fc00::/7, ::1). Link-local addresses are never called.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

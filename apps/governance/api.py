@@ -44,6 +44,10 @@ class ApplicationSerializer(serializers.ModelSerializer):
                        "your_approval_slots", "sync", "submitted_at", "decided_at", "created_at", "updated_at"]
 
     kind = serializers.SerializerMethodField()
+    # the workflow sets these (submit, approve, reject, withdraw); a body naming them is ignored, never a 500
+    state = serializers.ChoiceField(choices=State.choices, read_only=True)
+    submitted_at = serializers.DateTimeField(read_only=True, allow_null=True)
+    decided_at = serializers.DateTimeField(read_only=True, allow_null=True)
     applicant = serializers.CharField(source="applicant.username", read_only=True)
     submit = serializers.BooleanField(write_only=True, default=True,
                                       help_text="false saves a draft; true (default) submits for approval")
@@ -216,7 +220,10 @@ class ApplicationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Actio
         return Response({"passed": report.passed, "field_errors": errors, "checks": body["checks"],
                          "required_approvals": body["required_approvals"]}, status=status.HTTP_200_OK)
 
-    @action(detail=False, methods=["get"])
+    @extend_schema(responses=inline_serializer("PolicyRule", {
+        "rule": serializers.CharField(), "title": serializers.CharField(),
+        "explanation": serializers.CharField()}, many=True))
+    @action(detail=False, methods=["get"], pagination_class=None, filter_backends=[])
     def rules(self, request):
         """The policy rules this kind of application goes through, in words."""
         return Response(policy.describe(self.kind))

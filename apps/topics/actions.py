@@ -5,6 +5,7 @@ The workflow itself (submit, withdraw, approve, reject) is shared: apps/governan
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -19,6 +20,7 @@ from apps.provisioning import actions as provisioning
 from apps.provisioning.desired import clusters_of_app
 from apps.provisioning.models import ObjectKind
 from apps.topics.models import App, Topic, TopicApplication
+from apps.transactions import outgoing
 from broker_core.auth import hash_secret, new_secret
 from control_plane.errors import ActionError, require_perm
 
@@ -120,11 +122,47 @@ def set_app_check_url(*, actor, app: App, check_url: str) -> App:
     check_url = (check_url or "").strip()
     if app.check_url == check_url:
         return app
+    if check_url:
+        try:
+            _, host, port, _ = outgoing.split(check_url)
+        except outgoing.Refused as exc:
+            raise ValidationError({"check_url": str(exc)}) from None
+        if not outgoing.host_allowed(host, port, app.check_hosts):
+            raise ValidationError({"check_url": (
+                f"{host}:{port} is not among the hosts allowed for {app.app_id}'s check URL "
+                f"({', '.join(app.check_hosts) or 'none yet'}); ask an approver to allow it first "
+                f"(POST /api/v1/apps/{app.app_id}/check-hosts/).")})
     before = snapshot(app)
     app.check_url = check_url
     app.full_clean(exclude=["secret_hash"])
     app.save(update_fields=["check_url", "updated_at"])
     record(actor=actor, action="app.set_check_url", obj=app, before=before, after=snapshot(app))
+    return app
+
+
+_HOST = re.compile(r"^(\[[0-9a-f:.]+\]|[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?)(:\d{1,5})?$")
+MAX_CHECK_HOSTS = 20
+
+
+@audited
+def set_app_check_hosts(*, actor, app: App, hosts: list[str]) -> App:
+    """An approver sets the hosts an app's HTTP check URL may name (`host` any port, `host:port` that port).
+    The back-check calls nothing else; a check URL whose host falls off the list is no longer called."""
+    require_perm(actor, "topics.approve_check_hosts")
+    cleaned = list(dict.fromkeys(h.strip().lower() for h in hosts if h.strip()))
+    bad = [h for h in cleaned if not _HOST.match(h) or not 0 < int(outgoing.parse_host_entry(h)[1] or 1) < 65536]
+    if bad:
+        raise ValidationError({"check_hosts": f"Not a host or host:port: {', '.join(bad)} "
+                                              "(e.g. checks.payments.example:8443)."})
+    if len(cleaned) > MAX_CHECK_HOSTS:
+        raise ValidationError({"check_hosts": f"At most {MAX_CHECK_HOSTS} hosts per app."})
+    app = App.objects.select_for_update().get(pk=app.pk)
+    if app.check_hosts == cleaned:
+        return app
+    before = snapshot(app)
+    app.check_hosts = cleaned
+    app.save(update_fields=["check_hosts", "updated_at"])
+    record(actor=actor, action="app.set_check_hosts", obj=app, before=before, after=snapshot(app))
     return app
 
 

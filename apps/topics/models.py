@@ -103,6 +103,8 @@ class App(models.Model):
         "HTTP check URL", max_length=500, blank=True, default="",
         help_text="Asked about a prepared message of this app when no connection of it can answer a back-check: "
                   "POST JSON, answer {\"state\": \"commit\" | \"rollback\" | \"unknown\"}.")
+    # hosts the check URL may name ("host" any port, "host:port" that port): set by an approver
+    check_hosts = models.JSONField("allowed check hosts", default=list, blank=True, editable=False)
     revision = models.PositiveIntegerField(default=1, editable=False)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="+")
@@ -111,6 +113,7 @@ class App(models.Model):
 
     class Meta:
         ordering = ["app_id"]
+        permissions = [("approve_check_hosts", "Can set the hosts an app's HTTP check URL may name")]
 
     def __str__(self) -> str:
         return self.app_id

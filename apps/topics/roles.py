@@ -6,6 +6,6 @@ READ = ["topics.view_topic", "topics.view_app", "topics.view_topicapplication"]
 
 extend(DEVELOPER, *READ, "topics.add_app", "topics.change_app", "topics.add_topicapplication",
        "topics.change_topicapplication")
-extend(APPROVER, *READ, "topics.approve_topicapplication")
+extend(APPROVER, *READ, "topics.approve_topicapplication", "topics.approve_check_hosts")
 extend(SRE, *READ, "topics.approve_production")
 extend(AUDITOR, *READ)

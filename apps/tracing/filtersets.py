@@ -5,6 +5,7 @@ from django import forms
 
 from apps.tracing.choices import TraceState
 from apps.tracing.models import IndexRun, TracedMessage
+from control_plane.filters import IsoDateTimeFilter
 
 _DT = forms.DateTimeInput(attrs={"type": "datetime-local"})
 
@@ -16,8 +17,8 @@ class TracedMessageFilterSet(django_filters.FilterSet):
     business_id = django_filters.CharFilter(label="Business id")
     key = django_filters.CharFilter(label="Key")
     topic = django_filters.CharFilter(label="Topic")
-    since = django_filters.IsoDateTimeFilter(field_name="first_at", lookup_expr="gte", label="From", widget=_DT)
-    until = django_filters.IsoDateTimeFilter(field_name="first_at", lookup_expr="lt", label="Until", widget=_DT)
+    since = IsoDateTimeFilter(field_name="first_at", lookup_expr="gte", label="From", widget=_DT)
+    until = IsoDateTimeFilter(field_name="first_at", lookup_expr="lt", label="Until", widget=_DT)
     state = django_filters.ChoiceFilter(choices=TraceState.choices, method="in_state", label="Final state",
                                         help_text="in any of its groups")
 

@@ -15,12 +15,11 @@ from __future__ import annotations
 import json
 import logging
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+import httpx
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import Q
@@ -28,7 +27,7 @@ from django.utils import timezone
 
 from apps.clusters.zookeeper import ZooKeeperUnreachable
 from apps.topics.models import TX_CHECK_DEFAULTS, App, Topic
-from apps.transactions import actions, timing
+from apps.transactions import actions, outgoing, timing
 from apps.transactions.broker_admin import BrokerAdmin, BrokerAdminError, BrokerEndpoint, live_brokers
 from apps.transactions.choices import CheckAnswer, CheckVia, Resolution, ResolutionSource, TxState
 from apps.transactions.models import PreparedMessage, TxCheck
@@ -177,18 +176,19 @@ def take_claim(pks: list[int], claim: datetime) -> tuple[list[PreparedMessage], 
     return rows, mine
 
 
-def http_check(url: str, payload: dict, timeout: float) -> tuple[str, str]:
-    """Ask an app's HTTP check URL; (answer, error). Anything but a 200 with a known state is unknown."""
-    request = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
-                                     headers={"Content-Type": "application/json", "Accept": "application/json"})
+def http_check(url: str, payload: dict, timeout: float, *, allowed_hosts: list[str],
+               allow_private: bool) -> tuple[str, str]:
+    """Ask an app's HTTP check URL; (answer, error). Anything but a 200 with a known state is unknown. The URL
+    is called only within the guards of apps.transactions.outgoing (scheme, allow-list, addresses, no
+    redirects, size and time limits); a refusal is an unknown answer with the reason as its error."""
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            body = response.read(64 * 1024)
-            status = response.status
-    except urllib.error.HTTPError as exc:
-        return CheckAnswer.UNKNOWN, f"{url} answered {exc.code}"
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        return CheckAnswer.UNKNOWN, f"{url} did not answer within {timeout:g}s: {getattr(exc, 'reason', exc)}"
+        target = outgoing.check_target(url, allowed_hosts, allow_private)
+        status, body = outgoing.post_json(target, payload, timeout)
+    except outgoing.Refused as exc:
+        log.warning("back-check URL refused", extra={"url": url, "reason": str(exc)})
+        return CheckAnswer.UNKNOWN, f"{url} refused: {exc}"
+    except (httpx.HTTPError, OSError, ValueError) as exc:
+        return CheckAnswer.UNKNOWN, f"{url} did not answer within {timeout:g}s: {exc or type(exc).__name__}"
     if status != 200:
         return CheckAnswer.UNKNOWN, f"{url} answered {status}"
     try:
@@ -315,7 +315,9 @@ def _http_checks(cluster, rows: list[PreparedMessage]) -> dict[int, tuple[str, s
     """The app's HTTP check URL for messages no connection could answer; in parallel, each bounded."""
     if not rows:
         return {}
-    urls = dict(App.objects.filter(app_id__in={r.app_id for r in rows}).values_list("app_id", "check_url"))
+    apps = {a: (u, h) for a, u, h in App.objects.filter(app_id__in={r.app_id for r in rows})
+            .values_list("app_id", "check_url", "check_hosts")}
+    urls = {a: u for a, (u, _) in apps.items()}
     timeout = settings.SWITCHYARD_TX_HTTP_CHECK_TIMEOUT
     out: dict[int, tuple[str, str, str, str, int]] = {}
     asked = []
@@ -330,7 +332,8 @@ def _http_checks(cluster, rows: list[PreparedMessage]) -> dict[int, tuple[str, s
         started = time.monotonic()
         answer, error = http_check(urls[r.app_id], {
             "message_id": r.message_id, "topic": r.topic, "message_type": r.message_type, "key": r.key,
-            "business_id": r.business_id, "cluster": cluster.name, "app_id": r.app_id}, timeout)
+            "business_id": r.business_id, "cluster": cluster.name, "app_id": r.app_id}, timeout,
+            allowed_hosts=apps[r.app_id][1] or [], allow_private=cluster.backcheck_allow_private)
         return r.pk, (CheckVia.HTTP, answer, urls[r.app_id][:255], error, int((time.monotonic() - started) * 1000))
 
     if asked:

@@ -10,7 +10,7 @@ from django.views.generic import DetailView, TemplateView
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from apps.provisioning.metrics import DriftCollector
-from apps.topics.actions import set_app_check_url
+from apps.topics.actions import set_app_check_hosts, set_app_check_url
 from apps.topics.models import App
 from apps.transactions import actions, queries
 from apps.transactions.choices import TxState
@@ -103,6 +103,21 @@ class AppCheckUrlView(LoginRequiredMixin, View):
                 messages.success(request, f"Check URL of {app.app_id} saved.")
         else:
             messages.error(request, "; ".join(form.errors.get("check_url", ["Not a valid URL."])))
+        return redirect("topics:app-detail", app_id=app.app_id)
+
+
+class AppCheckHostsView(LoginRequiredMixin, View):
+    raise_exception = True
+
+    def post(self, request, app_id):
+        app = get_object_or_404(App, app_id=app_id)
+        hosts = [h for h in request.POST.get("check_hosts", "").replace("\n", ",").split(",") if h.strip()]
+        try:
+            set_app_check_hosts(actor=request.user, app=app, hosts=hosts)
+        except ValidationError as exc:
+            messages.error(request, "; ".join(exc.messages))
+        else:
+            messages.success(request, f"Allowed check hosts of {app.app_id} saved.")
         return redirect("topics:app-detail", app_id=app.app_id)
 
 

@@ -238,3 +238,17 @@ def test_a_decision_body_that_is_not_an_object_is_a_400(people, api_for, dev_clu
                                          format="json")
     assert response.status_code == 400 and "comment" in response.json()
     assert TopicApplication.objects.get().state == State.PENDING
+
+
+def test_workflow_fields_in_a_body_are_ignored_never_a_500(people, api_for, dev_cluster):
+    """state, submitted_at and decided_at are the workflow's: writing them on create or update changes nothing."""
+    forged = {"state": "approved", "submitted_at": "2020-01-01T00:00:00Z", "decided_at": "2020-01-02T00:00:00Z"}
+    response = post(api_for, people.dev, submit=False, name="payments.forged", **forged)
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert (body["state"], body["submitted_at"], body["decided_at"]) == ("draft", None, None)
+    url = f"/api/v1/topic-applications/{body['id']}/"
+    patched = api_for(people.dev).patch(url, {**forged, "reason": "still a draft"}, format="json")
+    assert patched.status_code == 200, patched.content
+    row = TopicApplication.objects.get(pk=body["id"])
+    assert (row.state, row.submitted_at, row.decided_at, row.reason) == ("draft", None, None, "still a draft")

@@ -24,7 +24,8 @@ def control_plane_cluster(admin, broker_cluster):
 
     return actions.create_cluster(actor=admin, name=broker_cluster.name[:40].strip("-").lower().replace("_", "-"),
                                   environment="dev", region="local", zk_connect=broker_cluster.zk_hosts,
-                                  zk_chroot=broker_cluster.chroot, storage_level="file")
+                                  zk_chroot=broker_cluster.chroot, storage_level="file",
+                                  backcheck_allow_private=True)  # the tests' check servers are on 127.0.0.1
 
 
 def transactional_topic(cp_cluster, broker_cluster, name="orders", *, delay=1, interval=1, max_checks=3,

@@ -44,6 +44,7 @@ def tx(cluster, people, celery_worker, settings):  # noqa: F811
     cp = control_plane_cluster(people.admin, cluster)
     topic = transactional_topic(cp, cluster, "orders")
     app, _ = actions.create_app(actor=people.dev, app_id=APP, team=people.dev.teams.get())
+    app = actions.set_app_check_hosts(actor=people.lead, app=app, hosts=["127.0.0.1"])  # the check servers
     broker = cluster.broker(admin_token=admin_token())
     got = Received()
     consumer = Consumer("orders", "billing", got.handler("billing"), **cluster.client_kwargs())

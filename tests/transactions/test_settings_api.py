@@ -68,6 +68,19 @@ def test_check_url_is_set_through_an_audited_action(people, api_for):
         .status_code == 403  # another team's developer
     bad = api_for(people.dev).post(url, {"check_url": "not a url"}, format="json")
     assert bad.status_code == 400 and set(bad.json()) == {"check_url"}
+    # a host no approver allowed is refused, and nothing changes
+    unlisted = api_for(people.dev).post(url, {"check_url": "http://127.0.0.1:9/check"}, format="json")
+    assert unlisted.status_code == 400 and "ask an approver" in unlisted.json()["check_url"][0]
+    assert App.objects.get(app_id="pay-worker").check_url == ""
+    scheme = api_for(people.dev).post(url, {"check_url": "ftp://127.0.0.1:9/check"}, format="json")
+    assert scheme.status_code == 400 and set(scheme.json()) == {"check_url"}
+    # only approvers set the allow-list (the app's own developer may not)
+    hosts = f"/api/v1/apps/{app.app_id}/check-hosts/"
+    assert api_for(people.dev).post(hosts, {"check_hosts": ["127.0.0.1:9"]}, format="json").status_code == 403
+    assert api_for(people.lead).post(hosts, {"check_hosts": ["not a host!"]}, format="json").status_code == 400
+    allowed = api_for(people.lead).post(hosts, {"check_hosts": ["127.0.0.1:9"]}, format="json")
+    assert allowed.status_code == 200 and allowed.json()["check_hosts"] == ["127.0.0.1:9"]
+    assert AuditRecord.objects.get(action="app.set_check_hosts").after["check_hosts"] == ["127.0.0.1:9"]
     ok = api_for(people.dev).post(url, {"check_url": "http://127.0.0.1:9/check"}, format="json")
     assert ok.status_code == 200 and ok.json()["check_url"] == "http://127.0.0.1:9/check"
     assert App.objects.get(app_id="pay-worker").check_url == "http://127.0.0.1:9/check"

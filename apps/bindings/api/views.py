@@ -32,7 +32,7 @@ class BindingViewSet(viewsets.ReadOnlyModelViewSet):
     action_perms = {"sync": "bindings.view_binding"}
 
     @extend_schema(responses=LiveStatusSerializer(many=True))
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def sync(self, request, pk=None):
         """The binding's node read from its cluster's ZooKeeper now."""
         return Response(LiveStatusSerializer([s.as_dict() for s in live_status_of("binding", self.get_object())],
@@ -46,7 +46,7 @@ class ProducerGrantViewSet(viewsets.ReadOnlyModelViewSet):
     action_perms = {"sync": "bindings.view_producergrant"}
 
     @extend_schema(responses=LiveStatusSerializer(many=True))
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def sync(self, request, pk=None):
         return Response(LiveStatusSerializer([s.as_dict() for s in live_status_of("grant", self.get_object())],
                                              many=True).data)

@@ -10,12 +10,13 @@ from apps.topics.models import App, Topic, TopicApplication
 class AppSerializer(serializers.ModelSerializer):
     team = serializers.SlugRelatedField(slug_field="name", queryset=Team.objects.all())
     created_by = serializers.CharField(source="created_by.username", read_only=True, default=None)
+    check_url = serializers.CharField(read_only=True, help_text="the HTTP check URL (\"\": none); set with check-url/")
 
     class Meta:
         model = App
-        fields = ["id", "app_id", "team", "description", "active", "check_url", "revision", "secret_rotated_at",
-                  "created_by", "created_at", "updated_at"]
-        read_only_fields = ["active", "check_url", "revision", "secret_rotated_at"]
+        fields = ["id", "app_id", "team", "description", "active", "check_url", "check_hosts", "revision",
+                  "secret_rotated_at", "created_by", "created_at", "updated_at"]
+        read_only_fields = ["active", "check_url", "check_hosts", "revision", "secret_rotated_at"]
 
 
 class AppCheckUrlSerializer(serializers.Serializer):
@@ -29,6 +30,12 @@ class RotateSecretSerializer(serializers.Serializer):
         min_value=0, max_value=7 * 24 * 3600, default=3600, required=False,
         help_text="seconds the brokers keep accepting the old secret (0: it stops as soon as the new hash lands; "
                   "default one hour, at most 7 days)")
+
+
+class AppCheckHostsSerializer(serializers.Serializer):
+    check_hosts = serializers.ListField(
+        child=serializers.CharField(max_length=260), max_length=20, allow_empty=True,
+        help_text="hosts the app's check URL may name: \"host\" (any port) or \"host:port\"; [] allows none")
 
 
 class AppWithSecretSerializer(AppSerializer):

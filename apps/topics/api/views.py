@@ -8,6 +8,7 @@ from apps.provisioning.api.serializers import LiveStatusSerializer
 from apps.provisioning.status import live_status_of
 from apps.topics import actions
 from apps.topics.api.serializers import (
+    AppCheckHostsSerializer,
     AppCheckUrlSerializer,
     AppSerializer,
     AppWithSecretSerializer,
@@ -35,7 +36,7 @@ class AppViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     lookup_field = "app_id"
     action_perms = {"rotate_secret": "topics.change_app", "deactivate": "topics.change_app",
                     "activate": "topics.change_app", "sync": "topics.view_app",
-                    "check_url": "topics.change_app"}
+                    "check_url": "topics.change_app", "check_hosts": "topics.approve_check_hosts"}
 
     @extend_schema(responses=AppWithSecretSerializer)
     def create(self, request):
@@ -80,8 +81,18 @@ class AppViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                                         check_url=body.validated_data["check_url"])
         return Response(AppSerializer(app).data)
 
+    @extend_schema(request=AppCheckHostsSerializer, responses=AppSerializer)
+    @action(detail=True, methods=["post"], url_path="check-hosts")
+    def check_hosts(self, request, app_id=None):
+        """An approver sets the hosts the app's check URL may name (the back-check calls no other)."""
+        body = AppCheckHostsSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        app = actions.set_app_check_hosts(actor=request.user, app=self.get_object(),
+                                          hosts=body.validated_data["check_hosts"])
+        return Response(AppSerializer(app).data)
+
     @extend_schema(responses=LiveStatusSerializer(many=True))
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def sync(self, request, app_id=None):
         """The app's node on each cluster that should know it, read from ZooKeeper now."""
         return Response(LiveStatusSerializer([s.as_dict() for s in live_status_of("app", self.get_object())],
@@ -99,7 +110,7 @@ class TopicViewSet(viewsets.ReadOnlyModelViewSet):
     action_perms = {"sync": "topics.view_topic"}
 
     @extend_schema(responses=LiveStatusSerializer(many=True))
-    @action(detail=True, methods=["get"])
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
     def sync(self, request, pk=None):
         """The topic's node read from its cluster's ZooKeeper now."""
         return Response(LiveStatusSerializer([s.as_dict() for s in live_status_of("topic", self.get_object())],

@@ -64,6 +64,7 @@ class IndexRunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.C
     filterset_class = IndexRunFilterSet
     action_perms = {"create": "tracing.start_indexrun"}
 
+    @extend_schema(request=None, responses={202: IndexRunSerializer})
     def create(self, request, *args, **kwargs):
         run = actions.request_index_build(actor=request.user)
         return Response(self.get_serializer(run).data, status=status.HTTP_202_ACCEPTED)

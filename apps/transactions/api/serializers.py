@@ -2,6 +2,7 @@ from rest_framework import serializers
 
 from apps.clusters.models import Cluster
 from apps.transactions.actions import MAX_REDRIVE_IDS
+from apps.transactions.choices import Resolution, ResolutionSource
 from apps.transactions.models import PreparedMessage, Redrive, TxCheck
 
 
@@ -14,6 +15,9 @@ class TxCheckSerializer(serializers.ModelSerializer):
 
 class PreparedMessageSerializer(serializers.ModelSerializer):
     cluster = serializers.CharField(source="cluster.name")
+    # "" while the message is still prepared
+    resolution = serializers.ChoiceField(choices=Resolution.choices, allow_blank=True, read_only=True)
+    resolution_source = serializers.ChoiceField(choices=ResolutionSource.choices, allow_blank=True, read_only=True)
 
     class Meta:
         model = PreparedMessage

@@ -24,12 +24,14 @@ class PreparedMessageViewSet(viewsets.ReadOnlyModelViewSet):
     serializer_class = PreparedMessageSerializer
     filterset_class = PreparedMessageFilterSet
     filter_backends = viewsets.ReadOnlyModelViewSet.filter_backends[:1]
+    lookup_value_regex = "[0-9]+"  # ids are numbers: /tx/messages/abc/ is a 404, not a 500
     action_perms = {"summary": "transactions.view_preparedmessage",
                     "resolve": "transactions.resolve_preparedmessage"}
 
     def get_queryset(self):
         return queries.visible_messages(self.request.user).select_related("cluster").order_by("prepared_at", "id")
 
+    @extend_schema(responses=PreparedMessageDetailSerializer)
     def retrieve(self, request, pk=None):
         message = get_object_or_404(self.get_queryset().prefetch_related("checks"), pk=pk)
         return Response(PreparedMessageDetailSerializer(message).data)
@@ -37,7 +39,7 @@ class PreparedMessageViewSet(viewsets.ReadOnlyModelViewSet):
     @extend_schema(responses=TxSummaryRowSerializer(many=True),
                    parameters=[OpenApiParameter("cluster", str), OpenApiParameter("topic", str),
                                OpenApiParameter("app_id", str)])
-    @action(detail=False, methods=["get"])
+    @action(detail=False, methods=["get"], pagination_class=None)
     def summary(self, request):
         """Per cluster, topic and producing app: backlog, oldest age, checks done, outcomes, unresolved."""
         qs = self.filter_queryset(self.get_queryset())
@@ -63,6 +65,7 @@ class RedriveViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Cr
     serializer_class = RedriveSerializer
     filterset_class = RedriveFilterSet
 
+    @extend_schema(responses={202: RedriveSerializer})
     def create(self, request, *args, **kwargs):
         body = self.get_serializer(data=request.data)
         body.is_valid(raise_exception=True)

@@ -25,9 +25,9 @@ USERS = [
     ("audit-dan", [AUDITOR], None),
 ]
 TEAMS = [("payments", "Payments"), ("logistics", "Logistics")]
-CLUSTERS = [
-    ("dev-a", "dev", "local-1", "Demo development cluster"),
-    ("prod-a", "prod", "local-1", "Demo production cluster"),
+CLUSTERS = [  # name, environment, region, description, back-checks may call private/loopback addresses
+    ("dev-a", "dev", "local-1", "Demo development cluster", True),  # check servers of a demo run on 127.0.0.1
+    ("prod-a", "prod", "local-1", "Demo production cluster", False),
 ]
 
 
@@ -58,11 +58,12 @@ class Command(BaseCommand):
                                                        email=f"{username}@example.com", roles=roles)
                 if team and not user.teams.filter(name=team).exists():
                     account_actions.add_team_member(actor=admin, team=Team.objects.get(name=team), user=user)
-            for name, env, region, description in CLUSTERS:
+            for name, env, region, description, allow_private in CLUSTERS:
                 if not Cluster.objects.filter(name=name).exists():
                     cluster_actions.create_cluster(
                         actor=admin, name=name, environment=env, region=region, zk_connect=zk,
                         zk_chroot=f"/switchyard/{name}", storage_level="file", description=description,
+                        backcheck_allow_private=allow_private,
                     )
             if secrets_file is not None:
                 users = {u.username: u for u in User.objects.filter(
