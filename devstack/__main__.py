@@ -92,6 +92,10 @@ def test(pytest_args: list[str]) -> int:
     env = services.environment(state, ports)
     services.write_env(state, env)
     try:
+        failed = style_checks({**os.environ, **env, "SWITCHYARD_DB_ROLE": "owner"})
+        if failed:
+            print(f"dev test: {failed} failed (see above); fix it before the tests run", file=sys.stderr)
+            return 1
         # pytest-django creates the test database and migrates it: as the owner (the Celery worker the tests
         # start, and the tests of the guarantee, connect as the runtime role)
         return subprocess.run([sys.executable, "-m", "pytest", *pytest_args],
@@ -100,6 +104,20 @@ def test(pytest_args: list[str]) -> int:
     finally:
         if not os.environ.get("SWITCHYARD_KEEP_SERVICES"):
             services.stop_all(state)
+
+
+def style_checks(env: dict[str, str]) -> str | None:
+    """What CI checks besides the tests: ruff (pyproject.toml) and no model change without its migration.
+    Returns the name of the first check that failed."""
+    checks = [
+        ("ruff check", [sys.executable, "-m", "ruff", "check", "--quiet", "."]),
+        ("makemigrations --check", [sys.executable, str(ROOT / "manage.py"), "makemigrations", "--check", "--dry-run",
+                                    "-v", "1"]),
+    ]
+    for name, argv in checks:
+        if subprocess.run(argv, env=env, cwd=ROOT).returncode != 0:
+            return name
+    return None
 
 
 def down() -> None:

@@ -1,3 +1,4 @@
+from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
 
@@ -10,6 +11,16 @@ zk_connect_validator = RegexValidator(
     r"(?:,(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)*[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?:\d{1,5})*$",
     "Give host:port pairs separated by commas, e.g. zk1:2181,zk2:2181 (no chroot here).",
 )
+
+
+def validate_zk_ports(value: str) -> None:
+    """Every port of a connect string within 1-65535 (the pattern above only says digits)."""
+    bad = [pair for pair in str(value).split(",") if pair.rpartition(":")[2].isdigit()
+           and not 1 <= int(pair.rpartition(":")[2]) <= 65535]
+    if bad:
+        raise ValidationError(f"Ports are 1-65535: {', '.join(bad)} is not a reachable ZooKeeper address.")
+
+
 zk_chroot_validator = RegexValidator(
     r"^(/[A-Za-z0-9._-]+)+$",
     "Give an absolute ZooKeeper path such as /switchyard/prod-a, without a trailing slash.",
@@ -22,7 +33,7 @@ class Cluster(models.Model):
     name = models.CharField(max_length=63, unique=True, validators=[slug_validator])
     environment = models.CharField(max_length=16, choices=Environment.choices)
     region = models.CharField(max_length=63, validators=[slug_validator])
-    zk_connect = models.CharField("ZooKeeper connect string", max_length=500, validators=[zk_connect_validator])
+    zk_connect = models.CharField("ZooKeeper connect string", max_length=500, validators=[zk_connect_validator, validate_zk_ports])
     zk_chroot = models.CharField("ZooKeeper chroot", max_length=200, validators=[zk_chroot_validator])
     storage_level = models.CharField(max_length=16, choices=StorageLevel.choices, default=StorageLevel.FILE)
     description = models.TextField(blank=True)

@@ -73,6 +73,16 @@ def test_invalid_body_gets_field_errors_and_changes_nothing(make_user, api_for):
     assert Cluster.objects.count() == 0 and AuditRecord.objects.count() == 0
 
 
+def test_a_port_out_of_range_is_a_field_error(make_user, api_for):
+    """Found by schemathesis: "zk1:99999" passed the pattern, and the cluster's stats page crashed in kazoo."""
+    sre = make_user("sre-1", "sre")
+    response = api_for(sre).post("/api/v1/clusters/", {**VALID, "zk_connect": "zk1:2181,zk2:99999"}, format="json")
+    assert response.status_code == 400
+    assert "zk2:99999" in response.json()["zk_connect"][0]
+    assert api_for(sre).post("/api/v1/clusters/", {**VALID, "zk_connect": "zk1:0"}, format="json").status_code == 400
+    assert Cluster.objects.count() == 0 and AuditRecord.objects.count() == 0
+
+
 def test_duplicate_name_is_a_field_error(make_user, api_for):
     sre = make_user("sre-1", "sre")
     api_for(sre).post("/api/v1/clusters/", VALID, format="json")
