@@ -46,11 +46,18 @@ class ZooKeeperCredentialsMissing(ZooKeeperUnreachable):
     """No usable ZooKeeper credential is configured: nothing can be read or written safely."""
 
 
-def control_auth() -> ZkCredential:
+@contextmanager
+def _credential_errors() -> Iterator[None]:
+    """A credential that cannot be read (bad file mode, malformed `user:password`) as ZooKeeperCredentialsMissing."""
     try:
-        credential = control_credential()
+        yield
     except (SecretSourceError, ZkCredentialError) as exc:
         raise ZooKeeperCredentialsMissing(str(exc)) from exc
+
+
+def control_auth() -> ZkCredential:
+    with _credential_errors():
+        credential = control_credential()
     if credential is None:
         raise ZooKeeperCredentialsMissing(
             f"the control plane has no ZooKeeper credential: set {CONTROL_AUTH}_FILE to a mode-600 file holding "
@@ -62,19 +69,15 @@ def control_auth_data() -> list[tuple[str, str]]:
     """What the control plane's sessions authenticate with: its credential, and during a rotation the former
     one too (so nodes still naming the former identity can be given the new ACLs)."""
     current = control_auth()
-    try:
+    with _credential_errors():
         previous = control_previous_credential()
-    except (SecretSourceError, ZkCredentialError) as exc:
-        raise ZooKeeperCredentialsMissing(str(exc)) from exc
     return current.auth_data + (previous.auth_data if previous else [])
 
 
 def acl_policy() -> AclPolicy:
-    try:
+    with _credential_errors():
         previous_broker_id = broker_previous_acl_id()
         broker_id = broker_acl_id()
-    except (SecretSourceError, ZkCredentialError) as exc:
-        raise ZooKeeperCredentialsMissing(str(exc)) from exc
     if broker_id is None:
         raise ZooKeeperCredentialsMissing(
             f"the control plane does not know the brokers' ZooKeeper identity: set {BROKER_DIGEST} "

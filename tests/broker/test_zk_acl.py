@@ -8,14 +8,14 @@ secret hash, and a running broker keeps refusing an app that was never granted.
 from __future__ import annotations
 
 import pytest
-from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 
 from broker_core import protocol as p
 from broker_core.client import BrokerError, Producer
 from broker_core.layout import LAYOUT, encode
-from broker_core.zk_acl import broker_credential, describe
+from broker_core.zk_acl import describe
 from tests.broker.conftest import wait_for
+from tests.support.stack import outsider_clients
 
 INTRUDER = "app-intruder"
 INTRUDER_SECRET = "s3cret-intruder"
@@ -24,14 +24,8 @@ INTRUDER_SECRET = "s3cret-intruder"
 @pytest.fixture
 def outsiders(zk_hosts):
     """An anonymous client and one authenticated with the brokers' credential."""
-    anonymous = KazooClient(hosts=zk_hosts, timeout=10)
-    as_broker = KazooClient(hosts=zk_hosts, timeout=10, auth_data=broker_credential().auth_data)
-    for client in (anonymous, as_broker):
-        client.start(timeout=15)
-    yield anonymous, as_broker
-    for client in (anonymous, as_broker):
-        client.stop()
-        client.close()
+    with outsider_clients(zk_hosts) as clients:
+        yield clients
 
 
 def ungranted_publish(cluster, broker) -> BrokerError:

@@ -8,15 +8,14 @@ import re
 
 import pytest
 from django.test import Client
-from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from kazoo.security import OPEN_ACL_UNSAFE
 
 from broker_core import protocol as p
 from broker_core.client import BrokerError, Producer
 from broker_core.layout import LAYOUT, encode
-from broker_core.zk_acl import broker_credential
 from tests.integration.conftest import CONSUMER_APP, PRODUCER_APP, TOPIC, wait_for
+from tests.support.stack import outsider_clients
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -24,15 +23,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def outsiders(governed):
     """An anonymous ZooKeeper client and one holding the brokers' credential."""
-    hosts = governed.cluster.zk_hosts
-    anonymous = KazooClient(hosts=hosts, timeout=10)
-    as_broker = KazooClient(hosts=hosts, timeout=10, auth_data=broker_credential().auth_data)
-    for client in (anonymous, as_broker):
-        client.start(timeout=15)
-    yield anonymous, as_broker
-    for client in (anonymous, as_broker):
-        client.stop()
-        client.close()
+    with outsider_clients(governed.cluster.zk_hosts) as clients:
+        yield clients
 
 
 def consumer_publishes(governed, broker) -> str | None:

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from kazoo.client import KazooClient
+
+from broker_core.zk_acl import broker_credential
 from devstack.services import Ports
 
 
@@ -42,3 +47,18 @@ def zk_acl_policy():
 def broker_environment() -> dict[str, str]:
     """The environment of a broker process: the test run's, without the control plane's ZooKeeper credential."""
     return {k: v for k, v in os.environ.items() if not k.startswith("SWITCHYARD_ZK_CONTROL_AUTH")}
+
+
+@contextmanager
+def outsider_clients(hosts: str) -> Iterator[tuple[KazooClient, KazooClient]]:
+    """An anonymous ZooKeeper client and one holding the brokers' credential: the two that must not write."""
+    anonymous = KazooClient(hosts=hosts, timeout=10)
+    as_broker = KazooClient(hosts=hosts, timeout=10, auth_data=broker_credential().auth_data)
+    for client in (anonymous, as_broker):
+        client.start(timeout=15)
+    try:
+        yield anonymous, as_broker
+    finally:
+        for client in (anonymous, as_broker):
+            client.stop()
+            client.close()
