@@ -77,12 +77,12 @@ def db_conn():
     return conn
 
 
-def recreate_database(drop_only: bool = False) -> None:
+def recreate_database(drop_only: bool = False, name: str = BENCH_DB) -> None:
     conn = db_conn()
     with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
+        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         if not drop_only:
-            cur.execute(f'CREATE DATABASE "{BENCH_DB}"')
+            cur.execute(f'CREATE DATABASE "{name}"')
     conn.close()
 
 

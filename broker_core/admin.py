@@ -13,6 +13,9 @@ and errors are JSON; errors are {"error", "message"}.
     POST /admin/tx/resolve    commit or roll back (durable before the answer; idempotent)
     GET  /admin/dlq           dead letters of a group not re-driven yet (by time range, paged)
     POST /admin/dlq/redrive   deliver listed dead letters to their group again, once
+
+and those a migration between clusters needs (`broker_core.admin_migration`): /admin/drain,
+/admin/dlq/export, /admin/dlq/import.
 """
 
 from __future__ import annotations
@@ -23,42 +26,41 @@ import time
 from typing import TYPE_CHECKING
 
 from broker_core import protocol as p
+from broker_core.admin_common import (
+    MAX_IDS,
+    STORE_WAIT_S,
+    Answer,
+    BadRequest,
+    cursor_param,
+    durable,
+    error,
+    id_list,
+    int_param,
+    topic_and_group,
+)
+from broker_core.admin_migration import MAX_IMPORT_BODY, MigrationAdmin, dead_letter_row
 
 if TYPE_CHECKING:
     from broker_core.node import Broker
 
 MAX_BODY = 1024 * 1024
-MAX_IDS = 1000
+BODY_LIMITS = {"/admin/dlq/import": MAX_IMPORT_BODY}  # paths that take more than MAX_BODY
 MAX_PAGE = 10_000
 DEFAULT_CHECK_TIMEOUT_MS = 3000
 MAX_CHECK_TIMEOUT_MS = 10_000
-RESOLVE_WAIT_S = 30.0  # durable records normally take milliseconds; a stuck disk must not hang the call
 MAX_REASON = 64
-
-Answer = tuple[int, dict]
-
-
-class BadRequest(Exception):
-    def __init__(self, message: str, code: str = "invalid", status: int = 400):
-        super().__init__(message)
-        self.code = code
-        self.status = status
-
-
-def _error(status: int, code: str, message: str) -> Answer:
-    return status, {"error": code, "message": message}
 
 
 def authorize(expected: str, authorization: str) -> Answer | None:
     """None when the Authorization header carries the broker's token (compared in constant time), else the
     refusal: 403 when the broker has no token (every protected call refuses), 401 otherwise."""
     if not expected:
-        return _error(403, "admin_disabled", "this broker has no admin token, so it refuses every call but "
+        return error(403, "admin_disabled", "this broker has no admin token, so it refuses every call but "
                                              "/healthz and /metrics: start it with SWITCHYARD_BROKER_ADMIN_TOKEN "
                                              "or SWITCHYARD_BROKER_ADMIN_TOKEN_FILE in its environment")
     scheme, _, value = authorization.partition(" ")
     if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), expected.encode()):
-        return _error(401, "unauthorized", "send the broker's admin token as 'Authorization: Bearer <token>'")
+        return error(401, "unauthorized", "send the broker's admin token as 'Authorization: Bearer <token>'")
     return None
 
 
@@ -72,6 +74,7 @@ class Admin:
             ("POST", "/admin/tx/resolve"): self.tx_resolve,
             ("GET", "/admin/dlq"): self.dlq_list,
             ("POST", "/admin/dlq/redrive"): self.dlq_redrive,
+            **MigrationAdmin(broker).routes,
         }
 
     # -- entry point --------------------------------------------------------------------------
@@ -82,8 +85,8 @@ class Admin:
         handler = self.routes.get((method, path))
         if handler is None:
             if any(route_path == path for _, route_path in self.routes):
-                return _error(405, "method_not_allowed", f"{path} does not accept {method}")
-            return _error(404, "not_found", f"no admin endpoint {path}")
+                return error(405, "method_not_allowed", f"{path} does not accept {method}")
+            return error(404, "not_found", f"no admin endpoint {path}")
         try:
             if isinstance(body, BadRequest):
                 raise body
@@ -91,15 +94,15 @@ class Admin:
                 raise BadRequest("the request body must be a JSON object")
             return await handler(query, body) if method == "POST" else await handler(query)
         except BadRequest as exc:
-            return _error(exc.status, exc.code, str(exc))
+            return error(exc.status, exc.code, str(exc))
 
     # -- transactions ---------------------------------------------------------------------------
 
     async def tx_prepared(self, q: dict[str, str]) -> Answer:
-        older_than_ms = _int(q, "older_than_ms", 0, 0, None)
-        limit = _int(q, "limit", 1000, 1, MAX_PAGE)
+        older_than_ms = int_param(q, "older_than_ms", 0, 0, None)
+        limit = int_param(q, "limit", 1000, 1, MAX_PAGE)
         topic = q.get("topic") or None
-        after = _cursor(q.get("after"))
+        after = cursor_param(q.get("after"))
         now_ms = int(time.time() * 1000)
         tx = self.broker.tx
         listening = set(tx.listeners())
@@ -128,7 +131,7 @@ class Admin:
         return 200, {"states": states}
 
     async def tx_check(self, q: dict[str, str], body: dict) -> Answer:
-        ids = _ids(body, "message_ids")
+        ids = id_list(body, "message_ids")
         timeout_ms = body.get("timeout_ms", DEFAULT_CHECK_TIMEOUT_MS)
         if type(timeout_ms) is not int or not 0 < timeout_ms <= MAX_CHECK_TIMEOUT_MS:
             raise BadRequest(f"timeout_ms must be an integer from 1 to {MAX_CHECK_TIMEOUT_MS}")
@@ -168,10 +171,10 @@ class Admin:
                 result["error"] = "already_resolved"
             result["state"] = entry.state
         if waits:
-            done, _ = await asyncio.wait(waits, timeout=RESOLVE_WAIT_S)
+            done, _ = await asyncio.wait(waits, timeout=STORE_WAIT_S)
             failures = [f.result() for f in done if f.result() is not None]
             if len(done) < len(waits) or failures:
-                return _error(500, "store_failed", f"the broker could not make the decisions durable: "
+                return error(500, "store_failed", f"the broker could not make the decisions durable: "
                                                    f"{failures[0] if failures else 'timed out'}")
         return 200, {"results": results}
 
@@ -182,28 +185,21 @@ class Admin:
         return t, (t.store if t is not None else None)
 
     async def dlq_list(self, q: dict[str, str]) -> Answer:
-        topic, group = q.get("topic"), q.get("group")
-        if not topic or not group:
-            raise BadRequest("topic and group are required")
-        since_ms = _int(q, "since_ms", None, 0, None)
-        until_ms = _int(q, "until_ms", None, 0, None)
-        limit = _int(q, "limit", 1000, 1, MAX_PAGE)
-        after = _cursor(q.get("after"))
+        topic, group = topic_and_group(q)
+        since_ms = int_param(q, "since_ms", None, 0, None)
+        until_ms = int_param(q, "until_ms", None, 0, None)
+        limit = int_param(q, "limit", 1000, 1, MAX_PAGE)
+        after = cursor_param(q.get("after"))
         t, store = self._group_store(topic, group)
         rows = store.dead_index.page(group, since_ms, until_ms, after, limit + 1) if store is not None else []
         page = rows[:limit]
-        entries = [{"message_id": d.fields[p.M_ID], "topic": topic, "group": group,
-                    "message_type": d.fields[p.M_TYPE], "key": d.fields[p.M_KEY],
-                    "business_id": d.fields[p.M_BUSINESS_ID], "cause": d.cause, "attempts": d.attempts,
-                    "dead_ms": d.dead_ms, "app_id": d.app_id} for d in page]
+        entries = [dead_letter_row(topic, group, d) for d in page]
         next_after = f"{page[-1].dead_ms}:{page[-1].fields[p.M_ID]}" if len(rows) > limit else None
         return 200, {"dead_letters": entries, "next_after": next_after}
 
     async def dlq_redrive(self, q: dict[str, str], body: dict) -> Answer:
-        topic, group = body.get("topic"), body.get("group")
-        if not isinstance(topic, str) or not topic or not isinstance(group, str) or not group:
-            raise BadRequest("topic and group are required strings")
-        ids = list(dict.fromkeys(_ids(body, "message_ids")))
+        topic, group = topic_and_group(body)
+        ids = list(dict.fromkeys(id_list(body, "message_ids")))
         t, store = self._group_store(topic, group)
         if store is None:
             return 200, {"redriven": [], "skipped": [{"message_id": i, "reason": "not_dead_lettered"} for i in ids]}
@@ -225,48 +221,7 @@ class Admin:
                     if d.seq in missing]
         if not with_bodies:
             return 200, {"redriven": [], "skipped": skipped}
-        future = asyncio.get_running_loop().create_future()
-        t.redrive(group, with_bodies, lambda exc: future.done() or future.set_result(exc), superseded)
-        try:
-            exc = await asyncio.wait_for(asyncio.shield(future), RESOLVE_WAIT_S)
-        except TimeoutError:
-            exc = "timed out"
+        exc = await durable(lambda done: t.redrive(group, with_bodies, done, superseded))
         if exc is not None:
-            return _error(500, "store_failed", f"the broker could not store the re-drive: {exc}")
+            return error(500, "store_failed", f"the broker could not store the re-drive: {exc}")
         return 200, {"redriven": [d.fields[p.M_ID] for d in with_bodies], "skipped": skipped}
-
-
-# -- input checks -------------------------------------------------------------------------------
-
-def _int(q: dict[str, str], name: str, default, low: int, high: int | None):
-    raw = q.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise BadRequest(f"{name} must be an integer") from None
-    if value < low or (high is not None and value > high):
-        raise BadRequest(f"{name} must be between {low} and {high}" if high is not None else
-                         f"{name} must be at least {low}")
-    return value
-
-
-def _cursor(raw: str | None) -> tuple[int, str] | None:
-    """A page cursor: "<ms>:<message id>", as a previous answer's next_after gave it."""
-    if not raw:
-        return None
-    ms, sep, message_id = raw.partition(":")
-    if not sep or not ms.isdigit() or not message_id:
-        raise BadRequest("after must be the next_after of a previous answer")
-    return int(ms), message_id
-
-
-def _ids(body: dict, name: str) -> list[str]:
-    ids = body.get(name)
-    if not isinstance(ids, list) or not ids or len(ids) > MAX_IDS:
-        raise BadRequest(f"{name} must be a list of 1 to {MAX_IDS} message ids")
-    for i in ids:
-        if not isinstance(i, str) or not 0 < len(i) <= 64:
-            raise BadRequest(f"{name} must hold message ids (strings of 1 to 64 characters)")
-    return ids

@@ -96,6 +96,9 @@ class App:
                 "active": self.active, "team": self.team}
 
 
+TOPIC_STATUSES = ("active", "retired")
+
+
 @dataclass(frozen=True)
 class TopicConfig:
     name: str
@@ -103,13 +106,24 @@ class TopicConfig:
     storage: str | None = None
     max_message_bytes: int = 0
     transactional: bool = False  # accepts prepared (transaction) messages
+    status: str = "active"  # "retired": no new messages; the backlog is still delivered
+    retention_s: float = 0  # messages older than this are dropped (0: kept until every group is done)
+    revision: int = 0
     doc: dict = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def from_doc(cls, name: str, doc: dict) -> TopicConfig:
+        status = doc.get("status") or "active"
+        if status not in TOPIC_STATUSES:
+            raise ValueError(f"status must be one of {TOPIC_STATUSES}")
         return cls(name=name, message_types=tuple(doc.get("message_types") or ()), storage=doc.get("storage"),
                    max_message_bytes=int(doc.get("max_message_bytes") or 0),
-                   transactional=doc.get("transactional") is True, doc=doc)
+                   transactional=doc.get("transactional") is True, status=status,
+                   retention_s=float(doc.get("retention_s") or 0), revision=int(doc.get("revision") or 0), doc=doc)
+
+    @property
+    def retired(self) -> bool:
+        return self.status == "retired"
 
 
 class ClusterState:
@@ -121,9 +135,14 @@ class ClusterState:
         self.apps: dict[str, App] = {}
         self.grants: dict[str, set[str]] = {}
         self.ready = False  # the first full read from ZooKeeper has been applied
+        self.meta: dict | None = None  # the cluster's /meta document, once read
+        # (kind, key) of nodes that exist but cannot be read: treated as absent, but not as removed
+        self.unreadable: set[tuple[str, tuple[str, ...]]] = set()
         self.on_binding: list[Callable[[str, str, Binding | None], None]] = []
         self.on_app: list[Callable[[str, App | None], None]] = []
         self.on_topic: list[Callable[[str, TopicConfig | None], None]] = []
+        # a node was removed from ZooKeeper (not merely unreadable): (kind, key), after the change listeners
+        self.on_removed: list[Callable[[str, tuple[str, ...]], None]] = []
         self.on_any: list[Callable[[], None]] = []  # after every change, whatever its kind
         self._unconfirmed: set[tuple[str, tuple[str, ...]]] = set()  # loaded from a snapshot, not yet seen in ZK
 
@@ -140,15 +159,27 @@ class ClusterState:
 
     # -- writes (from the ZooKeeper watcher, on the loop thread)
 
-    def apply(self, kind: str, key: tuple[str, ...], doc: dict | None) -> None:
+    def apply(self, kind: str, key: tuple[str, ...], doc: dict | None, unreadable: bool = False) -> None:
+        """A node's document (None: the node is gone, or with `unreadable` it exists but cannot be read)."""
         self._unconfirmed.discard((kind, key))
         try:
             getattr(self, f"_apply_{kind}")(*key, doc)
         except (KeyError, TypeError, ValueError) as exc:
             log.error("ignoring unreadable %s %s: %s (%s)", kind, "/".join(key), doc, exc)
+            unreadable = True
             getattr(self, f"_apply_{kind}")(*key, None)
+        if unreadable:
+            self.unreadable.add((kind, key))
+        else:
+            self.unreadable.discard((kind, key))
+            if doc is None:
+                for removed in self.on_removed:
+                    removed(kind, key)
         for listener in self.on_any:
             listener()
+
+    def set_meta(self, doc: dict | None) -> None:
+        self.meta = doc
 
     def _apply_topic(self, name: str, doc: dict | None) -> None:
         topic = TopicConfig.from_doc(name, doc) if doc is not None else None

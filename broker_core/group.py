@@ -20,9 +20,9 @@ from __future__ import annotations
 import heapq
 import logging
 import time
-from collections import deque
 
 from broker_core.cluster_state import Backoff, Binding
+from broker_core.lanes import Lane, Subscription
 from broker_core.protocol import M_BODY, M_TTL_MS
 from broker_core.store import StoredMessage, TopicStore
 from broker_core.trace import TraceSink
@@ -31,64 +31,6 @@ log = logging.getLogger("broker_core.group")
 
 DEFAULT_BACKOFF = Backoff()
 ITEM_OVERHEAD = 128  # bytes a delivered message costs on the wire besides its body (as `ClientConnection.deliver`)
-
-
-class Consumer:
-    """What a group needs from a consumer connection (the server's ClientConnection provides it)."""
-
-    consumer_id: str
-    peer: str
-    paused: bool
-
-    def deliver(self, sub_id: int, items: list) -> None: ...
-
-    def room(self) -> int:
-        """Bytes of deliveries it may still be handed now (<= 0: none until it has written some out)."""
-        ...
-
-    def unsubscribed(self, sub_id: int, reason: str) -> None: ...
-
-
-class Subscription:
-    """One connection's subscription to one group. `in_flight` keeps delivery order, so its first
-    entries have the earliest deadlines (every entry of a subscription has the same ack timeout)."""
-
-    __slots__ = ("sub_id", "conn", "group", "credit", "ack_timeout", "in_flight", "lane", "active")
-
-    def __init__(self, sub_id: int, conn: Consumer, group: Group, credit: int, ack_timeout: float):
-        self.sub_id = sub_id
-        self.conn = conn
-        self.group = group
-        self.credit = credit
-        self.ack_timeout = ack_timeout
-        # seq -> (message, attempt, deadline)
-        self.in_flight: dict[int, tuple[StoredMessage, int, float]] = {}
-        self.lane: Lane | None = None
-        self.active = True
-
-    def available(self) -> int:
-        return self.credit - len(self.in_flight)
-
-
-class Lane:
-    """Messages waiting for a set of subscriptions: ready in order, deferred until a due time."""
-
-    __slots__ = ("ready", "deferred", "waiting", "attempts", "subs", "rr")
-
-    def __init__(self) -> None:
-        self.ready: deque[StoredMessage] = deque()
-        self.deferred: list[tuple[float, int, StoredMessage]] = []  # heap of (due, seq, message)
-        self.waiting: set[int] = set()  # seqs in ready or deferred (an expired one leaves it early)
-        self.attempts: dict[int, int] = {}  # deliveries so far of messages that came back (nack, timeout, lost)
-        self.subs: list[Subscription] = []
-        self.rr = 0
-
-    def add(self, m: StoredMessage) -> None:
-        self.ready.append(m)
-        self.waiting.add(m.seq)
-
-    def depth(self) -> int:
-        return len(self.waiting)
 
 
 class Group:
@@ -116,7 +58,7 @@ class Group:
         self.lanes: dict[Subscription, Lane] = {}  # broadcast only
         self.copies: dict[int, list] = {}  # broadcast: seq -> [lanes still holding it, some lane finished it]
         self.acked = self.delivered = self.redelivered = self.nacked = self.timed_out = 0
-        self.dead_lettered = self.expired = 0
+        self.dead_lettered = self.expired = self.retention_dropped = 0
         self.set_binding(binding)
 
     # -- configuration ----------------------------------------------------------------------
@@ -134,8 +76,21 @@ class Group:
                 self.unsubscribe(sub, reason="binding changed")
         if self.mode != binding.mode and not self.subs:
             self.mode = binding.mode
-        for sub in self.subs:
-            sub.credit = self.clamp_credit(sub.credit)
+        for sub in self.subs:  # a changed max_in_flight applies to the consumers connected now
+            sub.credit = self.clamp_credit(sub.wanted)
+        self.dispatch()
+
+    def release(self, reason: str) -> list[StoredMessage]:
+        """The group goes (its binding or its topic was removed): end every subscription with `reason` and
+        return the messages it still owed, which the caller finishes for it."""
+        for sub in list(self.subs):
+            self.unsubscribe(sub, reason=reason)
+        owed = {}
+        for lane in [self.main, *self.lanes.values()]:
+            for m in self._drain(lane):
+                owed[m.seq] = m
+        self.copies.clear()
+        return list(owed.values())
 
     def clamp_credit(self, credit: int) -> int:
         cap = self.max_credit
@@ -274,6 +229,7 @@ class Group:
             lane.add(m)
 
     def set_credit(self, sub: Subscription, credit: int) -> None:
+        sub.wanted = credit
         sub.credit = self.clamp_credit(credit)
         self.dispatch()
 
@@ -439,8 +395,9 @@ class Group:
 
     # -- timers -----------------------------------------------------------------------------
 
-    def tick(self, now: float, now_ms: int) -> None:
-        """Ack timeouts, due retries and expired heads of lanes."""
+    def tick(self, now: float, now_ms: int, retention_ms: int = 0) -> None:
+        """Ack timeouts, due retries, expired heads of lanes, and (`retention_ms`: the topic's retention)
+        messages older than the retention, which are dropped."""
         for sub in list(self.subs):
             if not sub.in_flight:
                 continue
@@ -455,22 +412,33 @@ class Group:
                 if self.tracing:
                     self._emit("timed_out", m, sub, attempt)
                 self._retry(sub.lane, m, attempt, now, None)
+        cutoff = now_ms - retention_ms if retention_ms else -1  # received at or before it: past retention
         lanes = [self.main] if self.mode == "clustering" else [self.main, *self.lanes.values()]
         for lane in lanes:
             deferred = lane.deferred
             while deferred and deferred[0][0] <= now:
                 _, seq, m = heapq.heappop(deferred)
-                if seq in lane.waiting:
+                if seq not in lane.waiting:
+                    continue
+                if m.received_ms <= cutoff:
+                    lane.waiting.discard(seq)
+                    self._drop_old(lane, m, retention_ms)
+                else:
                     lane.ready.append(m)
-            self._expire_heads(lane, now_ms)
+            self._expire_heads(lane, now_ms, cutoff, retention_ms)
         self.dispatch()
 
-    def _expire_heads(self, lane: Lane, now_ms: int) -> None:
+    def _expire_heads(self, lane: Lane, now_ms: int, cutoff: int, retention_ms: int) -> None:
         ready = lane.ready
         while ready:
             m = ready[0]
             if m.seq not in lane.waiting:
                 ready.popleft()
+                continue
+            if m.received_ms <= cutoff:
+                ready.popleft()
+                lane.waiting.discard(m.seq)
+                self._drop_old(lane, m, retention_ms)
                 continue
             expires = self._expires_ms(m)
             if not expires or now_ms < expires:
@@ -478,6 +446,19 @@ class Group:
             ready.popleft()
             lane.waiting.discard(m.seq)
             self._dead_letter(lane, m, lane.attempts.get(m.seq, 0), "ttl expired", expired=True)
+
+    def _drop_old(self, lane: Lane, m: StoredMessage, retention_ms: int) -> None:
+        """A waiting message older than the topic's retention: dropped for this group (not dead-lettered, since
+        the retention bounds how long the topic's data is kept), so its log segment can go."""
+        attempts = lane.attempts.pop(m.seq, None)
+        self.retention_dropped += 1
+        if self.tracing:
+            self._emit("expired", m, None, attempts, f"retention of {retention_ms // 1000}s passed: dropped")
+        if self.mode == "broadcast" and lane is not self.main:
+            self._copy_done(m)
+        else:
+            self.store.finish(m, self.name)
+            m.pending -= 1
 
     # -- reporting --------------------------------------------------------------------------
 
@@ -509,6 +490,8 @@ class Group:
             "redelivered": self.redelivered,
             "dead_lettered": self.dead_lettered,
             "expired": self.expired,
+            "retention_dropped": self.retention_dropped,
+            "revision": self.binding.revision if self.binding is not None else None,
             "dead_letter_queue": self.store.dead_letter_count(self.name),
             "consumers": len(self.subs),
         }

@@ -7,7 +7,7 @@ every other path (`/stats`, `/deadletters`, `/admin/...`, and unknown paths) nee
 before a byte of its body is read: a refused request is answered 401 (no or wrong token) or 403 (this
 broker has no token: all of them refuse, fail closed) and the connection is closed with its body unread
 (what the client still sends is discarded for a moment, never parsed, so it reads the answer instead of a
-reset). Bodies are limited to `admin.MAX_BODY` (413); at most `max_http_connections` requests are served
+reset). Bodies are limited to `admin.MAX_BODY` (413; `admin.BODY_LIMITS` raises it for a path); at most `max_http_connections` requests are served
 at once (503 beyond).
 
 It runs on the broker's event loop, so it reads the live objects without locks; figures are
@@ -31,7 +31,8 @@ from urllib.parse import parse_qs, urlsplit
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from broker_core.admin import MAX_BODY, Admin, BadRequest, authorize
+from broker_core.admin import BODY_LIMITS, MAX_BODY, Admin, authorize
+from broker_core.admin_common import BadRequest
 
 if TYPE_CHECKING:
     from broker_core.node import Broker
@@ -107,7 +108,7 @@ PUBLIC_PATHS = frozenset({"/healthz", "/metrics"})
 HEAD_LIMIT = 16 * 1024  # request line and headers
 DEADLETTERS_ANSWER_BYTES = 8 * 1024 * 1024  # bodies in one /deadletters answer (at least one entry)
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-           405: "Method Not Allowed", 411: "Length Required", 413: "Payload Too Large", 500: "Error",
+           405: "Method Not Allowed", 409: "Conflict", 411: "Length Required", 413: "Payload Too Large", 500: "Error",
            503: "Service Unavailable"}
 
 
@@ -150,7 +151,7 @@ def _parse_head(head: bytes) -> tuple[str, str, dict[str, str]]:
     return parts[0], parts[1], headers
 
 
-def _content_length(headers: dict[str, str]) -> int:
+def _content_length(headers: dict[str, str], limit: int) -> int:
     if "transfer-encoding" in headers:
         raise Refused(411, {"error": "length_required",
                             "message": "send the body with a Content-Length (chunked bodies are not accepted)"})
@@ -158,8 +159,8 @@ def _content_length(headers: dict[str, str]) -> int:
     if not raw.isdigit():
         raise Refused(400, {"error": "invalid", "message": "Content-Length must be a number of bytes"})
     length = int(raw)
-    if length > MAX_BODY:
-        raise Refused(413, {"error": "too_large", "message": f"request bodies are limited to {MAX_BODY} bytes"})
+    if length > limit:
+        raise Refused(413, {"error": "too_large", "message": f"request bodies here are limited to {limit} bytes"})
     return length
 
 
@@ -195,7 +196,7 @@ class HttpEndpoints:
                 refusal = authorize(self.broker.options.admin_token, headers.get("authorization", ""))
                 if refusal is not None:
                     raise Refused(*refusal, extra_headers='WWW-Authenticate: Bearer realm="switchyard-broker"\r\n')
-            length = _content_length(headers)
+            length = _content_length(headers, BODY_LIMITS.get(url.path, MAX_BODY))
             raw = await asyncio.wait_for(reader.readexactly(length), timeout=10) if length else b""
             if url.path.startswith("/admin/"):
                 status, ctype, body = await self.route_admin(method, url, headers, raw)

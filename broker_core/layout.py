@@ -20,6 +20,7 @@ class Layout:
     BINDINGS: str = "/bindings"
     APPS: str = "/apps"
     GRANTS: str = "/grants"
+    ROUTES: str = "/routes"  # where a topic's clients send and subscribe (docs/routing.md); readable by anyone
 
     def broker(self, node_id: str) -> str:
         return f"{self.BROKERS}/{node_id}"
@@ -41,6 +42,9 @@ class Layout:
 
     def grant(self, topic: str, app_id: str) -> str:
         return f"{self.GRANTS}/{topic}/{app_id}"
+
+    def route(self, topic: str) -> str:
+        return f"{self.ROUTES}/{topic}"
 
 
 LAYOUT = Layout()

@@ -34,7 +34,7 @@ from broker_core.zk_acl import ZkCredential, broker_node_acl
 
 log = logging.getLogger("broker_core.membership")
 
-Apply = Callable[[str, tuple[str, ...], dict | None], None]
+Apply = Callable[..., None]  # (kind, key, document or None[, unreadable]): ClusterState.apply
 SUPPORTED_LAYOUT_VERSIONS = frozenset({1, LAYOUT_VERSION})  # 1: one `secret_hash` per app
 
 
@@ -49,6 +49,7 @@ class ZkMembership:
         notify: Callable[..., object],
         apply: Apply,
         on_synced: Callable[[], None] | None = None,
+        on_meta: Callable[[dict | None], None] | None = None,
         session_timeout: float = 10.0,
         credential: ZkCredential | None = None,
     ):
@@ -58,6 +59,7 @@ class ZkMembership:
         self.notify = notify
         self.apply = apply
         self.on_synced = on_synced  # handed to the loop after the first full read
+        self.on_meta = on_meta  # handed the /meta document (None: absent or unreadable) whenever it changes
         self.node_acl = broker_node_acl(credential.acl_id) if credential else OPEN_ACL_UNSAFE
         self.client = KazooClient(
             hosts=hosts,
@@ -181,12 +183,17 @@ class ZkMembership:
             lambda app: self._watch_leaf("grant", (topic, app), LAYOUT.grant(topic, app))))
 
     def _on_meta(self, data, stat) -> None:
+        doc = None
+        if stat is not None and data:  # (no /meta yet: the control plane writes it before its first object)
+            try:
+                doc = json.loads(data)
+            except ValueError:
+                doc = None
+        if self.on_meta is not None:
+            self.notify(self.on_meta, doc if isinstance(doc, dict) else None)
         if stat is None or not data:
-            return  # no /meta yet: the control plane writes it before its first object
-        try:
-            version = json.loads(data).get("layout_version")
-        except (ValueError, AttributeError):
-            version = None
+            return
+        version = doc.get("layout_version") if isinstance(doc, dict) else None
         if version not in SUPPORTED_LAYOUT_VERSIONS:
             log.error("%s says layout version %r; this broker reads %s. Upgrade the broker before the layout.",
                       self.path(LAYOUT.META), version, sorted(SUPPORTED_LAYOUT_VERSIONS))
@@ -239,8 +246,9 @@ class ZkMembership:
                 if not isinstance(doc, dict):
                     raise ValueError("not a JSON object")
             except ValueError as exc:
-                log.error("%s: unreadable document (%s); treated as absent", path, exc)
-                doc = None
+                log.error("%s: unreadable document (%s); treated as absent (its data is kept)", path, exc)
+                self.notify(self.apply, kind, key, None, True)
+                return None
             self.notify(self.apply, kind, key, doc)
             return None
 

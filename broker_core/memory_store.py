@@ -29,6 +29,10 @@ class MemoryStore:
     def busy(self) -> bool:
         return False
 
+    @property
+    def idle(self) -> bool:
+        return True
+
     def recover(self):
         return []
 
@@ -50,14 +54,17 @@ class MemoryStore:
 
     def dead_letter(self, message: StoredMessage, group: str, cause: str, attempts: int, now_ms: int,
                     finish: bool = True) -> None:
-        order = self._dead_order.setdefault(group, deque())
-        if len(order) >= self.max_dead_letters:  # memory is the limit at this level: the oldest go
-            self.dead_index.live.get(group, {}).pop(order.popleft(), None)
-        self.dead_index.add(DeadLetter(message.seq, group, cause, attempts, now_ms, message.app_id,
-                                       message.received_ms, message.fields))
-        order.append(message.seq)
+        self._keep(DeadLetter(message.seq, group, cause, attempts, now_ms, message.app_id, message.received_ms,
+                              message.fields))
         if finish:
             self.finish(message, group)
+
+    def _keep(self, dead: DeadLetter) -> None:
+        order = self._dead_order.setdefault(dead.group, deque())
+        if len(order) >= self.max_dead_letters:  # memory is the limit at this level: the oldest go
+            self.dead_index.live.get(dead.group, {}).pop(order.popleft(), None)
+        self.dead_index.add(dead)
+        order.append(dead.seq)
 
     def dead_letters(self, group: str, limit: int) -> list[DeadLetter]:
         return list(self.dead_index.live.get(group, {}).values())[:limit]
@@ -67,6 +74,18 @@ class MemoryStore:
 
     def dead_letter_bodies(self, group: str, dead: list[DeadLetter]) -> list[DeadLetter]:
         return dead  # kept whole
+
+    def drop_dead_letters(self, group: str) -> None:
+        self.dead_index.live.pop(group, None)
+        self.dead_index.redriven.pop(group, None)
+        self._dead_order.pop(group, None)
+
+    def import_dead_letters(self, group: str, dead: list[DeadLetter], on_done) -> None:
+        for d in dead:
+            d.seq, d.group = self.next_seq, group
+            self.next_seq += 1
+            self._keep(d)
+        self.notify(on_done, None)
 
     def redrive(self, group: str, dead: list[DeadLetter], received_ms: int, on_done,
                 superseded: list[DeadLetter] = ()) -> list[StoredMessage]:
@@ -116,4 +135,7 @@ class MemoryStore:
         return {"storage": "memory", "next_seq": self.next_seq, "held": self.held, "prepared": len(self.prepared)}
 
     def close(self) -> None:
+        return None
+
+    def discard(self) -> None:
         return None

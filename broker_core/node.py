@@ -22,11 +22,14 @@ from urllib.parse import unquote
 from broker_core import __version__
 from broker_core.auth import VerifiedCache
 from broker_core.cluster_state import App, Binding, ClusterState, TopicConfig
-from broker_core.file_store import FileStore, safe_name
+from broker_core.file_dead_letters import safe_name
+from broker_core.file_store import FileStore
+from broker_core.lifecycle import STORAGE_CHECK_S, Lifecycle
 from broker_core.membership import ZkMembership
 from broker_core.memory_store import MemoryStore
 from broker_core.options import Options
 from broker_core.server import ClientConnection
+from broker_core.store import TopicStore
 from broker_core.topic import Topic
 from broker_core.trace import NullTraceSink, TraceSink
 from broker_core.transactions import TxService
@@ -45,6 +48,7 @@ class Broker:
         self.refused_connections = 0
         self.verified = VerifiedCache()
         self.tx = TxService(self)
+        self.lifecycle = Lifecycle(self)
         self.auth_failures = 0
         self.node_id = ""
         self.trace: TraceSink = trace or NullTraceSink()
@@ -74,6 +78,8 @@ class Broker:
             self.trace = await self._open_trace_writer()
         self.state.on_binding.append(self._binding_changed)
         self.state.on_app.append(self._app_changed)
+        self.state.on_topic.append(self.lifecycle.topic_changed)
+        self.state.on_removed.append(self.lifecycle.removed)
         self.state.on_any.append(self._schedule_snapshot)
 
         info = {"node_id": self.node_id, "host": opts.advertise_host, "port": opts.port,
@@ -82,8 +88,8 @@ class Broker:
                 "version": __version__}
         self.membership = ZkMembership(opts.zk_hosts, opts.zk_chroot, self.node_id, info,
                                        notify=self.loop.call_soon_threadsafe, apply=self.state.apply,
-                                       on_synced=self.state.zk_synced, session_timeout=opts.zk_session_timeout_s,
-                                       credential=broker_credential())
+                                       on_synced=self._zk_synced, on_meta=self.state.set_meta,
+                                       session_timeout=opts.zk_session_timeout_s, credential=broker_credential())
         synced = await self.loop.run_in_executor(None, self.membership.start, opts.zk_start_timeout_s)
         await asyncio.sleep(0)  # let the state changes handed over by kazoo run
         if synced:
@@ -92,7 +98,9 @@ class Broker:
             log.error("ZooKeeper %s did not answer within %.0fs; serving from the last snapshot and retrying",
                       opts.zk, opts.zk_start_timeout_s)
             self._load_snapshot()
+        self.lifecycle.remove_tombstones()
         self._recover_topics()
+        self.lifecycle.started()
         self.server = await self.loop.create_server(lambda: ClientConnection(self), opts.host, opts.port,
                                                     reuse_address=True, backlog=1024)
         if opts.metrics_port:
@@ -142,33 +150,39 @@ class Broker:
         if topic is not None:
             return topic
         config: TopicConfig | None = self.state.topics.get(name)
-        storage = storage or (config.storage if config and config.storage in ("file", "memory") else None) \
-            or self.options.storage
-        if storage == "memory":
-            store = MemoryStore(notify=self.loop.call_soon)
-        else:
-            opts = self.options
-            store = FileStore(opts.data_dir / "topics" / safe_name(name), executor=self.store_executor,
-                              notify=self.loop.call_soon_threadsafe, fsync=opts.fsync,
-                              segment_bytes=opts.segment_bytes, fsync_interval_s=opts.fsync_interval_ms / 1000,
-                              retention_s=lambda: self._retention_s(name))
+        store = self.open_store(name, storage or self.storage_for(config))
         topic = Topic(name, store, self.state, trace=self.trace, tracing=self.tracing,
                       max_credit=self.options.max_credit)
         self.topics[name] = topic
         topic.recover()
         return topic
 
+    def storage_for(self, config: TopicConfig | None) -> str:
+        """The storage level of a topic: its document's, else the cluster's (this broker's option)."""
+        if config is not None and config.storage in ("file", "memory"):
+            return config.storage
+        return self.options.storage
+
+    def open_store(self, name: str, storage: str) -> TopicStore:
+        """A topic's store at that level (not recovered yet)."""
+        if storage == "memory":
+            return MemoryStore(notify=self.loop.call_soon)
+        opts = self.options
+        return FileStore(opts.data_dir / "topics" / safe_name(name), executor=self.store_executor,
+                         notify=self.loop.call_soon_threadsafe, fsync=opts.fsync, segment_bytes=opts.segment_bytes,
+                         fsync_interval_s=opts.fsync_interval_ms / 1000, retention_s=lambda: self._retention_s(name),
+                         idle_s=opts.segment_idle_s)
+
     def _retention_s(self, name: str) -> float | None:
         """The topic's retention from its ZooKeeper document (None: the topic is not known now)."""
         config = self.state.topics.get(name)
-        if config is None:
-            return None
-        try:
-            return float(config.doc.get("retention_s") or 0)
-        except (TypeError, ValueError):
-            return None
+        return config.retention_s if config is not None else None
 
     # -- live changes from ZooKeeper ------------------------------------------------------------
+
+    def _zk_synced(self) -> None:
+        self.state.zk_synced()
+        self.lifecycle.sweep()
 
     def _binding_changed(self, topic: str, group: str, binding: Binding | None) -> None:
         if topic in self.topics:
@@ -203,7 +217,7 @@ class Broker:
 
     async def _tick_loop(self) -> None:
         interval = self.options.tick_ms / 1000
-        next_liveness = 0.0
+        next_liveness = next_storage_check = 0.0
         while True:
             await asyncio.sleep(interval)
             now = time.monotonic()
@@ -217,6 +231,9 @@ class Broker:
                 next_liveness = now + 0.1
                 for conn in list(self.connections):
                     conn.check_liveness(now)
+            if now >= next_storage_check:
+                next_storage_check = now + STORAGE_CHECK_S
+                self.lifecycle.tick()
 
     async def _zk_check_loop(self) -> None:
         while True:
@@ -259,17 +276,23 @@ class Broker:
          "connections": int, "refused_connections": int (over max_connections[_per_host]), "auth_failures": int,
          "transactions": {"prepared", "checks_sent", "checks_answered", "checks_timed_out", "checks_waiting",
                           "listeners"},
-         "topics": {<topic>: {"published": int, "published_bytes": int, "publish_failures": int,
+         "topics": {<topic>: {"revision": int|None, "status": "active"|"retired"|None, "held": int,
+                              "storage_wanted": "file"|"memory"|None,
+                              "published": int, "published_bytes": int, "publish_failures": int,
                               "tx": {"prepared", "prepared_total", "committed", "rolled_back"}, "redriven": int,
                               "store": {"storage": "file"|"memory", ...},
                               "groups": {<group>: {"mode", "bound": bool, "depth", "in_flight",
                                                    "delivered", "acked", "nacked", "timed_out",
-                                                   "redelivered", "dead_lettered", "expired",
-                                                   "dead_letter_queue", "consumers"}}}}}
+                                                   "redelivered", "dead_lettered", "expired", "retention_dropped",
+                                                   "dead_letter_queue", "consumers", "revision"}}}}}
 
-        `depth` counts messages waiting (ready or in backoff), `in_flight` those sent and not yet
-        acked, `dead_letter_queue` the entries in the group's dead-letter queue; the other group
-        figures are counters since the broker started.
+        `revision` and `status` are those of the topic document this broker applies (None: it is not in ZooKeeper
+        now), `held` the messages some group still owes (each counted once), `storage_wanted` a storage level the
+        topic's document asks for that is not applied yet (it is once the topic holds no message). `depth` counts
+        messages waiting (ready or in backoff), `in_flight` those sent and not yet acked, `dead_letter_queue` the
+        entries in the group's dead-letter queue, `revision` that of the binding applied (None: not bound); the
+        other group figures are counters since the broker started (`retention_dropped`: dropped past the topic's
+        retention).
         """
         m = self.membership
         return {
@@ -285,7 +308,8 @@ class Broker:
             "refused_connections": self.refused_connections,
             "auth_failures": self.auth_failures,
             "transactions": self.tx.stats(),
-            "topics": {name: t.stats() for name, t in sorted(self.topics.items())},
+            "topics": {name: {**t.stats(), "storage_wanted": self.lifecycle.storage_due.get(name)}
+                       for name, t in sorted(self.topics.items())},
         }
 
 

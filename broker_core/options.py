@@ -42,6 +42,7 @@ class Options:
     fsync: str = "batch"  # "batch" (group commit), "interval" or "never"
     fsync_interval_ms: int = 200
     segment_bytes: int = 64 * 1024 * 1024
+    segment_idle_s: float = 30.0  # a finished active segment that took nothing this long is sealed (and deleted)
     max_frame_bytes: int = 16 * 1024 * 1024
     max_message_bytes: int = 4 * 1024 * 1024
     heartbeat_ms: int = 5000  # a client may ask for a value between min_heartbeat_ms and this one
@@ -88,6 +89,8 @@ class Options:
             raise ValueError("trace_roll_mb must be a positive number of MiB")
         if self.trace_roll_s is not None and self.trace_roll_s <= 0:
             raise ValueError("trace_roll_s must be a positive number of seconds")
+        if self.segment_idle_s <= 0:
+            raise ValueError("segment_idle_s must be a positive number of seconds")
         if self.fsync not in ("batch", "interval", "never"):
             raise ValueError("fsync must be 'batch', 'interval' or 'never'")
         if not 0 < self.port < 65536:

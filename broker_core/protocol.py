@@ -55,6 +55,7 @@ E_AUTH_FAILED = "auth_failed"
 E_NOT_GRANTED = "not_granted"
 E_NO_BINDING = "no_binding"
 E_UNKNOWN_TOPIC = "unknown_topic"
+E_TOPIC_RETIRED = "topic_retired"  # the topic takes no new messages (its backlog is still delivered)
 E_INVALID = "invalid"
 E_STORE_FAILED = "store_failed"
 E_UNKNOWN_MESSAGE = "unknown_message"

@@ -75,16 +75,19 @@ class Provisioner:
 
     def topic(self, name: str, *, message_types: list[str] | None = None, storage: str | None = None,
               max_message_bytes: int = 0, transactional: bool = False, tx_check: dict | None = None,
-              revision: int = 1) -> None:
+              retention_s: int = 0, status: str | None = None, revision: int = 1) -> None:
         """A topic document; `transactional=True` lets it take prepared messages, `tx_check` sets its
-        back-check timing (default: RocketMQ's 6 s first check, then every 30 s, at most 15 checks)."""
+        back-check timing (default: RocketMQ's 6 s first check, then every 30 s, at most 15 checks);
+        `status="retired"` retires it (new messages refused); `retention_s` 0 keeps messages until delivered."""
         check = {"delay_s": 6, "interval_s": 30, "max_checks": 15} if transactional else \
             {"delay_s": 60, "interval_s": 60, "max_checks": 5}
         doc = {"name": name, "message_types": message_types or [], "ordered": False,
-               "transactional": transactional, "retention_s": 0, "max_message_bytes": max_message_bytes,
+               "transactional": transactional, "retention_s": retention_s, "max_message_bytes": max_message_bytes,
                "tx_check": {**check, **(tx_check or {})}, "revision": revision}
         if storage:
             doc["storage"] = storage
+        if status:
+            doc["status"] = status
         self._put(LAYOUT.topic(name), doc)
 
     def binding(self, topic: str, group: str, app_id: str, *, mode: str = "clustering", selector: str = "*",
@@ -103,6 +106,11 @@ class Provisioner:
     def grant(self, topic: str, app_id: str, revision: int = 1) -> None:
         self._put(LAYOUT.grant(topic, app_id), {"topic": topic, "app_id": app_id, "produce": True,
                                                 "revision": revision})
+
+    def route(self, topic: str, doc: dict) -> None:
+        """A topic's route document (docs/routing.md), as the control plane writes it into each cluster holding
+        the topic."""
+        self._put(LAYOUT.route(topic), doc)
 
     def delete(self, relative: str) -> None:
         self.zk.delete(self.root + relative, recursive=True)

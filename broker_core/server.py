@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 
 from broker_core import protocol as p
 from broker_core.auth import is_fast, verify_any, verify_secret
-from broker_core.group import Subscription
+from broker_core.lanes import Subscription
+from broker_core.publish_rules import Refusal, check_publish
 
 if TYPE_CHECKING:
     from broker_core.node import Broker
@@ -339,49 +340,10 @@ class ClientConnection(asyncio.Protocol):
                             opts.max_frame_bytes))
 
     def on_publish(self, ev: p.Publish) -> None:
-        state = self.broker.state
-        config = state.topics.get(ev.topic)
-        if config is None:
-            self.error(ev.ref, p.E_UNKNOWN_TOPIC, f"topic {ev.topic!r} does not exist in cluster "
-                                                  f"{self.options.cluster!r}")
-            return
-        if not state.may_publish(ev.topic, self.app_id):
-            self.error(ev.ref, p.E_NOT_GRANTED, f"app {self.app_id!r} has no grant to publish on topic {ev.topic!r}")
-            return
-        if not ev.messages:
-            self.error(ev.ref, p.E_INVALID, "a publish needs at least one message")
-            return
-        limit = config.max_message_bytes or self.options.max_message_bytes
-        types = config.message_types
-        check = p.check_message
-        size = prepared = 0
-        # what the trace's `published` record needs, taken here in passing (cheaper than a pass of its own
-        # over messages gone cold): the sizes, the ids, and whether any message has a key or business id
-        sizes = ids = None
-        keyless = True
-        if self.broker.tracing:
-            sizes, ids = [], []
-        m_id, m_key, m_bid, m_body = p.M_ID, p.M_KEY, p.M_BUSINESS_ID, p.M_BODY
-        for fields in ev.messages:
-            check(fields)
-            body_size = len(fields[m_body])
-            size += body_size
-            if sizes is not None:
-                sizes.append(body_size)
-                ids.append(fields[m_id])
-                if keyless and (fields[m_key] is not None or fields[m_bid] is not None):
-                    keyless = False
-            if body_size > limit:
-                self.error(ev.ref, p.E_INVALID, f"message {fields[p.M_ID]} has a body of {body_size} bytes; "
-                                                f"the limit of topic {ev.topic!r} is {limit}")
-                return
-            if types and fields[p.M_TYPE] not in types:
-                self.error(ev.ref, p.E_INVALID, f"message type {fields[p.M_TYPE]!r} is not declared on topic "
-                                                f"{ev.topic!r} (declared: {', '.join(types)})")
-                return
-            if fields[p.M_FLAGS] & p.FLAG_PREPARED:
-                prepared += 1
-        if prepared and not self._may_prepare(ev, config, prepared):
+        plan = check_publish(self.broker.state, self.options.cluster, ev.topic, self.app_id, ev.messages,
+                             self.options.max_message_bytes, self.broker.tracing)
+        if isinstance(plan, Refusal):
+            self.error(ev.ref, plan.code, plan.message)
             return
         topic = self.broker.topic(ev.topic)
         ref = ev.ref
@@ -392,22 +354,10 @@ class ClientConnection(asyncio.Protocol):
             else:
                 self.send(p.Published(ref, first_seq, count))
 
-        if prepared:
-            topic.prepare(self.app_id, self.peer, self.conn_no, ev.messages, size, reply)
+        if plan.prepared:
+            topic.prepare(self.app_id, self.peer, self.conn_no, ev.messages, plan.size, reply)
         else:
-            topic.publish(self.app_id, self.peer, ev.messages, size, reply, sizes, ids, keyless)
-
-    def _may_prepare(self, ev: p.Publish, config, prepared: int) -> bool:
-        if not config.transactional:
-            self.error(ev.ref, p.E_INVALID, f"topic {ev.topic!r} is not transactional: prepared (transaction) "
-                                            "messages are refused; send them as plain messages, or ask for a "
-                                            "transactional topic")
-            return False
-        if prepared != len(ev.messages):
-            self.error(ev.ref, p.E_INVALID, "a publish holds either only prepared messages or none; send "
-                                            "transaction messages in a publish of their own")
-            return False
-        return True
+            topic.publish(self.app_id, self.peer, ev.messages, plan.size, reply, plan.sizes, plan.ids, plan.keyless)
 
     def on_end_tx(self, ev: p.EndTx) -> None:
         found = self.broker.tx.find(ev.message_id, ev.topic)
@@ -438,7 +388,12 @@ class ClientConnection(asyncio.Protocol):
         self.broker.tx.answered(self, ev)
 
     def on_subscribe(self, ev: p.Subscribe) -> None:
-        binding = self.broker.state.binding(ev.topic, ev.group)
+        state = self.broker.state
+        if ev.topic not in state.topics:
+            self.error(ev.ref, p.E_UNKNOWN_TOPIC, f"topic {ev.topic!r} does not exist in cluster "
+                                                  f"{self.options.cluster!r}")
+            return
+        binding = state.binding(ev.topic, ev.group)
         if binding is None:
             self.error(ev.ref, p.E_NO_BINDING, f"group {ev.group!r} has no approved binding on topic {ev.topic!r}")
             return
@@ -453,8 +408,9 @@ class ClientConnection(asyncio.Protocol):
         ack_timeout_ms = ev.ack_timeout_ms or opts.ack_timeout_ms
         ack_timeout_ms = max(opts.min_ack_timeout_ms, min(ack_timeout_ms, opts.max_ack_timeout_ms))
         group = self.broker.topic(ev.topic).group(ev.group)
-        sub = Subscription(next(self._sub_ids), self, group, group.clamp_credit(max(0, ev.credit)),
-                           ack_timeout_ms / 1000)
+        credit = max(0, ev.credit)
+        sub = Subscription(next(self._sub_ids), self, group, group.clamp_credit(credit), ack_timeout_ms / 1000,
+                           wanted=credit)
         self.subs[sub.sub_id] = sub
         self.send(p.Subscribed(ev.ref, sub.sub_id, binding.mode, sub.credit, ack_timeout_ms))
         group.subscribe(sub)

@@ -281,6 +281,29 @@ class TopicStore(Protocol):
         """The same dead letters with their message bodies."""
         ...
 
+    def drop_dead_letters(self, group: str) -> None:
+        """Delete the group's dead letters (its binding was removed), re-driven ones' markers too."""
+        ...
+
+    def import_dead_letters(self, group: str, dead: list[DeadLetter], on_done: DoneCallback) -> None:
+        """Store dead letters brought from another broker (with bodies) as the group's; each gets a seq of this
+        store (set on it). `on_done` once they are durable."""
+        ...
+
+    # -- life of the topic on this broker ----------------------------------------------------
+
+    held: int  # messages some group still owes (the backlog, in flight or waiting), each counted once
+
+    @property
+    def idle(self) -> bool:
+        """Nothing is being written or waits to be made durable."""
+        ...
+
+    def discard(self) -> None:
+        """The topic was deleted: drop what is buffered (its callbacks get an error), write nothing more, close
+        the files as soon as no write runs. The caller deletes the data."""
+        ...
+
     def tick(self, now: float) -> None:
         """Called a few times a second: flush buffered state, fsync on the interval policy."""
         ...

@@ -37,6 +37,7 @@ class Topic:
         self.tracing = tracing
         self.max_credit = max_credit
         self.groups: dict[str, Group] = {}
+        self.dropped: set[str] = set()  # groups whose binding was removed: what still arrives for them is finished
         self._routes: dict[str, tuple[str, ...]] = {}
         self.published = 0
         self.published_bytes = 0
@@ -67,9 +68,41 @@ class Topic:
     def binding_changed(self, group: str, binding: Binding | None) -> None:
         self._routes.clear()
         if binding is not None:
+            self.dropped.discard(group)
             self.group(group).set_binding(binding)
         elif group in self.groups:
             self.groups[group].set_binding(None)
+
+    def drop_group(self, name: str) -> int:
+        """The group's binding was removed: its consumers' subscriptions end, and what it still owed (its backlog,
+        in flight or waiting) and its dead letters are deleted. Returns the messages dropped."""
+        self._routes.clear()
+        self.dropped.add(name)
+        group = self.groups.pop(name, None)
+        owed = group.release("binding removed") if group is not None else []
+        if owed:
+            self._finish(owed, name)
+        self.store.drop_dead_letters(name)
+        if owed or group is not None:
+            log.info("topic %s: group %s dropped with %d messages it still owed", self.name, name, len(owed))
+        return len(owed)
+
+    def known_groups(self) -> set[str]:
+        """Groups this topic holds anything for: messages or dead letters."""
+        index = self.store.dead_index
+        return set(self.groups) | set(index.live) | set(index.redriven)
+
+    def replace_store(self, store: TopicStore) -> None:
+        """Another storage level (the caller checked that the topic holds no message now)."""
+        self.store = store
+        for group in self.groups.values():
+            group.store = store
+
+    def close(self, reason: str) -> None:
+        """The topic goes from this broker: every subscription ends with `reason` (the caller discards the store)."""
+        for group in self.groups.values():
+            group.release(reason)
+        self.groups.clear()
 
     def routes(self, message_type: str) -> tuple[str, ...]:
         """The groups a message of this type is owed to (cached until a binding changes)."""
@@ -139,7 +172,15 @@ class Topic:
 
     def _enqueue(self, groups: tuple[str, ...], messages: list[StoredMessage]) -> None:
         for g in groups:
-            self.group(g).enqueue(messages)
+            if g in self.dropped:  # stored while its binding was being removed: nobody is owed it any more
+                self._finish(messages, g)
+            else:
+                self.group(g).enqueue(messages)
+
+    def _finish(self, messages: list[StoredMessage], group: str) -> None:
+        self.store.finish_many(messages, group)
+        for m in messages:
+            m.pending -= 1
 
     # -- transaction messages -------------------------------------------------------------------
 
@@ -222,12 +263,18 @@ class Topic:
         stored.append(self.store.redrive(group, dead, int(time.time() * 1000), done, superseded))
 
     def tick(self, now: float, now_ms: int) -> None:
+        config = self.state.topics.get(self.name)
+        retention_ms = int(config.retention_s * 1000) if config is not None else 0
         for group in self.groups.values():
-            group.tick(now, now_ms)
+            group.tick(now, now_ms, retention_ms)
         self.store.tick(now)
 
     def stats(self) -> dict:
+        config = self.state.topics.get(self.name)
         return {
+            "revision": config.revision if config is not None else None,
+            "status": config.status if config is not None else None,
+            "held": self.store.held,
             "published": self.published,
             "published_bytes": self.published_bytes,
             "publish_failures": self.publish_failures,

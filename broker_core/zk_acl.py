@@ -5,8 +5,10 @@ secrets"):
 
 - the control plane, with its digest credential: every right on the chroot and everything under it;
 - the brokers, with theirs: read everything, create and delete their own `/brokers/<node-id>`;
-- anyone else (the SDK's discovery, an operator's zkCli): read `/meta`, `/brokers` and its children, and
-  the chroot itself. Nothing under `/apps` (the secret hashes), `/topics`, `/bindings` or `/grants`.
+- anyone else (the SDK's discovery, an operator's zkCli): read `/meta`, `/brokers` and its children,
+  `/routes` and its children (where each topic's clients send and subscribe: cluster names and ZooKeeper
+  addresses, docs/routing.md), and the chroot itself. Nothing under `/apps` (the secret hashes),
+  `/topics`, `/bindings` or `/grants`.
 
 A credential is `user:password`, read with `read_secret` (a variable or a mode-600 file, never argv):
 `SWITCHYARD_ZK_CONTROL_AUTH` for the control plane and `SWITCHYARD_ZK_BROKER_AUTH` for a broker. The
@@ -143,7 +145,7 @@ class AclPolicy:
 
     @functools.cache  # noqa: B019  (a handful of entries per policy, and policies live as long as a session)
     def _acl(self, category: str) -> tuple[ACL, ...]:
-        if category == "discovery":  # the chroot, /meta
+        if category == "discovery":  # the chroot, /meta, /routes and its children
             return (self._control(), ACL(READ, ANYONE_ID_UNSAFE))
         if category == "registry":  # /brokers
             return (self._control(), *self._broker(BROKER_REGISTRY), ACL(READ, ANYONE_ID_UNSAFE))
@@ -158,7 +160,7 @@ class AclPolicy:
 
 
 def _category(relative: str) -> str:
-    if relative in ("", LAYOUT.META):
+    if relative in ("", LAYOUT.META, LAYOUT.ROUTES) or relative.startswith(LAYOUT.ROUTES + "/"):
         return "discovery"
     if relative == LAYOUT.BROKERS:
         return "registry"

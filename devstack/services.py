@@ -71,6 +71,14 @@ class Ports:
         return self.base + 2
 
     @property
+    def ldap(self) -> int:  # the tests' OpenLDAP (devstack/ldap.py)
+        return self.base + 5
+
+    @property
+    def oidc_provider(self) -> int:  # the tests' OpenID provider (tests/sso/provider)
+        return self.base + 6
+
+    @property
     def web(self) -> int:
         return self.base + 10
 

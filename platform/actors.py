@@ -43,5 +43,15 @@ TX_BACKCHECK = SystemActor("system:tx-backcheck", frozenset({"transactions.resol
 REDRIVE = SystemActor("system:redrive", frozenset({"transactions.add_redrive"}))
 # `manage.py secure_zookeeper`: applies the ACLs to every node of a cluster's chroot.
 ZK_SECURE = SystemActor("system:zookeeper-secure", frozenset({"provisioning.repair_drift"}))
+# The end of retired topics: retires drained bindings, deletes topics whose retention has passed.
+RETIREMENT = SystemActor("system:retirement")
 # The login guard (django-axes): records lock-outs.
 LOGIN_GUARD = SystemActor("system:login-guard")
+# Topic moves (apps.moves): the worker's steps change a topic's placements; `manage.py move_topic` without
+# --as-user starts, rolls back and resumes moves as it.
+MOVES = SystemActor("system:moves", frozenset({"provisioning.move_topic", "moves.add_topicmove",
+                                               "moves.rollback_topicmove"}))
+# Single sign-on (OIDC, LDAP): creates the users a directory sends, applies the group mapping to their roles
+# and teams at every login and LDAP sync, deactivates users the directory no longer has (docs/sso.md).
+SSO = SystemActor("system:sso", frozenset({"auth.add_user", "auth.change_user", "accounts.change_team",
+                                           "accounts.delete_apitoken"}))

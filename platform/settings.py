@@ -11,6 +11,7 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 
 from broker_core.secret_source import read_secret
+from control_plane.sso_settings import ldap_settings, oidc_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 PROJECT_DIR = Path(__file__).resolve().parent  # platform/ in the repository, control_plane/ when installed
@@ -53,9 +54,11 @@ INSTALLED_APPS = [
     "apps.clusters",
     "apps.topics",
     "apps.bindings",
+    "apps.lifecycle",
     "apps.provisioning",
     "apps.tracing",
     "apps.transactions",
+    "apps.moves",
 ]
 
 MIDDLEWARE = [
@@ -65,6 +68,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "apps.accounts.oidc.SessionRecheck",  # an OIDC session is checked with the provider again (docs/sso.md)
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "apps.audit.middleware.ActionContextMiddleware",
@@ -194,6 +198,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("SWITCHYARD_LOG_LEVEL", "INFO")},
     "loggers": {
         "kazoo": {"level": "WARNING"},
+        "httpx": {"level": "WARNING"},  # a line per request (a move polls every broker twice a second)
         "django.db.backends": {"level": "INFO"},
     },
 }
@@ -215,6 +220,15 @@ SWITCHYARD_TX_CHECK_BATCH = int(os.environ.get("SWITCHYARD_TX_CHECK_BATCH", "500
 SWITCHYARD_TX_HTTP_CHECK_TIMEOUT = float(os.environ.get("SWITCHYARD_TX_HTTP_CHECK_TIMEOUT", "5"))
 SWITCHYARD_REDRIVE_BATCH = int(os.environ.get("SWITCHYARD_REDRIVE_BATCH", "500"))  # dead letters per redrive call
 
+# Topic moves (apps/moves, docs/migration.md): the pause between two looks of a waiting step, how long one
+# task holds a move (a worker killed mid-step leaves it to expire), the run of steps one task makes before it
+# queues the next, and how long a step waits before pushing again what has not landed.
+SWITCHYARD_MOVE_POLL_S = float(os.environ.get("SWITCHYARD_MOVE_POLL_S", "0.5"))
+SWITCHYARD_MOVE_LEASE_S = float(os.environ.get("SWITCHYARD_MOVE_LEASE_S", "60"))
+SWITCHYARD_MOVE_RUN_BUDGET_S = float(os.environ.get("SWITCHYARD_MOVE_RUN_BUDGET_S", "20"))
+SWITCHYARD_MOVE_REPUSH_S = float(os.environ.get("SWITCHYARD_MOVE_REPUSH_S", "10"))
+SWITCHYARD_MOVE_DLQ_PAGE = int(os.environ.get("SWITCHYARD_MOVE_DLQ_PAGE", "500"))  # dead letters per export call
+
 # The audit chain's head, HMAC-signed, is written here every 30 s (Celery beat) and on every export, so
 # `manage.py audit_verify` notices deleted tail records and truncation (apps/audit/checkpoint.py).
 SWITCHYARD_AUDIT_CHECKPOINT_DIR = os.environ.get("SWITCHYARD_AUDIT_CHECKPOINT_DIR", str(STATE_DIR / "audit-checkpoints"))
@@ -234,7 +248,14 @@ CACHES = {
 # Login throttling (django-axes, attempts kept in PostgreSQL): after AXES_FAILURE_LIMIT failed logins for one
 # username from one address, logins of that pair are refused, right password or not, until the cool-off ends
 # or an admin lifts the lock-out (Security → Lock-outs). Web form, admin login and POST /api/v1/auth/token/.
-AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    # LDAP (SWITCHYARD_LDAP_*) before local passwords: a directory user's login is then not slowed by the local
+    # backend's hashing of the password given (done for unknown names too, so they answer as slowly as known ones)
+    "apps.accounts.ldap_login.DirectoryBackend",
+    "apps.accounts.sso_backends.LocalPasswordBackend",  # local passwords (SWITCHYARD_LOCAL_LOGIN); every permission
+    "apps.accounts.oidc.OidcBackend",  # OpenID Connect (SWITCHYARD_OIDC_*)
+]
 AXES_FAILURE_LIMIT = int(os.environ.get("SWITCHYARD_LOGIN_FAILURE_LIMIT", "10"))
 AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("SWITCHYARD_LOGIN_COOLOFF_MINUTES", "30")))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
@@ -249,6 +270,15 @@ AXES_SENSITIVE_PARAMETERS = ["username", "ip_address", "csrfmiddlewaretoken"]  #
 KNOX_TOKEN_MODEL = "accounts.ApiToken"
 MIGRATION_MODULES = {"knox": None}  # knox's own token table is swapped out for accounts.ApiToken: never created
 REST_KNOX = {"TOKEN_TTL": timedelta(days=30), "AUTH_HEADER_PREFIX": "Token", "AUTO_REFRESH": False}
+
+# --- single sign-on (docs/sso.md) -------------------------------------------------------------------------
+
+# Local passwords on the login form and at POST /api/v1/auth/token/; off, only SSO logs people in (keep one
+# local admin until SSO works: with it off, `manage.py changepassword` still sets passwords, which then do nothing)
+SWITCHYARD_LOCAL_LOGIN = os.environ.get("SWITCHYARD_LOCAL_LOGIN", "1") == "1"
+SESSION_COOKIE_AGE = int(float(os.environ.get("SWITCHYARD_SESSION_HOURS", "12")) * 3600)
+globals().update(oidc_settings(os.environ))
+globals().update(ldap_settings(os.environ))
 
 if PROFILE == "production":
     # HTTPS terminates in front of the control plane (a proxy that sets X-Forwarded-Proto).

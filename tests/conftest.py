@@ -138,16 +138,66 @@ def admin_token() -> str:
     return settings.SWITCHYARD_BROKER_ADMIN_TOKEN or read_secret("SWITCHYARD_BROKER_ADMIN_TOKEN")
 
 
+def worker_environment(test_db: str, trace_dirs: dict, **extra: str) -> dict[str, str]:
+    """The environment of a test Celery worker: the test database (as the runtime role, as in production), the
+    test Redis and ZooKeeper, short retries and timeouts; `extra` adds or replaces variables."""
+    return {**os.environ, "SWITCHYARD_DB_ROLE": "runtime", "SWITCHYARD_DB_NAME": test_db,
+            "SWITCHYARD_STATE": str(trace_dirs["state"]),
+            "SWITCHYARD_TRACE_INPUTS": str(trace_dirs["inputs"]), "SWITCHYARD_TRACE_INDEX_DIR": str(trace_dirs["index"]),
+            "SWITCHYARD_SPARK_MASTER": "local[2]", "SWITCHYARD_PROVISION_BACKOFF_BASE": "0.5",
+            "SWITCHYARD_PROVISION_BACKOFF_MAX": "2", "SWITCHYARD_ZK_TIMEOUT": "2",
+            # back-checks: the test process's admin token, short waits for answers that never come
+            "SWITCHYARD_BROKER_ADMIN_TOKEN": admin_token(), "SWITCHYARD_TX_CHECK_TIMEOUT_MS": "1000",
+            "SWITCHYARD_TX_HTTP_CHECK_TIMEOUT": "2", **extra}
+
+
+def start_worker(env: dict[str, str], log_path, name: str):
+    """A real `celery worker --pool=solo` process (its own process group), once it answers a ping."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from control_plane.celery import app
+
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "control_plane", "worker", "--pool=solo", "-l", "info",
+             "-n", f"{name}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            cwd=Path(__file__).resolve().parents[1], env=env, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True)
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            if any(f"{name}@" in host for reply in app.control.ping(timeout=0.5) for host in reply):
+                return proc
+        except Exception:
+            pass
+    stop_worker(proc)
+    raise RuntimeError(f"the Celery worker {name} did not start; see {log_path}")
+
+
+def stop_worker(proc) -> None:
+    import signal
+    import subprocess
+
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 @pytest.fixture(scope="session")
 def celery_worker(django_db_setup, django_db_blocker, trace_dirs):
     """One real `celery worker --pool=solo` for the whole run, on the test database, the test Redis and
     ZooKeeper; its index builds run real Spark over `trace_dirs`. One worker only: two workers on the same
     queue would take each other's tasks."""
-    import signal
-    import subprocess
-    import sys
     import time
-    from pathlib import Path
 
     from django.db import connection
 
@@ -158,40 +208,12 @@ def celery_worker(django_db_setup, django_db_blocker, trace_dirs):
     app.control.purge()  # nothing left over from an earlier run
     for folder in trace_dirs.values():
         folder.mkdir(parents=True, exist_ok=True)
-    # the worker connects as the runtime role, as in production (the test process itself is the owner)
-    env = {**os.environ, "SWITCHYARD_DB_ROLE": "runtime", "SWITCHYARD_DB_NAME": test_db,
-           "SWITCHYARD_STATE": str(trace_dirs["state"]),
-           "SWITCHYARD_TRACE_INPUTS": str(trace_dirs["inputs"]), "SWITCHYARD_TRACE_INDEX_DIR": str(trace_dirs["index"]),
-           "SWITCHYARD_SPARK_MASTER": "local[2]", "SWITCHYARD_PROVISION_BACKOFF_BASE": "0.5",
-           "SWITCHYARD_PROVISION_BACKOFF_MAX": "2", "SWITCHYARD_ZK_TIMEOUT": "2",
-           # back-checks: the test process's admin token, short waits for answers that never come
-           "SWITCHYARD_BROKER_ADMIN_TOKEN": admin_token(), "SWITCHYARD_TX_CHECK_TIMEOUT_MS": "1000",
-           "SWITCHYARD_TX_HTTP_CHECK_TIMEOUT": "2"}
-    log_path = trace_dirs["state"] / "celery-worker.log"
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "control_plane", "worker", "--pool=solo", "-l", "info",
-             "-n", f"test-{os.getpid()}@%h", "--without-gossip", "--without-mingle", "--without-heartbeat"],
-            cwd=Path(__file__).resolve().parents[1], env=env, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True)
+    proc = start_worker(worker_environment(test_db, trace_dirs), trace_dirs["state"] / "celery-worker.log",
+                        f"test-{os.getpid()}")
     try:
-        deadline = time.monotonic() + 60
-        while proc.poll() is None and time.monotonic() < deadline:
-            try:
-                if app.control.ping(timeout=0.5):
-                    break
-            except Exception:
-                pass
-        if proc.poll() is not None or time.monotonic() >= deadline:
-            raise RuntimeError(f"the Celery worker did not start; see {log_path}")
         yield proc
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        stop_worker(proc)
         # its database session ends a moment after the process: let it go before the test database is dropped
         with django_db_blocker.unblock():
             with connection.cursor() as cur:

@@ -9,7 +9,7 @@ from django.contrib.auth.password_validation import validate_password
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 
-from apps.accounts.models import ServiceAccount, Team
+from apps.accounts.models import ExternalIdentity, ServiceAccount, Team
 from apps.accounts.roles import ROLES
 from apps.audit.recorder import record
 from apps.audit.snapshot import snapshot
@@ -66,6 +66,9 @@ def update_user(*, actor, user: User, email: str | None = None, is_active: bool 
             setattr(user, name, value)
     if password and ServiceAccount.objects.filter(user=user).exists():
         raise ValidationError({"password": "A service account has no password: it acts only through its tokens."})
+    if password and ExternalIdentity.objects.filter(user=user).exists():
+        raise ValidationError({"password": "A single sign-on user has no password: it logs in through its identity "
+                                           "provider (docs/sso.md)."})
     if password:
         _check_password(password, user)
         user.set_password(password)

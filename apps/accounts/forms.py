@@ -27,3 +27,11 @@ class ServiceAccountEditForm(forms.Form):
     description = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}))
     roles = forms.MultipleChoiceField(choices=_ROLE_CHOICES, required=False, widget=forms.CheckboxSelectMultiple)
     is_active = forms.BooleanField(required=False, label="Active (its tokens work)")
+
+
+class SsoMappingForm(forms.Form):
+    source = forms.ChoiceField(choices=[("oidc", "OpenID Connect"), ("ldap", "LDAP")])
+    group = forms.CharField(max_length=255, help_text="A groups-claim value (OIDC), or an LDAP group's name or DN.")
+    role = forms.ChoiceField(choices=[("", "— no role —"), *_ROLE_CHOICES], required=False)
+    team = forms.ModelChoiceField(queryset=Team.objects.all(), to_field_name="name", required=False,
+                                  empty_label="— no team —")

@@ -65,3 +65,53 @@ class ApiToken(AbstractAuthToken):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.token_key[:8]}…) of {self.user.username}"
+
+
+# --- single sign-on (docs/sso.md) -------------------------------------------------------------------------
+
+OIDC = "oidc"
+LDAP = "ldap"
+SSO_SOURCES = [(OIDC, "OpenID Connect"), (LDAP, "LDAP")]
+
+
+class ExternalIdentity(models.Model):
+    """Links a user to the identity provider that made it. Such a user has no usable password; its roles and
+    teams follow the directory groups at every login (and, for LDAP, at every sync)."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="external_identity")
+    source = models.CharField(max_length=8, choices=SSO_SOURCES)
+    # OIDC: the `sub` claim; LDAP: the username, lowercase (a DN changes when an entry moves)
+    subject = models.CharField(max_length=255)
+    groups = models.JSONField(default=list, blank=True, help_text="The directory groups seen at the last login or sync.")
+    # set when the directory (a sync) deactivated the user; a later login or sync that finds it active again
+    # reactivates it. A user an admin deactivated stays so.
+    deactivated_by_directory = models.BooleanField(default=False)
+    last_synced_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["source", "subject"], name="unique_external_identity")]
+
+    def __str__(self) -> str:
+        return f"{self.source}:{self.subject}"
+
+
+class SsoGroupMapping(models.Model):
+    """A rule: members of a directory group (an OIDC groups-claim value, or an LDAP group's name or DN) get a
+    role, are members of a team, or both. Applied at every SSO login: the rules decide an SSO user's roles and
+    teams entirely."""
+
+    source = models.CharField(max_length=8, choices=SSO_SOURCES)
+    group = models.CharField(max_length=255, help_text="Compared without regard to case.")
+    team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.CASCADE, related_name="sso_mappings")
+    role = models.CharField(max_length=20, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["source", "group", "id"]
+        constraints = [models.UniqueConstraint(fields=["source", "group", "team", "role"], nulls_distinct=False,
+                                               name="unique_sso_group_mapping")]
+
+    def __str__(self) -> str:
+        what = ", ".join(x for x in (f"role {self.role}" if self.role else "",
+                                     f"team {self.team.name}" if self.team_id else "") if x)
+        return f"{self.source} group {self.group} → {what}"

@@ -23,7 +23,7 @@ ROLE_PERMISSIONS: dict[str, list[str]] = {
     DEVELOPER: ["clusters.view_cluster", "accounts.view_team"],
     APPROVER: ["clusters.view_cluster", "accounts.view_team"],
     SRE: [*_READ_ALL, "clusters.add_cluster", "clusters.change_cluster"],
-    AUDITOR: [*_READ_ALL],
+    AUDITOR: [*_READ_ALL, "accounts.view_ssogroupmapping"],
     ADMIN: ["*"],
 }
 
@@ -36,24 +36,29 @@ def extend(role: str, *perms: str) -> None:
 
 
 def sync_role_groups(sender=None, **kwargs) -> None:
-    """Create the role groups and set their permissions; safe to run any number of times."""
+    """Create the role groups and set their permissions; safe to run any number of times.
+
+    As a post_migrate receiver it runs once per migrate or flush: Django sends post_migrate once per app, and
+    only the last app's signal comes after every app's permissions exist (a flush in each transactional test
+    otherwise syncs the groups once per app)."""
+    from django.apps import apps
     from django.contrib.auth.models import Group, Permission
 
     # Apps register their role permissions on import.
     from django.utils.module_loading import autodiscover_modules
 
+    if sender is not None:
+        with_models = [c for c in apps.get_app_configs() if c.models_module is not None]
+        if with_models and sender is not with_models[-1]:
+            return
     autodiscover_modules("roles")
+    every = {(p.content_type.app_label, p.codename): p for p in Permission.objects.select_related("content_type")}
     for role, perms in ROLE_PERMISSIONS.items():
         group, _ = Group.objects.get_or_create(name=role)
         if perms == ["*"]:
-            wanted = list(Permission.objects.all())
+            wanted = list(every.values())
         else:
-            wanted = []
-            for perm in perms:
-                app_label, codename = perm.split(".")
-                found = Permission.objects.filter(content_type__app_label=app_label, codename=codename).first()
-                if found:
-                    wanted.append(found)
+            wanted = [every[key] for key in (tuple(perm.split(".")) for perm in perms) if key in every]
         group.permissions.set(wanted)
 
 

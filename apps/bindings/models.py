@@ -99,7 +99,10 @@ class Binding(SubscriptionSettings):
 
     class Meta:
         ordering = ["topic__name", "group"]
-        constraints = [models.UniqueConstraint(fields=["topic", "group"], name="binding_unique_group_per_topic")]
+        permissions = [("drop_backlog", "Drop a retired topic's binding with the backlog it still holds")]
+        # a removed (retired) binding frees its group: it may be bound again
+        constraints = [models.UniqueConstraint(fields=["topic", "group"], condition=models.Q(status=BindingStatus.ACTIVE),
+                                               name="binding_unique_active_group_per_topic")]
 
     def __str__(self) -> str:
         return f"{self.topic.name} → {self.group}"
@@ -112,7 +115,14 @@ class BindingApplication(SubscriptionSettings, ApplicationBase):
     """A request to subscribe a consumer group to a topic; the topic owner's team approves."""
 
     kind = "binding"
+    prefix = "B"
     approve_perm = "bindings.approve_bindingapplication"
+    team_lookup = "topic__team_id"
+    list_related = ("topic__team", "topic__cluster", "app", "applicant")
+    fields_asked = ("topic", "app", "group", "selector_kind", "selector_pattern", "mode", "delivery_limit", "ttl_s",
+                    "backoff_initial_ms", "backoff_max_ms", "backoff_multiplier", "max_in_flight", "description",
+                    "reason")
+    materializer = "apps.bindings.actions.materialize_binding"
 
     binding = models.OneToOneField(Binding, null=True, blank=True, on_delete=models.PROTECT,
                                    related_name="application", editable=False)
@@ -120,12 +130,15 @@ class BindingApplication(SubscriptionSettings, ApplicationBase):
     class Meta(ApplicationBase.Meta):
         permissions = [("approve_bindingapplication", "Approve or reject bindings to one's team's topics")]
 
-    def __str__(self) -> str:
+    def summary(self) -> str:
         topic = self.topic.name if self.topic_id else "?"
         return f"binding {topic} → {self.group}"
 
     def get_absolute_url(self):
         return reverse("bindings:application-detail", args=[self.pk])
+
+    def applying_teams(self):
+        return [self.app.team], "app"
 
     def approving_team(self):
         return self.topic.team
@@ -153,7 +166,8 @@ class ProducerGrant(models.Model):
 
     class Meta:
         ordering = ["topic__name", "app__app_id"]
-        constraints = [models.UniqueConstraint(fields=["topic", "app"], name="grant_unique_app_per_topic")]
+        constraints = [models.UniqueConstraint(fields=["topic", "app"], condition=models.Q(status=BindingStatus.ACTIVE),
+                                               name="grant_unique_active_app_per_topic")]
 
     def __str__(self) -> str:
         return f"{self.app.app_id} → {self.topic.name}"
@@ -163,7 +177,12 @@ class GrantApplication(ApplicationBase):
     """A request that a producing app may publish on a topic; the topic owner's team approves."""
 
     kind = "grant"
+    prefix = "G"
     approve_perm = "bindings.approve_grantapplication"
+    team_lookup = "topic__team_id"
+    list_related = ("topic__team", "topic__cluster", "app", "applicant")
+    fields_asked = ("topic", "app", "description", "reason")
+    materializer = "apps.bindings.actions.materialize_grant"
 
     topic = models.ForeignKey(Topic, on_delete=models.PROTECT, related_name="+")
     app = models.ForeignKey(App, on_delete=models.PROTECT, related_name="+", verbose_name="producer app")
@@ -173,13 +192,16 @@ class GrantApplication(ApplicationBase):
     class Meta(ApplicationBase.Meta):
         permissions = [("approve_grantapplication", "Approve or reject producer grants on one's team's topics")]
 
-    def __str__(self) -> str:
+    def summary(self) -> str:
         app = self.app.app_id if self.app_id else "?"
         topic = self.topic.name if self.topic_id else "?"
         return f"grant {app} → {topic}"
 
     def get_absolute_url(self):
         return reverse("bindings:grant-application-detail", args=[self.pk])
+
+    def applying_teams(self):
+        return [self.app.team], "app"
 
     def approving_team(self):
         return self.topic.team

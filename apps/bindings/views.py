@@ -3,7 +3,6 @@ from django.shortcuts import get_object_or_404, render
 from django.views import View
 from django.views.generic import ListView
 
-from apps.bindings import actions
 from apps.bindings.filtersets import BindingFilterSet
 from apps.bindings.forms import BindingApplicationForm, GrantApplicationForm
 from apps.bindings.models import Binding, BindingApplication, GrantApplication
@@ -45,11 +44,7 @@ class BindingDetailView(LoginRequiredMixin, PermissionRequiredMixin, View):
 class BindingApplicationFormView(governance.ApplicationFormView):
     model = BindingApplication
     form_class = BindingApplicationForm
-    kind = "binding"
     noun = "binding"
-    create_fn = actions.create_binding_application
-    update_fn = actions.update_binding_application
-    submit_fn = actions.submit_binding_application
     detail_url = "bindings:application-detail"
 
 
@@ -75,8 +70,6 @@ class BindingApplicationDetailView(governance.ApplicationDetailView):
 class BindingApplicationVerbView(governance.ApplicationVerbView):
     model = BindingApplication
     detail_url = "bindings:application-detail"
-    verbs = {"submit": actions.submit_binding_application, "withdraw": actions.withdraw_binding_application,
-             "approve": actions.approve_binding_application, "reject": actions.reject_binding_application}
 
 
 # --- producer grant applications ---------------------------------------------------------------
@@ -85,11 +78,7 @@ class BindingApplicationVerbView(governance.ApplicationVerbView):
 class GrantApplicationFormView(governance.ApplicationFormView):
     model = GrantApplication
     form_class = GrantApplicationForm
-    kind = "grant"
     noun = "producer grant"
-    create_fn = actions.create_grant_application
-    update_fn = actions.update_grant_application
-    submit_fn = actions.submit_grant_application
     detail_url = "bindings:grant-application-detail"
 
 
@@ -109,5 +98,3 @@ class GrantApplicationDetailView(governance.ApplicationDetailView):
 class GrantApplicationVerbView(governance.ApplicationVerbView):
     model = GrantApplication
     detail_url = "bindings:grant-application-detail"
-    verbs = {"submit": actions.submit_grant_application, "withdraw": actions.withdraw_grant_application,
-             "approve": actions.approve_grant_application, "reject": actions.reject_grant_application}

@@ -7,10 +7,9 @@ that turns an approved application into its object.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from apps.accounts.roles import ADMIN, has_role
 from apps.audit.recorder import audited, record
@@ -27,7 +26,7 @@ from apps.governance.workflow import (
     why_not_approver,
 )
 from control_plane import actors
-from control_plane.errors import ActionError, require_actor
+from control_plane.errors import ActionError, require_actor, require_perm
 
 
 def _lock(application):
@@ -55,9 +54,11 @@ def check_fields(fields: dict, allowed) -> None:
 def require_member(actor, team, field: str = "team") -> None:
     """Applicants act for their own team (admins for any); a field error otherwise."""
     require_actor(actor)
-    if has_role(actor, ADMIN) or team.members.filter(pk=actor.pk).exists():
+    teams = team if isinstance(team, list | tuple) else [team]
+    if has_role(actor, ADMIN) or any(t.members.filter(pk=actor.pk).exists() for t in teams):
         return
-    raise ValidationError({field: f"You are not a member of team {team.name}."})
+    names = " or ".join(t.name for t in teams)
+    raise ValidationError({field: f"You are not a member of team {names}."})
 
 
 def check_policy(application, applicant=None) -> policy.Report:
@@ -68,17 +69,64 @@ def check_policy(application, applicant=None) -> policy.Report:
     return report
 
 
-@audited
-def submit(*, actor, application):
-    """draft → pending, once the policy passes."""
-    application = _lock(application)
-    _require_applicant(actor, application, "submit")
-    before = snapshot(application)
-    transition(application, State.PENDING)
+def _send(actor, application) -> None:
+    """Run the policy and make the application pending (its caller saves it)."""
     report = check_policy(application, actor)
     application.policy_report = report.as_dict()
     application.required_slots = list(report.required_approvals)
     application.submitted_at = timezone.now()
+
+
+def _check_and_save(actor, application) -> None:
+    application.prepare()
+    application.full_clean()
+    require_member(actor, *application.applying_teams())
+    if application.state == State.PENDING:
+        _send(actor, application)
+    application.save()
+
+
+@audited
+def create(*, actor, application, submit: bool = True):
+    """A new application of any kind, built by its kind's action (unsaved): a draft, or (submit) straight to
+    pending once the policy passes."""
+    require_perm(actor, application.perm("add"))
+    application.applicant = actor
+    application.state = State.PENDING if submit else State.DRAFT
+    _check_and_save(actor, application)
+    record(actor=actor, action=f"{application.kind}_application.create", obj=application, after=snapshot(application))
+    return application
+
+
+@audited
+def update(*, actor, application, changes: dict, allowed):
+    """Edit a draft (only the applicant; a submitted application is withdrawn and applied for anew)."""
+    require_perm(actor, application.perm("change"))
+    check_fields(changes, allowed)
+    application = _lock(application)
+    if actor is None or actor.pk != application.applicant_id:
+        raise PermissionDenied("Only the applicant may edit this application.")
+    if application.state != State.DRAFT:
+        raise ActionError("Only a draft can be edited; withdraw this application and apply again.")
+    before = snapshot(application)
+    for key, value in changes.items():
+        setattr(application, key, value)
+    _check_and_save(actor, application)
+    record(actor=actor, action=f"{application.kind}_application.update", obj=application, before=before,
+           after=snapshot(application))
+    return application
+
+
+@audited
+def submit(*, actor, application):
+    """draft → pending, once the policy passes."""
+    require_perm(actor, application.perm("change"))
+    application = _lock(application)
+    _require_applicant(actor, application, "submit")
+    before = snapshot(application)
+    transition(application, State.PENDING)
+    application.prepare()
+    _send(actor, application)
     application.save()
     _audit(actor, application, "submit", before)
     return application
@@ -86,6 +134,7 @@ def submit(*, actor, application):
 
 @audited
 def withdraw(*, actor, application):
+    require_perm(actor, application.perm("change"))
     application = _lock(application)
     _require_applicant(actor, application, "withdraw")
     before = snapshot(application)
@@ -97,8 +146,9 @@ def withdraw(*, actor, application):
 
 
 @audited
-def approve(*, actor, application, comment: str = "", materialize: Callable):
-    """Fill one approval slot; the last one approves the application and materializes it."""
+def approve(*, actor, application, comment: str = ""):
+    """Fill one approval slot; the last one approves the application and materializes it (the kind's
+    `materializer` action)."""
     application = _lock(application)
     if actor is not None and actor.pk == application.applicant_id:
         raise PermissionDenied("Nobody approves their own application.")
@@ -119,7 +169,7 @@ def approve(*, actor, application, comment: str = "", materialize: Callable):
         application.policy_report = report.as_dict()
         transition(application, State.APPROVED)
         application.decided_at = timezone.now()
-        materialize(actor, application)
+        import_string(application.materializer)(actor, application)
     application.save()
     _audit(actor, application, "approve", before, {"slot": slot, "comment": comment.strip()})
     return application

@@ -13,6 +13,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 from rest_framework.settings import api_settings
 
+from apps.governance import actions as workflow
 from apps.governance import policy
 from apps.governance.workflow import Membership, State, decidable_slots, slot_summary
 from control_plane.api import ActionViewSet, _field_errors
@@ -40,10 +41,14 @@ class DecisionSerializer(serializers.Serializer):
 class ApplicationSerializer(serializers.ModelSerializer):
     """Workflow fields every application shows; `submit` (write-only, default true) sends it for approval."""
 
-    WORKFLOW_FIELDS = ["id", "kind", "state", "applicant", "submit", "required_approvals", "decisions", "policy",
-                       "your_approval_slots", "sync", "submitted_at", "decided_at", "created_at", "updated_at"]
+    WORKFLOW_FIELDS = ["id", "number", "reference", "kind", "kind_label", "state", "applicant", "submit",
+                       "required_approvals", "decisions", "policy", "your_approval_slots", "sync", "submitted_at",
+                       "decided_at", "created_at", "updated_at"]
 
     kind = serializers.SerializerMethodField()
+    number = serializers.IntegerField(read_only=True, help_text="one numbering across every kind of application")
+    reference = serializers.CharField(read_only=True, help_text="the number as people quote it: T-12, B-13, C-15")
+    kind_label = serializers.CharField(read_only=True)
     # the workflow sets these (submit, approve, reject, withdraw); a body naming them is ignored, never a 500
     state = serializers.ChoiceField(choices=State.choices, read_only=True)
     submitted_at = serializers.DateTimeField(read_only=True, allow_null=True)
@@ -130,19 +135,21 @@ def _comment(request) -> str:
 class ApplicationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, ActionViewSet):
     """list, retrieve, create (submit by default), update a draft, and the workflow's actions."""
 
-    kind = ""
-    model_perm_prefix = ""  # e.g. "topics.%s_topicapplication"
     http_method_names = ["get", "post", "patch", "head", "options"]
 
-    # Subclasses name the action functions of their kind.
-    create_fn = update_fn = submit_fn = withdraw_fn = approve_fn = reject_fn = None
+    @property
+    def model(self):
+        return self.queryset.model
+
+    @property
+    def kind(self) -> str:
+        return self.model.kind
 
     def get_action_perms(self):
-        view = self.model_perm_prefix % "view"
-        change = self.model_perm_prefix % "change"
+        view, change = self.model.perm("view"), self.model.perm("change")
         # approve/reject: readers reach the action, which decides (403 with the reason when it refuses).
         return {"submit": change, "withdraw": change, "approve": view, "reject": view,
-                "dry_run": self.model_perm_prefix % "add", "rules": view}
+                "dry_run": self.model.perm("add"), "rules": view}
 
     @property
     def action_perms(self):
@@ -154,13 +161,14 @@ class ApplicationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Actio
 
     def create_via_action(self, data):
         fields, submit = self._split(data)
-        return type(self).create_fn(actor=self.request.user, submit=submit, **fields)
+        return workflow.create(actor=self.request.user, application=self.model(**fields), submit=submit)
 
     def update_via_action(self, instance, data):
         fields, submit = self._split(data)
-        obj = type(self).update_fn(actor=self.request.user, application=instance, **fields)
+        obj = workflow.update(actor=self.request.user, application=instance, changes=fields,
+                              allowed=self.model.fields_asked)
         if "submit" in self.request.data and submit:
-            obj = type(self).submit_fn(actor=self.request.user, application=obj)
+            obj = workflow.submit(actor=self.request.user, application=obj)
         return obj
 
     def _respond(self, obj):
@@ -170,29 +178,27 @@ class ApplicationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Actio
     @action(detail=True, methods=["post"])
     def submit(self, request, pk=None):
         """draft → pending; the policy runs first and a failure is a 400 with field errors in words."""
-        return self._respond(type(self).submit_fn(actor=request.user, application=self.get_object()))
+        return self._respond(workflow.submit(actor=request.user, application=self.get_object()))
 
     @extend_schema(request=None)
     @action(detail=True, methods=["post"])
     def withdraw(self, request, pk=None):
         """The applicant withdraws a draft or a pending application."""
-        return self._respond(type(self).withdraw_fn(actor=request.user, application=self.get_object()))
+        return self._respond(workflow.withdraw(actor=request.user, application=self.get_object()))
 
     @extend_schema(request=DecisionBodySerializer)
     @action(detail=True, methods=["post"])
     def approve(self, request, pk=None):
         """Fill one approval slot (403 for the applicant and for anyone who may not fill an open slot)."""
         comment = _comment(request)
-        return self._respond(type(self).approve_fn(actor=request.user, application=self.get_object(),
-                                                   comment=comment))
+        return self._respond(workflow.approve(actor=request.user, application=self.get_object(), comment=comment))
 
     @extend_schema(request=DecisionBodySerializer)
     @action(detail=True, methods=["post"])
     def reject(self, request, pk=None):
         """Reject with a comment (required)."""
         comment = _comment(request)
-        return self._respond(type(self).reject_fn(actor=request.user, application=self.get_object(),
-                                                  comment=comment))
+        return self._respond(workflow.reject(actor=request.user, application=self.get_object(), comment=comment))
 
     @extend_schema(responses=inline_serializer("DryRun", {
         "passed": serializers.BooleanField(), "field_errors": serializers.DictField(),
@@ -208,8 +214,9 @@ class ApplicationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Actio
             return Response({"passed": False, "field_errors": serializer.errors, "checks": [],
                              "required_approvals": []})
         fields, _ = self._split(serializer.validated_data)
-        application = self.get_queryset().model(applicant=request.user, **fields)
+        application = self.model(applicant=request.user, **fields)
         try:
+            application.prepare()
             application.full_clean()
         except ValidationError as exc:
             return Response({"passed": False, "field_errors": _field_errors(exc), "checks": [],
@@ -226,12 +233,18 @@ class ApplicationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Actio
     @action(detail=False, methods=["get"], pagination_class=None, filter_backends=[])
     def rules(self, request):
         """The policy rules this kind of application goes through, in words."""
-        return Response(policy.describe(self.kind))
+        return Response(policy.describe(self.rules_key(request)))
+
+    def rules_key(self, request) -> str:
+        return self.kind
 
 
 class QueueItemSerializer(serializers.Serializer):
     kind = serializers.CharField()
+    kind_label = serializers.CharField()
     id = serializers.IntegerField(source="pk")
+    number = serializers.IntegerField()
+    reference = serializers.CharField()
     title = serializers.CharField()
     applicant = serializers.CharField(source="applicant.username")
     state = serializers.CharField()
@@ -261,3 +274,35 @@ class ApprovalQueueView(views.APIView):
         page = load(paginator.paginate_queryset(awaiting_keys(request.user), request, view=self))
         return paginator.get_paginated_response(
             QueueItemSerializer(page, many=True, context={"request": request}).data)
+
+
+class ApplicationRefSerializer(serializers.Serializer):
+    kind = serializers.CharField()
+    kind_label = serializers.CharField()
+    id = serializers.IntegerField(source="pk")
+    number = serializers.IntegerField()
+    reference = serializers.CharField()
+    title = serializers.CharField()
+    state = serializers.CharField()
+    url = serializers.SerializerMethodField()
+
+    def get_url(self, obj) -> str:
+        from rest_framework.reverse import reverse
+
+        return reverse(f"{obj.kind}-application-detail", args=[obj.pk], request=self.context["request"])
+
+
+class ApplicationLookupView(views.APIView):
+    """The application a number names, whatever its kind: `T-12`, or the bare number `12` (signed-in callers; the
+    application's own read permission decides, 403 otherwise; 404 when no application has that number)."""
+
+    @extend_schema(responses=ApplicationRefSerializer)
+    def get(self, request, ref):
+        from apps.governance.queue import find
+
+        application = find(ref)
+        if application is None:
+            raise exceptions.NotFound(f"No application {ref}: give a number like T-12 or 12.")
+        if not request.user.has_perm(application.perm("view")):
+            raise exceptions.PermissionDenied("Your role does not allow reading this application.")
+        return Response(ApplicationRefSerializer(application, context={"request": request}).data)

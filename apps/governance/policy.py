@@ -132,26 +132,39 @@ class Report:
 def evaluate(application, *, applicant=None) -> Report:
     """Run every rule of the application's kind. The application may be unsaved (dry run)."""
     applicant = applicant or application.applicant
-    return {"topic": _topic, "binding": _binding, "grant": _grant}[application.kind](application, applicant)
+    return EVALUATORS[policy_key(application)](application, applicant)
 
 
-def _slots(cluster) -> list[str]:
+def policy_key(application) -> str:
+    """Which rule set an application goes through: its kind, or a finer key a kind gives (topic-change)."""
+    return getattr(application, "policy_key", None) or application.kind
+
+
+def register(key: str, evaluator, rules: list[str], texts: dict[str, tuple[str, str]]) -> None:
+    """An application kind defined in another app adds its rule set (its AppConfig.ready calls this)."""
+    for rule, text in texts.items():
+        RULES.setdefault(rule, text)
+    RULES_BY_KIND[key] = rules
+    EVALUATORS[key] = evaluator
+
+
+def slots_for(cluster) -> list[str]:
     return [Slot.OWNER, Slot.SRE] if cluster.environment == Environment.PROD else [Slot.OWNER]
 
 
-def _prod_check(cluster) -> Check:
+def prod_check(cluster) -> Check:
     if cluster.environment == Environment.PROD:
         return Check("prod-approval", True, f"{cluster.name} is a production cluster: an SRE approves besides "
                                             "the owning team's approver.")
     return Check("prod-approval", True, f"{cluster.name} is not production: the owning team's approver decides.")
 
 
-def _member(user, team) -> bool:
+def is_member(user, team) -> bool:
     return has_role(user, ADMIN) or team.members.filter(pk=user.pk).exists()
 
 
-def _team_check(applicant, team, field_name: str, what: str) -> Check:
-    if _member(applicant, team):
+def team_check(applicant, team, field_name: str, what: str) -> Check:
+    if is_member(applicant, team):
         return Check("team-member", True, f"You are a member of team {team.name}.", field_name)
     return Check("team-member", False, f"You are not a member of team {team.name}, which owns {what}; "
                                        "ask one of its members to apply.", field_name)
@@ -166,12 +179,27 @@ def _others(application):
 # --- topics -------------------------------------------------------------------------------
 
 
+def retired_name_message(topic) -> str:
+    """Why a retired topic's name cannot be taken yet, and when it frees up."""
+    from apps.bindings.choices import BindingStatus
+    from apps.bindings.models import Binding
+
+    draining = Binding.objects.filter(topic=topic, status=BindingStatus.ACTIVE).count()
+    when = f"{topic.data_deleted_after:%Y-%m-%d %H:%M} UTC"
+    wait = (f"after its {draining} binding{'s' if draining != 1 else ''} drain and not before {when}" if draining
+            else f"at {when}")
+    return (f"Topic {topic.name} was retired on {topic.retired_at:%Y-%m-%d %H:%M} UTC; its name is free again once "
+            f"its data is deleted ({topic.retention_hours} hours of retention after retirement): {wait}. Choose "
+            "another name or wait until then.")
+
+
 def _topic(app, applicant) -> Report:
+    from apps.topics.choices import TopicStatus
     from apps.topics.models import Topic
 
     lim = limits()
     team, cluster = app.team, app.cluster
-    checks = [_team_check(applicant, team, "team", "the topic")]
+    checks = [team_check(applicant, team, "team", "the topic")]
 
     pattern = rf"^{re.escape(team.name)}\.{NAME_RE}$"
     if re.match(pattern, app.name or "") and len(app.name) <= 120:
@@ -181,13 +209,16 @@ def _topic(app, applicant) -> Report:
                                              f"lowercase words separated by '.' or '-', e.g. "
                                              f"{team.name}.order-created.", "name"))
 
-    taken = Topic.objects.filter(name=app.name, environment=app.environment).exists()
-    asked = _others(app).filter(name=app.name, environment=app.environment).first()
-    if taken:
+    taken = Topic.objects.filter(name=app.name, environment=app.environment).exclude(
+        status=TopicStatus.DELETED).first()
+    asked = _others(app).filter(name=app.name, environment=app.environment, topic__isnull=True).first()
+    if taken and taken.status == TopicStatus.RETIRED:
+        checks.append(Check("unique-name", False, retired_name_message(taken), "name"))
+    elif taken:
         checks.append(Check("unique-name", False, f"A topic named {app.name} already exists in "
                                                   f"{app.get_environment_display()}.", "name"))
     elif asked:
-        checks.append(Check("unique-name", False, f"Application #{asked.pk} already asks for {app.name} in "
+        checks.append(Check("unique-name", False, f"Application {asked.reference} already asks for {app.name} in "
                                                   f"{app.get_environment_display()}.", "name"))
     else:
         checks.append(Check("unique-name", True, f"{app.name} is free in {app.get_environment_display()}.", "name"))
@@ -217,7 +248,7 @@ def _topic(app, applicant) -> Report:
         checks.append(Check("transactional-durable", True, "No transactional topic on memory storage.",
                             "transactional"))
 
-    checks.append(_tx_check(app))
+    checks.append(tx_check(app))
 
     owned = Topic.objects.filter(team=team).count() + _others(app).filter(team=team, topic__isnull=True).count()
     if owned + 1 > lim["topics_per_team"]:
@@ -240,11 +271,11 @@ def _topic(app, applicant) -> Report:
                                                f"{lim['team_peak_mps_per_cluster']:,} messages/s on {cluster.name}.",
                             "expected_peak_mps"))
 
-    checks.append(_prod_check(cluster))
-    return Report("topic", checks, _slots(cluster))
+    checks.append(prod_check(cluster))
+    return Report("topic", checks, slots_for(cluster))
 
 
-def _tx_check(app) -> Check:
+def tx_check(app) -> Check:
     from apps.transactions.timing import check_window_s
 
     if not app.transactional:
@@ -266,7 +297,7 @@ def _tx_check(app) -> Check:
 # --- bindings -----------------------------------------------------------------------------
 
 
-def _topic_active(topic) -> Check:
+def topic_active(topic) -> Check:
     from apps.topics.choices import TopicStatus
 
     if topic.status == TopicStatus.ACTIVE:
@@ -274,26 +305,55 @@ def _topic_active(topic) -> Check:
     return Check("topic-active", False, f"Topic {topic.name} is {topic.get_status_display().lower()}.", "topic")
 
 
-def _app_active(app) -> Check:
+def app_active(app) -> Check:
     if app.active:
         return Check("app-active", True, f"App {app.app_id} is active.", "app")
     return Check("app-active", False, f"App {app.app_id} is deactivated.", "app")
 
 
+def subscription_checks(topic, sub) -> list[Check]:
+    """What a subscription's settings (a binding application's, or a binding's as a change would leave them)
+    must satisfy on its topic: delivery mode, selector, TTL."""
+    from apps.bindings.choices import DeliveryMode
+    from apps.bindings.models import selector_matches
+
+    checks = []
+    if topic.ordered and sub.mode == DeliveryMode.BROADCAST:
+        checks.append(Check("ordered-broadcast", False, f"Topic {topic.name} is ordered: consume it in clustering "
+                                                        "mode.", "mode"))
+    else:
+        checks.append(Check("ordered-broadcast", True, "The delivery mode suits the topic.", "mode"))
+
+    matched = [t for t in topic.message_types if selector_matches(sub.selector_kind, sub.selector_pattern, t)]
+    if matched:
+        checks.append(Check("selector-matches", True, f"The selector receives {', '.join(matched)}.",
+                            "selector_pattern"))
+    else:
+        checks.append(Check("selector-matches", False, f"The selector matches none of {topic.name}'s message types "
+                                                       f"({', '.join(topic.message_types)}).", "selector_pattern"))
+
+    if sub.ttl_s > topic.retention_s:
+        checks.append(Check("ttl-retention", False, f"The TTL ({sub.ttl_s}s) is longer than {topic.name} keeps "
+                                                    f"messages ({topic.retention_s}s).", "ttl_s"))
+    else:
+        checks.append(Check("ttl-retention", True, "The TTL fits within the topic's retention.", "ttl_s"))
+    return checks
+
+
 def _binding(ba, applicant) -> Report:
-    from apps.bindings.choices import BindingStatus, DeliveryMode
-    from apps.bindings.models import Binding, selector_matches
+    from apps.bindings.choices import BindingStatus
+    from apps.bindings.models import Binding
 
     lim = limits()
     topic, app = ba.topic, ba.app
-    checks = [_team_check(applicant, app.team, "app", f"app {app.app_id}"), _app_active(app), _topic_active(topic)]
+    checks = [team_check(applicant, app.team, "app", f"app {app.app_id}"), app_active(app), topic_active(topic)]
 
-    existing = Binding.objects.filter(topic=topic, group=ba.group).first()
-    asked = _others(ba).filter(topic=topic, group=ba.group).first()
+    existing = Binding.objects.filter(topic=topic, group=ba.group, status=BindingStatus.ACTIVE).first()
+    asked = _others(ba).filter(topic=topic, group=ba.group, binding__isnull=True).first()
     if existing:
         checks.append(Check("unique-group", False, f"Group {ba.group} is already bound to {topic.name}.", "group"))
     elif asked:
-        checks.append(Check("unique-group", False, f"Application #{asked.pk} already asks to bind group {ba.group} "
+        checks.append(Check("unique-group", False, f"Application {asked.reference} already asks to bind group {ba.group} "
                                                    f"to {topic.name}.", "group"))
     else:
         checks.append(Check("unique-group", True, f"Group {ba.group} is not bound to {topic.name} yet.", "group"))
@@ -305,25 +365,7 @@ def _binding(ba, applicant) -> Report:
     else:
         checks.append(Check("group-owner", True, f"Group {ba.group} is used by app {app.app_id} only.", "group"))
 
-    if topic.ordered and ba.mode == DeliveryMode.BROADCAST:
-        checks.append(Check("ordered-broadcast", False, f"Topic {topic.name} is ordered: consume it in clustering "
-                                                        "mode.", "mode"))
-    else:
-        checks.append(Check("ordered-broadcast", True, "The delivery mode suits the topic.", "mode"))
-
-    matched = [t for t in topic.message_types if selector_matches(ba.selector_kind, ba.selector_pattern, t)]
-    if matched:
-        checks.append(Check("selector-matches", True, f"The selector receives {', '.join(matched)}.",
-                            "selector_pattern"))
-    else:
-        checks.append(Check("selector-matches", False, f"The selector matches none of {topic.name}'s message types "
-                                                       f"({', '.join(topic.message_types)}).", "selector_pattern"))
-
-    if ba.ttl_s > topic.retention_s:
-        checks.append(Check("ttl-retention", False, f"The TTL ({ba.ttl_s}s) is longer than {topic.name} keeps "
-                                                    f"messages ({topic.retention_s}s).", "ttl_s"))
-    else:
-        checks.append(Check("ttl-retention", True, "The TTL fits within the topic's retention.", "ttl_s"))
+    checks += subscription_checks(topic, ba)
 
     count = Binding.objects.filter(topic=topic, status=BindingStatus.ACTIVE).count() + \
         _others(ba).filter(topic=topic, binding__isnull=True).count()
@@ -333,23 +375,27 @@ def _binding(ba, applicant) -> Report:
     else:
         checks.append(Check("quota-bindings", True, f"{topic.name} would have {count + 1} of "
                                                     f"{lim['bindings_per_topic']} bindings.", "topic"))
-    checks.append(_prod_check(topic.cluster))
-    return Report("binding", checks, _slots(topic.cluster))
+    checks.append(prod_check(topic.cluster))
+    return Report("binding", checks, slots_for(topic.cluster))
 
 
 # --- producer grants ------------------------------------------------------------------------
 
 
 def _grant(ga, applicant) -> Report:
+    from apps.bindings.choices import BindingStatus
     from apps.bindings.models import ProducerGrant
 
     topic, app = ga.topic, ga.app
-    checks = [_team_check(applicant, app.team, "app", f"app {app.app_id}"), _app_active(app), _topic_active(topic)]
-    if ProducerGrant.objects.filter(topic=topic, app=app).exists():
+    checks = [team_check(applicant, app.team, "app", f"app {app.app_id}"), app_active(app), topic_active(topic)]
+    if ProducerGrant.objects.filter(topic=topic, app=app, status=BindingStatus.ACTIVE).exists():
         checks.append(Check("unique-grant", False, f"App {app.app_id} may already publish on {topic.name}.", "app"))
-    elif asked := _others(ga).filter(topic=topic, app=app).first():
-        checks.append(Check("unique-grant", False, f"Application #{asked.pk} already asks for this grant.", "app"))
+    elif asked := _others(ga).filter(topic=topic, app=app, grant__isnull=True).first():
+        checks.append(Check("unique-grant", False, f"Application {asked.reference} already asks for this grant.", "app"))
     else:
         checks.append(Check("unique-grant", True, f"App {app.app_id} is not granted {topic.name} yet.", "app"))
-    checks.append(_prod_check(topic.cluster))
-    return Report("grant", checks, _slots(topic.cluster))
+    checks.append(prod_check(topic.cluster))
+    return Report("grant", checks, slots_for(topic.cluster))
+
+
+EVALUATORS = {"topic": _topic, "binding": _binding, "grant": _grant}

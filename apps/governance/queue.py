@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
+import re
+
 from django.db.models import CharField, Exists, OuterRef, Q, QuerySet, Value
 from django.db.models.functions import Coalesce
 
 from apps.accounts.roles import ADMIN, has_role
-from apps.governance.workflow import SRE_APPROVAL_PERM, Slot, State, Verdict
-
-
-def application_models():
-    from apps.bindings.models import BindingApplication, GrantApplication
-    from apps.topics.models import TopicApplication
-
-    return [TopicApplication, BindingApplication, GrantApplication]
-
-
-def _related(model):
-    if model.kind == "topic":
-        return ["team", "cluster", "applicant"]
-    return ["topic__team", "topic__cluster", "app", "applicant"]
+from apps.governance.workflow import (
+    REFERENCE_RE,
+    SRE_APPROVAL_PERM,
+    Slot,
+    State,
+    Verdict,
+    application_models,
+)
 
 
 def awaiting_filter(queryset: QuerySet, user) -> QuerySet:
@@ -38,8 +34,7 @@ def awaiting_filter(queryset: QuerySet, user) -> QuerySet:
     if user.has_perm(model.approve_perm):
         owner = open_slot(Slot.OWNER)
         if not has_role(user, ADMIN):
-            team = "team_id" if model.kind == "topic" else "topic__team_id"
-            owner &= Q(**{f"{team}__in": user.teams.values("pk")})
+            owner &= Q(**{f"{model.team_lookup}__in": user.teams.values("pk")})
         fillable |= owner
     if user.has_perm(SRE_APPROVAL_PERM):
         fillable |= open_slot(Slot.SRE)
@@ -65,7 +60,7 @@ def load(keys) -> list:
     for model in application_models():
         ids = [pk for kind, pk, _ in keys if kind == model.kind]
         if ids:
-            for a in (model.objects.filter(pk__in=ids).select_related(*_related(model))
+            for a in (model.objects.filter(pk__in=ids).select_related(*model.list_related)
                       .prefetch_related("decisions__actor")):
                 found[(model.kind, a.pk)] = a
     return [found[(kind, pk)] for kind, pk, _ in keys if (kind, pk) in found]
@@ -79,6 +74,21 @@ def awaiting(user) -> list:
 def of_applicant(user) -> list:
     out = []
     for model in application_models():
-        out += list(model.objects.filter(applicant=user).select_related(*_related(model))
+        out += list(model.objects.filter(applicant=user).select_related(*model.list_related)
                     .prefetch_related("decisions"))
     return sorted(out, key=lambda a: a.created_at, reverse=True)
+
+
+def find(ref: str):
+    """The application a number names ("T-12", "t-12" or "12"), whatever its kind; None when there is none (or
+    the letter is not its kind's)."""
+    match = re.fullmatch(REFERENCE_RE, ref.strip().upper()) or re.fullmatch(r"(?P<number>[0-9]{1,18})", ref.strip())
+    if match is None:
+        return None
+    number = int(match.group("number"))
+    for model in application_models():
+        application = model.objects.filter(number=number).select_related(*model.list_related).first()
+        if application is not None:
+            prefix = match.groupdict().get("prefix")
+            return application if prefix in (None, application.prefix) else None
+    return None

@@ -11,8 +11,9 @@ from django.http import Http404
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 
+from apps.governance import actions as workflow
 from apps.governance import policy
-from apps.governance.queue import awaiting_keys, load, of_applicant
+from apps.governance.queue import awaiting_keys, find, load, of_applicant
 from apps.governance.workflow import State, decidable_slots, slot_summary, why_not_approver
 from apps.provisioning.status import live_statuses, recorded_sync
 from control_plane.errors import ActionError
@@ -26,15 +27,11 @@ class ApplicationFormView(LoginRequiredMixin, PermissionRequiredMixin, View):
     template_name = "governance/application_form.html"
     model = None
     form_class = None
-    kind = ""
     noun = ""  # "topic", "binding", "producer grant"
-    create_fn = update_fn = submit_fn = None
     detail_url = ""
 
     def get_permission_required(self):
-        label = self.model._meta.app_label
-        name = self.model._meta.model_name
-        return [f"{label}.{'change' if 'pk' in self.kwargs else 'add'}_{name}"]
+        return [self.model.perm("change" if "pk" in self.kwargs else "add")]
 
     def _instance(self):
         if "pk" not in self.kwargs:
@@ -47,7 +44,7 @@ class ApplicationFormView(LoginRequiredMixin, PermissionRequiredMixin, View):
         return application
 
     def _context(self, form, instance):
-        return {"form": form, "object": instance, "noun": self.noun, "rules": policy.describe(self.kind)}
+        return {"form": form, "object": instance, "noun": self.noun, "rules": policy.describe(self.model.kind)}
 
     def get(self, request, **kwargs):
         instance = self._instance()
@@ -60,14 +57,14 @@ class ApplicationFormView(LoginRequiredMixin, PermissionRequiredMixin, View):
         submit = request.POST.get("intent", "submit") != "draft"
         if form.is_valid():
             data = form.action_data()
-            cls = type(self)
             try:
                 if instance is None:
-                    application = cls.create_fn(actor=request.user, submit=submit, **data)
+                    application = workflow.create(actor=request.user, application=self.model(**data), submit=submit)
                 else:
-                    application = cls.update_fn(actor=request.user, application=instance, **data)
+                    application = workflow.update(actor=request.user, application=instance, changes=data,
+                                                  allowed=self.model.fields_asked)
                     if submit:
-                        application = cls.submit_fn(actor=request.user, application=application)
+                        application = workflow.submit(actor=request.user, application=application)
             except ValidationError as exc:
                 apply_validation_error(form, exc)
             except ActionError as exc:
@@ -89,10 +86,16 @@ class ApplicationDetailView(LoginRequiredMixin, PermissionRequiredMixin, View):
     url_prefix = ""  # e.g. "topics:application" → topics:application-verb, topics:application-edit
 
     def get_permission_required(self):
-        return [f"{self.model._meta.app_label}.view_{self.model._meta.model_name}"]
+        return [self.model.perm("view")]
 
     def fields(self, application) -> list[tuple[str, object]]:  # pragma: no cover - kinds implement
         raise NotImplementedError
+
+    def noun_of(self, application) -> str:
+        return self.noun
+
+    def extra_context(self, application) -> dict:
+        return {}
 
     def get(self, request, pk):
         application = get_object_or_404(self.model, pk=pk)
@@ -102,8 +105,9 @@ class ApplicationDetailView(LoginRequiredMixin, PermissionRequiredMixin, View):
         is_applicant = application.applicant_id == user.pk
         my_slots = decidable_slots(user, application)
         return render(request, self.template_name, {
+            **self.extra_context(application),
             "object": application,
-            "noun": self.noun,
+            "noun": self.noun_of(application),
             "fields": self.fields(application),
             "slots": slot_summary(application),
             "decisions": application.decisions.select_related("actor"),
@@ -120,21 +124,24 @@ class ApplicationDetailView(LoginRequiredMixin, PermissionRequiredMixin, View):
         })
 
 
+VERBS = {"submit": workflow.submit, "withdraw": workflow.withdraw, "approve": workflow.approve,
+         "reject": workflow.reject}
+
+
 class ApplicationVerbView(LoginRequiredMixin, View):
     """POST submit | withdraw | approve | reject; each calls its action, which decides who may."""
 
     raise_exception = True
     model = None
-    verbs: dict = {}
     detail_url = ""
 
     def post(self, request, pk, verb):
-        fn = self.verbs.get(verb)
+        fn = VERBS.get(verb)
         if fn is None:
             raise Http404("No such action.")
-        application = get_object_or_404(self.model, pk=pk)
-        if not request.user.has_perm(f"{self.model._meta.app_label}.view_{self.model._meta.model_name}"):
+        if not request.user.has_perm(self.model.perm("view")):
             raise PermissionDenied("Your role does not allow this.")
+        application = get_object_or_404(self.model, pk=pk)
         kwargs = {"actor": request.user, "application": application}
         if verb in ("approve", "reject"):
             kwargs["comment"] = request.POST.get("comment", "")
@@ -150,6 +157,20 @@ class ApplicationVerbView(LoginRequiredMixin, View):
             messages.success(request, {"submit": "Submitted for approval.", "withdraw": "Withdrawn.",
                                        "approve": "Approved.", "reject": "Rejected."}[verb])
         return redirect(self.detail_url, pk=pk)
+
+
+class ApplicationLookupView(LoginRequiredMixin, View):
+    """/applications/T-12/ (or /applications/12/): the application of that number, whatever its kind."""
+
+    raise_exception = True
+
+    def get(self, request, ref):
+        application = find(ref)
+        if application is None:
+            raise Http404(f"No application {ref}.")
+        if not request.user.has_perm(application.perm("view")):
+            raise PermissionDenied("Your role does not allow reading this application.")
+        return redirect(application.get_absolute_url())
 
 
 class MyApplicationsView(LoginRequiredMixin, View):

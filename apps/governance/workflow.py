@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
+from django.apps import apps as django_apps
 from django.conf import settings
 from django.db import models
 
@@ -59,13 +60,38 @@ class Verdict(models.TextChoices):
 
 SRE_APPROVAL_PERM = "topics.approve_production"  # declared on TopicApplication; covers every kind
 
+# Every application of every kind draws its number from this one sequence (each kind's migration creates it if
+# missing), so a number names one application: T-3 and B-3 cannot both exist.
+NUMBER_SEQUENCE = "governance_application_number"
+CREATE_NUMBER_SEQUENCE = f"CREATE SEQUENCE IF NOT EXISTS {NUMBER_SEQUENCE}"
+
+
+class NextApplicationNumber(models.Func):
+    """The database default of `number`: the sequence's next value."""
+
+    template = f"nextval('{NUMBER_SEQUENCE}')"
+    output_field = models.BigIntegerField()
+
+    def __init__(self):
+        super().__init__()
+
+
+REFERENCE_RE = r"(?P<prefix>[A-Z])-(?P<number>[0-9]{1,18})"
+
 
 class ApplicationBase(models.Model):
     """Fields and rules common to every application kind; each kind adds what it asks for."""
 
-    kind: str = ""  # "topic" | "binding" | "grant"
+    kind: str = ""  # "topic" | "binding" | "grant" | "lifecycle"
+    prefix: str = ""  # shown before the number: T-12, B-13, G-14 (lifecycle kinds by operation)
     approve_perm: str = ""  # the model permission of the owning team's approver
+    team_lookup: str = "team_id"  # the approving team's id as a lookup from the application (the queue filters on it)
+    list_related: tuple[str, ...] = ("applicant",)  # what a list of applications joins (select_related)
+    fields_asked: tuple[str, ...] = ()  # what an applicant sets (forms, REST bodies, draft edits)
+    materializer: str = ""  # dotted path of the kind's action turning the approved application into its object
 
+    number = models.BigIntegerField(unique=True, editable=False, db_default=NextApplicationNumber(),
+                                    help_text="One numbering across every kind of application.")
     state = models.CharField(max_length=16, choices=State.choices, default=State.DRAFT, db_index=True)
     applicant = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     description = models.TextField(blank=True)
@@ -81,7 +107,25 @@ class ApplicationBase(models.Model):
         abstract = True
         ordering = ["-created_at"]
 
-    # Each kind says which team approves it and where it lands.
+    def __str__(self) -> str:
+        return f"{self.reference} {self.summary()}" if self.pk else self.summary()
+
+    @classmethod
+    def perm(cls, action: str) -> str:
+        """The model permission for add | change | view of this kind."""
+        return f"{cls._meta.app_label}.{action}_{cls._meta.model_name}"
+
+    def prepare(self) -> None:
+        """Fill what the application derives from what it asks for, before it is validated and saved."""
+
+    def applying_teams(self) -> tuple[list, str]:
+        """The teams whose members may apply (any one of them), and the form field an error names."""
+        return [self.team], "team"
+
+    # Each kind says what it asks for, which team approves it and where it lands.
+    def summary(self) -> str:  # pragma: no cover - kinds implement
+        raise NotImplementedError
+
     def approving_team(self):  # pragma: no cover - kinds implement
         raise NotImplementedError
 
@@ -94,6 +138,15 @@ class ApplicationBase(models.Model):
     @property
     def title(self) -> str:
         return str(self)
+
+    @property
+    def reference(self) -> str:
+        """The number as people quote it: the kind's letter, a dash, the number (T-12)."""
+        return f"{self.prefix}-{self.number}" if self.pk else "(unsaved)"
+
+    @property
+    def kind_label(self) -> str:
+        return f"new {self.kind}"
 
     @property
     def is_open(self) -> bool:
@@ -112,6 +165,19 @@ class DecisionBase(models.Model):
     class Meta:
         abstract = True
         ordering = ["created_at"]
+
+
+def application_models() -> list[type[ApplicationBase]]:
+    """Every application kind installed (each a model on ApplicationBase), in a fixed order."""
+    found = [m for m in django_apps.get_models() if issubclass(m, ApplicationBase)]
+    return sorted(found, key=lambda m: m.kind)
+
+
+def application_model(kind: str) -> type[ApplicationBase]:
+    for model in application_models():
+        if model.kind == kind:
+            return model
+    raise LookupError(f"no application kind {kind!r}")
 
 
 def transition(application: ApplicationBase, to_state: str) -> None:

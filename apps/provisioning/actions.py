@@ -14,7 +14,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.audit.recorder import audited, record
-from apps.provisioning.desired import META, Desired, path_of
+from apps.provisioning.desired import META, Desired, holder_ids, load, path_of, revision_of, wanted_on
 from apps.provisioning.models import ObjectKind, SyncState, SyncStatus
 from apps.provisioning.status import Observation
 from control_plane.errors import require_perm
@@ -29,7 +29,7 @@ RECONCILE_EVERY_SECONDS = (10, 86400)
 def units_of(application) -> list[tuple[str, int]]:
     """The objects an approved application puts into ZooKeeper, in the order they are written."""
     if application.kind == "topic":
-        return [(ObjectKind.TOPIC, application.topic_id)]
+        return [(ObjectKind.TOPIC, application.topic_id), (ObjectKind.ROUTE, application.topic_id)]
     if application.kind == "binding":
         return [(ObjectKind.APP, application.app_id), (ObjectKind.BINDING, application.binding_id)]
     if application.kind == "grant":
@@ -39,13 +39,13 @@ def units_of(application) -> list[tuple[str, int]]:
 
 def expect(kind: str, obj, cluster) -> SyncState:
     """Note that `cluster` should hold `obj` at its current revision (inside the caller's transaction)."""
-    path = path_of(kind, obj)
+    path, revision = path_of(kind, obj), revision_of(kind, obj)
     state, created = SyncState.objects.select_for_update().get_or_create(
         kind=kind, object_id=obj.pk, cluster=cluster,
-        defaults={"path": path, "desired_revision": obj.revision, "state": SyncStatus.PENDING})
-    if not created and (state.desired_revision != obj.revision or state.path != path):
-        state.desired_revision, state.path = obj.revision, path
-        if state.landed_revision != obj.revision:
+        defaults={"path": path, "desired_revision": revision, "state": SyncStatus.PENDING})
+    if not created and (state.desired_revision != revision or state.path != path):
+        state.desired_revision, state.path = revision, path
+        if state.landed_revision != revision:
             state.state, state.error, state.attempts = SyncStatus.PENDING, "", 0
         state.save()
     return state
@@ -59,15 +59,20 @@ def _enqueue(task, *args) -> None:
 
 
 def schedule_application(application) -> None:
-    """Expect the application's objects on its cluster and push them once the transaction commits."""
+    """Expect the application's objects on its cluster and push them once the transaction commits; a topic
+    being moved gets them on the other cluster that holds it too."""
     from apps.provisioning import tasks
-    from apps.provisioning.desired import load
 
     cluster = application.target_cluster()
-    for kind, object_id in units_of(application):
+    units = units_of(application)
+    for kind, object_id in units:
         expect(kind, load(kind, object_id), cluster)
     kind, pk = application.kind, application.pk
     transaction.on_commit(lambda: _enqueue(tasks.provision_application, kind, pk))
+    topic = application.topic if application.kind in ("binding", "grant") else None
+    if topic is not None and topic.placements.exists():
+        others = [c for c in holder_ids(topic) if c != cluster.pk]
+        schedule_on_clusters(others, units)
 
 
 def schedule_objects(cluster, units: list[tuple[str, int]]) -> None:
@@ -75,6 +80,25 @@ def schedule_objects(cluster, units: list[tuple[str, int]]) -> None:
 
     cluster_id, plain = cluster.pk, [[k, int(i)] for k, i in units]
     transaction.on_commit(lambda: _enqueue(tasks.provision_objects, cluster_id, plain))
+
+
+def schedule_on_clusters(cluster_ids, units: list[tuple[str, int]]) -> None:
+    """Push `units` to each cluster once the transaction commits: written where wanted (expected there at
+    their current revision), deleted where no longer wanted (docs/routing.md)."""
+    from apps.clusters.models import Cluster
+
+    for cluster in Cluster.objects.filter(pk__in=set(cluster_ids)).order_by("pk"):
+        for kind, object_id in units:
+            obj = load(kind, object_id)
+            if wanted_on(kind, obj, cluster.pk):
+                expect(kind, obj, cluster)
+        schedule_objects(cluster, units)
+
+
+def schedule_on_holders(topic, units: list[tuple[str, int]], also=()) -> None:
+    """Push `units` (objects of `topic`) to every cluster that holds the topic, and to the clusters of `also`
+    (ids; where it was held until now, so what it no longer holds is deleted there)."""
+    schedule_on_clusters([*holder_ids(topic), *also], units)
 
 
 def _locked(cluster, keys) -> list[SyncState]:
@@ -170,7 +194,8 @@ def _bulk_update(records: list[SyncState], now) -> None:
 
 def _object_type(kind: str) -> str:
     return {ObjectKind.TOPIC: "topics.topic", ObjectKind.APP: "topics.app", ObjectKind.BINDING: "bindings.binding",
-            ObjectKind.GRANT: "bindings.producergrant"}.get(kind, "provisioning.znode")
+            ObjectKind.GRANT: "bindings.producergrant", ObjectKind.ROUTE: "topics.topic"}.get(kind,
+                                                                                          "provisioning.znode")
 
 
 @transaction.atomic
@@ -185,6 +210,17 @@ def record_failure(cluster, units: list[tuple[str, int]], error: str, *, final: 
         r.error = error[:2000]
         r.state = SyncStatus.FAILED if final else SyncStatus.PENDING
         r.save(update_fields=["attempts", "last_attempt_at", "error", "state", "updated_at"])
+
+
+@audited
+def record_removals(cluster, removed: list[tuple[str, int, str]], *, deleted: set[tuple[str, int]], actor) -> None:
+    """Objects a cluster no longer holds: their sync state goes, and each node deleted now is audited."""
+    for kind, object_id, path in removed:
+        SyncState.objects.filter(cluster=cluster, kind=kind, object_id=object_id).delete()
+        if (kind, object_id) in deleted:
+            record(actor=actor, action=f"{kind}.deprovisioned", object_type=_object_type(kind), object_id=object_id,
+                   object_repr=f"{cluster.name}:{path}"[:200], before={"cluster": cluster.name, "path": path},
+                   after=None)
 
 
 @audited
@@ -319,3 +355,4 @@ def update_schedule(*, actor, task, every: int, period: str, enabled: bool):
            object_id=task.pk, object_repr=task.name, before=before,
            after={"interval": str(interval), "enabled": enabled})
     return task
+

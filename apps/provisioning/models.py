@@ -13,6 +13,29 @@ class ObjectKind(models.TextChoices):
     BINDING = "binding", "Binding"
     APP = "app", "App"
     GRANT = "grant", "Producer grant"
+    ROUTE = "route", "Route"  # /routes/<topic>: where the topic's clients send and subscribe
+
+
+class Placement(models.Model):
+    """A cluster that holds a topic besides the one serving it, while the topic moves (docs/routing.md).
+
+    The serving cluster (`Topic.cluster`) is where producers send; consumers subscribe there and on every
+    placement with `consume`. Only apps.provisioning.placement writes these rows.
+    """
+
+    topic = models.ForeignKey("topics.Topic", on_delete=models.CASCADE, related_name="placements")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="placements")
+    consume = models.BooleanField(default=False, help_text="Consumers subscribe on this cluster too.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["topic_id", "cluster_id"]
+        constraints = [models.UniqueConstraint(fields=["topic", "cluster"], name="placement_unique_topic_cluster")]
+        permissions = [("move_topic", "Change which clusters hold and serve a topic")]
+
+    def __str__(self) -> str:
+        return f"{self.topic_id}@{self.cluster_id}{' (consume)' if self.consume else ''}"
 
 
 class SyncStatus(models.TextChoices):

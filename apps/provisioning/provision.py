@@ -15,10 +15,20 @@ from kazoo.exceptions import KazooException
 from apps.clusters.models import Cluster
 from apps.clusters.zookeeper import ZooKeeperUnreachable
 from apps.governance import actions as workflow
-from apps.governance.workflow import MATERIALIZED, State
+from apps.governance.workflow import MATERIALIZED, State, application_model
 from apps.provisioning import actions
-from apps.provisioning.desired import META, Desired, desired_one, load, meta_doc
-from apps.provisioning.models import SyncState, SyncStatus
+from apps.provisioning.desired import (
+    META,
+    Desired,
+    desired_one,
+    load,
+    load_any,
+    meta_doc,
+    path_of,
+    successor,
+    wanted_on,
+)
+from apps.provisioning.models import ObjectKind, SyncState, SyncStatus
 from apps.provisioning.status import observe
 from apps.provisioning.zk import Session, WriteConflict
 from broker_core.layout import LAYOUT
@@ -46,20 +56,36 @@ class ProvisioningError(Exception):
     """ZooKeeper answered but refused the write; retrying will not help without a change."""
 
 
-def application_model(kind: str):
-    from apps.bindings.models import BindingApplication, GrantApplication
-    from apps.topics.models import TopicApplication
 
-    return {"topic": TopicApplication, "binding": BindingApplication, "grant": GrantApplication}[kind]
+
+def _plan(cluster: Cluster, units: list[tuple[str, int]]) -> tuple[list[Desired], list[tuple[str, int, str]],
+                                                                   set[str]]:
+    """What to write on `cluster` (units it should hold), what it should no longer hold (kind, id, path) —
+    removed, retired or deleted, or on a cluster the topic moved away from — and which of those paths another
+    object holds now (a group bound again, a grant asked again, a topic name taken again): kept."""
+    desired: list[Desired] = []
+    removed: list[tuple[str, int, str]] = []
+    taken: set[str] = set()
+    known = {(r.kind, r.object_id): r.path for r in SyncState.objects.filter(cluster=cluster).filter(
+        kind__in={k for k, _ in units}, object_id__in={i for _, i in units})}
+    for kind, object_id in units:
+        obj = load(kind, object_id)
+        if wanted_on(kind, obj, cluster.pk):
+            desired.append(desired_one(kind, obj))
+            continue
+        row = load_any(kind, object_id)
+        path = known.get((kind, object_id)) or (path_of(kind, row) if row is not None else None)
+        if path is not None:
+            removed.append((kind, object_id, path))
+            if row is not None and successor(kind, row, cluster.pk) is not None:
+                taken.add(path)  # its node now belongs to another object: forgotten, not deleted
+    return desired, removed, taken
 
 
 def push(cluster: Cluster, units: list[tuple[str, int]]) -> list:
-    """Write each unit (kind, id) that still exists, read it back, record the result. Returns observations."""
-    desired: list[Desired] = []
-    for kind, object_id in units:
-        obj = load(kind, object_id)
-        if obj is not None:
-            desired.append(desired_one(kind, obj))
+    """Write each unit (kind, id) the cluster should hold and delete those it should no longer hold, read the
+    written ones back, record the result. Returns observations (of the written ones)."""
+    desired, removed, taken = _plan(cluster, units)
     session = Session(cluster.zk_connect, cluster.zk_chroot)
     meta = Desired(META, cluster.pk, LAYOUT.META, meta_doc(cluster), cluster)
     try:
@@ -68,6 +94,9 @@ def push(cluster: Cluster, units: list[tuple[str, int]]) -> list:
         for d in desired:
             session.put(d.path, d.data)
         nodes = session.read_many([d.path for d in desired])
+        gone = [(kind, object_id, path) for kind, object_id, path in reversed(removed)
+                if path not in taken and session.delete(path)]
+        session.delete_empty(_containers(removed))
     except (WriteConflict, KazooException) as exc:
         if isinstance(exc, WriteConflict):
             raise ZooKeeperUnreachable(str(exc)) from exc  # retry later, like an outage
@@ -76,7 +105,15 @@ def push(cluster: Cluster, units: list[tuple[str, int]]) -> list:
                .filter(kind__in={d.kind for d in desired}, object_id__in={d.object_id for d in desired})}
     observed = [(d, observe(d, nodes[d.path], records.get((d.kind, d.object_id)))) for d in desired]
     actions.record_observations(cluster, observed, attempt=True, actor=actors.PROVISIONING)
+    if removed:
+        actions.record_removals(cluster, removed, deleted={(k, i) for k, i, _ in gone}, actor=actors.PROVISIONING)
     return observed
+
+
+def _containers(removed: list[tuple[str, int, str]]) -> list[str]:
+    """The per-topic containers (/bindings/<t>, /grants/<t>) of removed topics: deleted when left empty."""
+    return [container(path.rsplit("/", 1)[1]) for kind, _, path in removed if kind == ObjectKind.TOPIC
+            for container in (LAYOUT.topic_bindings, LAYOUT.topic_grants)]
 
 
 def provision_application(kind: str, application_id: int, *, retries: int = 0) -> str:
@@ -150,3 +187,6 @@ def _settle_applications(units) -> None:
     for application in candidates:
         if _all_synced(application):
             workflow.mark_active(application)
+    from apps.lifecycle.settle import settle_waiting  # lifecycle's actions schedule pushes: a real cycle
+
+    settle_waiting(units)

@@ -1,7 +1,7 @@
 """Compare every object a cluster should hold with what its ZooKeeper holds; repair on request.
 
     missing     desired, absent from ZooKeeper
-    unexpected  in ZooKeeper under /topics, /bindings, /apps or /grants, not desired (e.g. made by hand)
+    unexpected  in ZooKeeper under /topics, /bindings, /apps, /grants or /routes, not desired (e.g. made by hand)
     different   both, with other content (the item carries a field-by-field diff)
     acl         a node of the chroot (the chroot itself, /meta, /brokers, every container and object) whose
                 ACL is not the one broker_core.zk_acl prescribes: open to writes, or to reading secret hashes
@@ -39,6 +39,7 @@ def read_cluster(session: Session, containers: list[str] | None = None) -> dict[
     paths = [LAYOUT.META]
     paths += [LAYOUT.topic(t) for t in session.children(LAYOUT.TOPICS)]
     paths += [LAYOUT.app(a) for a in session.children(LAYOUT.APPS)]
+    paths += [LAYOUT.route(t) for t in session.children(LAYOUT.ROUTES)]
     for container, leaf in ((LAYOUT.BINDINGS, LAYOUT.binding), (LAYOUT.GRANTS, LAYOUT.grant)):
         topics = session.children(container)
         kids = session.children_many([f"{container}/{t}" for t in topics])
@@ -53,7 +54,7 @@ def read_cluster(session: Session, containers: list[str] | None = None) -> dict[
 def acl_drift(session: Session, object_paths: list[str], containers: list[str]) -> list[dict]:
     """Items for every node (chroot, /brokers, containers, objects; not the brokers' own registrations) whose
     ACL differs from the one the layout prescribes."""
-    paths = ["", LAYOUT.BROKERS, LAYOUT.TOPICS, LAYOUT.BINDINGS, LAYOUT.APPS, LAYOUT.GRANTS, *containers,
+    paths = ["", LAYOUT.BROKERS, LAYOUT.TOPICS, LAYOUT.BINDINGS, LAYOUT.APPS, LAYOUT.GRANTS, LAYOUT.ROUTES, *containers,
              *object_paths]
     found = session.read_acls(sorted(set(paths)))
     items = []
@@ -68,7 +69,8 @@ def acl_drift(session: Session, object_paths: list[str], containers: list[str]) 
 
 def _kind_of_path(path: str) -> str:
     top = path.split("/")[1]
-    return {"topics": "topic", "bindings": "binding", "apps": "app", "grants": "grant", "meta": META}.get(top, top)
+    return {"topics": "topic", "bindings": "binding", "apps": "app", "grants": "grant", "routes": "route",
+            "meta": META}.get(top, top)
 
 
 def reconcile(cluster: Cluster, *, actor, repair: bool = False) -> ReconcileRun:

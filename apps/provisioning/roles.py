@@ -7,5 +7,6 @@ READ = ["provisioning.view_syncstate", "provisioning.view_reconcilerun"]
 extend(DEVELOPER, *READ)
 extend(APPROVER, *READ)
 extend(SRE, *READ, "provisioning.add_reconcilerun", "provisioning.repair_drift",
+       "provisioning.move_topic", "provisioning.view_placement",
        "django_celery_beat.view_periodictask", "django_celery_beat.change_periodictask")
 extend(AUDITOR, *READ)

@@ -6,21 +6,23 @@ from django.core.exceptions import ValidationError
 from django.http import Http404
 
 from apps.clusters.choices import Environment
+from apps.provisioning.desired import HELD, route_doc
 from apps.provisioning.models import ObjectKind, SyncState, SyncStatus
-from apps.topics.choices import TopicStatus
 from apps.topics.models import Topic
 from broker_core.layout import LAYOUT_VERSION
 
 
 def route_of(topic: Topic, sync_state: str | None = None) -> dict:
-    """`sync_state`: the topic's node as last read back from the cluster (pending until it has landed)."""
+    """docs/routing.md's document plus, for older SDKs, the serving cluster's ZooKeeper and the topic's
+    settings. `sync_state`: the topic's node as last read back from the serving cluster (pending until it
+    has landed)."""
     cluster = topic.cluster
     if sync_state is None:
         record = SyncState.objects.filter(kind=ObjectKind.TOPIC, object_id=topic.pk, cluster=cluster).first()
         sync_state = record.state if record else SyncStatus.PENDING
     return {
-        "topic": topic.name,
-        "environment": topic.environment,
+        **route_doc(topic),
+        "status": topic.status,
         "cluster": cluster.name,
         "zk_connect": cluster.zk_connect,
         "zk_chroot": cluster.zk_chroot,
@@ -45,17 +47,18 @@ def _environment(value: str | None) -> str:
 
 def route(topic_name: str, environment: str | None) -> dict:
     environment = _environment(environment)
-    topic = (Topic.objects.filter(name=topic_name, environment=environment, status=TopicStatus.ACTIVE)
-             .select_related("cluster").first())
+    topic = (Topic.objects.filter(name=topic_name, environment=environment, status__in=HELD)
+             .select_related("cluster").prefetch_related("placements__cluster").first())
     if topic is None:
-        raise Http404(f"No active topic {topic_name} in {environment}.")
+        raise Http404(f"No topic {topic_name} in {environment} (or it was deleted): check the name and the "
+                      "environment, or apply for the topic.")
     return route_of(topic)
 
 
 def routes(environment: str | None) -> list[dict]:
     environment = _environment(environment)
-    topics = list(Topic.objects.filter(environment=environment, status=TopicStatus.ACTIVE)
-                  .select_related("cluster").order_by("name"))
+    topics = list(Topic.objects.filter(environment=environment, status__in=HELD)
+                  .select_related("cluster").prefetch_related("placements__cluster").order_by("name"))
     states = {(s.object_id, s.cluster_id): s.state
               for s in SyncState.objects.filter(kind=ObjectKind.TOPIC, object_id__in=[t.pk for t in topics])}
     return [route_of(t, states.get((t.pk, t.cluster_id), SyncStatus.PENDING)) for t in topics]

@@ -156,14 +156,22 @@ def recorded_sync(applications) -> dict[tuple[str, int], list[SyncState]]:
     from apps.governance.workflow import MATERIALIZED
     from apps.provisioning.actions import units_of
 
-    wanted: dict[tuple[str, int], tuple[int, list[tuple[str, int]]]] = {}
+    # (cluster id or None for every cluster, units) per application
+    wanted: dict[tuple[str, int], tuple[int | None, list[tuple[str, int]]]] = {}
     for a in applications:
-        if a.state in MATERIALIZED and getattr(a, f"{a.kind}_id") is not None:
+        if a.state not in MATERIALIZED:
+            continue
+        if hasattr(a, "sync_units"):  # an application acting on something that exists, wherever it is held
+            wanted[(a.kind, a.pk)] = (None, a.sync_units())
+        elif getattr(a, f"{a.kind}_id") is not None:
             cluster_id = a.cluster_id if a.kind == "topic" else a.topic.cluster_id
             wanted[(a.kind, a.pk)] = (cluster_id, units_of(a))
     if not wanted:
         return {}
-    terms = [Q(cluster_id=c, kind=k, object_id=i) for c, units in wanted.values() for k, i in units]
-    found = {(r.cluster_id, r.kind, r.object_id): r
-             for r in SyncState.objects.filter(reduce(or_, terms)).select_related("cluster")}
-    return {key: [found[(c, k, i)] for k, i in units if (c, k, i) in found] for key, (c, units) in wanted.items()}
+    terms = [Q(kind=k, object_id=i, **({"cluster_id": c} if c else {})) for c, units in wanted.values()
+             for k, i in units]
+    found: dict[tuple[str, int], list[SyncState]] = {}
+    for r in SyncState.objects.filter(reduce(or_, terms)).select_related("cluster").order_by("cluster__name"):
+        found.setdefault((r.kind, r.object_id), []).append(r)
+    return {key: [r for k, i in units for r in found.get((k, i), []) if c is None or r.cluster_id == c]
+            for key, (c, units) in wanted.items()}

@@ -295,6 +295,15 @@ class Session:
         except NoNodeError:
             return False
 
+    def delete_empty(self, paths: list[str]) -> None:
+        """Delete each container of `paths` that has no children (left alone when it has some)."""
+        for path in paths:
+            try:
+                self._wait(self.zk.delete_async(self.abs(path)))
+            except (NoNodeError, NotEmptyError):
+                pass
+            self._known_dirs.discard(self.abs(path))
+
 
 def _first_failure(results) -> Exception | None:
     if not isinstance(results, list):

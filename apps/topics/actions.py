@@ -15,21 +15,18 @@ from apps.accounts.roles import ADMIN, has_role
 from apps.audit.recorder import audited, record
 from apps.audit.snapshot import snapshot
 from apps.governance import actions as workflow
-from apps.governance.workflow import State
 from apps.provisioning import actions as provisioning
 from apps.provisioning.desired import clusters_of_app
 from apps.provisioning.models import ObjectKind
 from apps.topics.models import App, Topic, TopicApplication
 from apps.transactions import outgoing
 from broker_core.auth import hash_secret, new_secret
-from control_plane.errors import ActionError, require_perm
+from control_plane.errors import require_perm
 
 OLD_SECRET_DEFAULT_S = 3600  # a rotation's overlap when none is chosen: one hour
 OLD_SECRET_MAX_S = 7 * 24 * 3600
 
-APPLICATION_FIELDS = ("name", "team", "environment", "cluster", "message_types", "expected_peak_mps",
-                      "max_message_bytes", "retention_hours", "storage_level", "transactional", "ordered",
-                      "tx_check_delay_s", "tx_check_interval_s", "tx_check_max", "description", "reason")
+APPLICATION_FIELDS = TopicApplication.fields_asked
 
 
 # --- apps ---------------------------------------------------------------------------------
@@ -55,13 +52,9 @@ def _require_app_owner(actor, app: App) -> None:
         raise PermissionDenied(f"Only members of team {app.team.name} may change app {app.app_id}.")
 
 
-def _push_app(app: App) -> None:
+def push_app(app: App) -> None:
     """Send the app's new revision to every cluster that knows it."""
-    from apps.clusters.models import Cluster
-
-    for cluster in Cluster.objects.filter(pk__in=clusters_of_app(app)):
-        provisioning.expect(ObjectKind.APP, app, cluster)
-        provisioning.schedule_objects(cluster, [(ObjectKind.APP, app.pk)])
+    provisioning.schedule_on_clusters(clusters_of_app(app), [(ObjectKind.APP, app.pk)])
 
 
 def validate_old_secret_valid_for(value) -> int:
@@ -92,26 +85,9 @@ def rotate_app_secret(*, actor, app: App, old_secret_valid_for_s: int = OLD_SECR
     app.secret_rotated_at = now
     app.revision += 1
     app.save()
-    _push_app(app)
+    push_app(app)
     record(actor=actor, action="app.rotate_secret", obj=app, before=before, after=snapshot(app))
     return app, secret
-
-
-@audited
-def set_app_active(*, actor, app: App, active: bool) -> App:
-    """Deactivate (brokers refuse its connections) or reactivate an app."""
-    _require_app_owner(actor, app)
-    app = App.objects.select_for_update().get(pk=app.pk)
-    if app.active == active:
-        return app
-    before = snapshot(app)
-    app.active = active
-    app.revision += 1
-    app.save()
-    _push_app(app)
-    record(actor=actor, action="app.activate" if active else "app.deactivate", obj=app, before=before,
-           after=snapshot(app))
-    return app
 
 
 @audited
@@ -167,67 +143,26 @@ def set_app_check_hosts(*, actor, app: App, hosts: list[str]) -> App:
 
 
 # --- topic applications ---------------------------------------------------------------------
+# The workflow is shared (apps/governance/actions.py); these name the kind for callers that know it.
 
 
-@audited
 def create_topic_application(*, actor, submit: bool = True, **fields) -> TopicApplication:
     """A new application: a draft, or (submit=True) straight to pending once the policy passes."""
-    require_perm(actor, "topics.add_topicapplication")
     workflow.check_fields(fields, APPLICATION_FIELDS)
-    application = TopicApplication(applicant=actor, **fields)
-    application.full_clean()
-    workflow.require_member(actor, application.team)
-    if submit:
-        report = workflow.check_policy(application, actor)
-        application.state = State.PENDING
-        application.policy_report = report.as_dict()
-        application.required_slots = list(report.required_approvals)
-        application.submitted_at = timezone.now()
-    application.save()
-    record(actor=actor, action="topic_application.create", obj=application, after=snapshot(application))
-    return application
+    return workflow.create(actor=actor, application=TopicApplication(**fields), submit=submit)
 
 
-@audited
 def update_topic_application(*, actor, application: TopicApplication, **changes) -> TopicApplication:
-    """Edit a draft (only the applicant; a submitted application is withdrawn and applied for anew)."""
-    require_perm(actor, "topics.change_topicapplication")
-    workflow.check_fields(changes, APPLICATION_FIELDS)
-    application = TopicApplication.objects.select_for_update().get(pk=application.pk)
-    if actor is None or actor.pk != application.applicant_id:
-        raise PermissionDenied("Only the applicant may edit this application.")
-    if application.state != State.DRAFT:
-        raise ActionError("Only a draft can be edited; withdraw this application and apply again.")
-    before = snapshot(application)
-    for key, value in changes.items():
-        setattr(application, key, value)
-    application.full_clean()
-    workflow.require_member(actor, application.team)
-    application.save()
-    record(actor=actor, action="topic_application.update", obj=application, before=before,
-           after=snapshot(application))
-    return application
+    return workflow.update(actor=actor, application=application, changes=changes, allowed=APPLICATION_FIELDS)
 
 
-def submit_topic_application(*, actor, application):
-    require_perm(actor, "topics.change_topicapplication")
-    return workflow.submit(actor=actor, application=application)
+submit_topic_application = workflow.submit
+withdraw_topic_application = workflow.withdraw
+approve_topic_application = workflow.approve
+reject_topic_application = workflow.reject
 
 
-def withdraw_topic_application(*, actor, application):
-    require_perm(actor, "topics.change_topicapplication")
-    return workflow.withdraw(actor=actor, application=application)
-
-
-def approve_topic_application(*, actor, application, comment: str = ""):
-    return workflow.approve(actor=actor, application=application, comment=comment, materialize=_materialize)
-
-
-def reject_topic_application(*, actor, application, comment: str):
-    return workflow.reject(actor=actor, application=application, comment=comment)
-
-
-def _materialize(actor, application: TopicApplication) -> None:
+def materialize(actor, application: TopicApplication) -> None:
     """The approved application becomes a topic, expected on its cluster, pushed after commit."""
     topic = Topic(name=application.name, team=application.team, environment=application.environment,
                   cluster=application.cluster, message_types=list(application.message_types),

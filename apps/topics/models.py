@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -130,13 +131,21 @@ class Topic(TopicSettings):
     description = models.TextField(blank=True)
     revision = models.PositiveIntegerField(default=1, editable=False)
     status = models.CharField(max_length=16, choices=TopicStatus.choices, default=TopicStatus.ACTIVE)
+    # grows by one on every change of where clients send and subscribe (docs/routing.md)
+    route_version = models.PositiveIntegerField(default=1, editable=False)
+    retired_at = models.DateTimeField(null=True, blank=True, editable=False,
+                                      help_text="When it was retired: its data goes retention_hours after this, "
+                                                "once its bindings have drained.")
+    deleted_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
         ordering = ["environment", "name"]
         constraints = [
-            models.UniqueConstraint(fields=["name", "environment"], name="topic_unique_name_per_environment"),
+            # a deleted topic's name is free again; an active or retired one holds it
+            models.UniqueConstraint(fields=["name", "environment"], condition=~models.Q(status=TopicStatus.DELETED),
+                                    name="topic_unique_live_name_per_environment"),
         ]
 
     def __str__(self) -> str:
@@ -149,12 +158,23 @@ class Topic(TopicSettings):
     def retention_s(self) -> int:
         return self.retention_hours * 3600
 
+    @property
+    def data_deleted_after(self):
+        """A retired topic's data (and name) is kept at least until then."""
+        return self.retired_at + timedelta(hours=self.retention_hours) if self.retired_at else None
+
 
 class TopicApplication(TopicSettings, ApplicationBase):
     """A developer's request for a new topic, through policy and approval to provisioning."""
 
     kind = "topic"
+    prefix = "T"
     approve_perm = "topics.approve_topicapplication"
+    list_related = ("team", "cluster", "applicant")
+    fields_asked = ("name", "team", "environment", "cluster", "message_types", "expected_peak_mps",
+                    "max_message_bytes", "retention_hours", "storage_level", "transactional", "ordered",
+                    "tx_check_delay_s", "tx_check_interval_s", "tx_check_max", "description", "reason")
+    materializer = "apps.topics.actions.materialize"
 
     topic = models.OneToOneField(Topic, null=True, blank=True, on_delete=models.PROTECT,
                                  related_name="application", editable=False)
@@ -165,7 +185,7 @@ class TopicApplication(TopicSettings, ApplicationBase):
             ("approve_production", "Approve applications for production clusters as SRE"),
         ]
 
-    def __str__(self) -> str:
+    def summary(self) -> str:
         return f"topic {self.name} ({self.environment})"
 
     def get_absolute_url(self):

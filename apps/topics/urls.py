@@ -10,7 +10,6 @@ urlpatterns = [
     path("apps/new/", views.AppCreateView.as_view(), name="app-create"),
     path("apps/<slug:app_id>/", views.AppDetailView.as_view(), name="app-detail"),
     path("apps/<slug:app_id>/rotate-secret/", views.AppRotateView.as_view(), name="app-rotate"),
-    path("apps/<slug:app_id>/active/", views.AppActiveView.as_view(), name="app-active"),
     path("applications/topics/new/", views.TopicApplicationFormView.as_view(), name="application-create"),
     path("applications/topics/<int:pk>/", views.TopicApplicationDetailView.as_view(), name="application-detail"),
     path("applications/topics/<int:pk>/edit/", views.TopicApplicationFormView.as_view(), name="application-edit"),

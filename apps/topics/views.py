@@ -9,6 +9,7 @@ from apps.accounts.models import Team
 from apps.accounts.roles import ADMIN, has_role
 from apps.bindings.models import Binding, ProducerGrant
 from apps.governance import views as governance
+from apps.governance.workflow import State
 from apps.provisioning.models import SyncState
 from apps.provisioning.routing import route_of
 from apps.provisioning.status import live_status_of
@@ -56,6 +57,7 @@ class TopicDetailView(LoginRequiredMixin, PermissionRequiredMixin, View):
             "sync": live_status_of("topic", topic),
             "bindings": [(b, bsync.get(b.pk)) for b in bindings],
             "grants": [(g, gsync.get(g.pk)) for g in grants],
+            "open_applications": topic.lifecycle_applications.filter(state=State.PENDING),
         })
 
 
@@ -129,28 +131,13 @@ class AppRotateView(LoginRequiredMixin, View):
         return render(request, "topics/app_secret.html", {"object": app, "secret": secret, "created": False})
 
 
-class AppActiveView(LoginRequiredMixin, View):
-    raise_exception = True
-
-    def post(self, request, app_id):
-        app = get_object_or_404(App, app_id=app_id)
-        active = request.POST.get("active") == "1"
-        actions.set_app_active(actor=request.user, app=app, active=active)
-        messages.success(request, f"App {app.app_id} {'activated' if active else 'deactivated'}.")
-        return redirect("topics:app-detail", app_id=app.app_id)
-
-
 # --- topic applications ---------------------------------------------------------------------
 
 
 class TopicApplicationFormView(governance.ApplicationFormView):
     model = TopicApplication
     form_class = TopicApplicationForm
-    kind = "topic"
     noun = "topic"
-    create_fn = actions.create_topic_application
-    update_fn = actions.update_topic_application
-    submit_fn = actions.submit_topic_application
     detail_url = "topics:application-detail"
 
 
@@ -174,5 +161,3 @@ class TopicApplicationDetailView(governance.ApplicationDetailView):
 class TopicApplicationVerbView(governance.ApplicationVerbView):
     model = TopicApplication
     detail_url = "topics:application-detail"
-    verbs = {"submit": actions.submit_topic_application, "withdraw": actions.withdraw_topic_application,
-             "approve": actions.approve_topic_application, "reject": actions.reject_topic_application}

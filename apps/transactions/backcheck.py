@@ -54,9 +54,10 @@ DEFAULT_TIMING = TxTiming(TX_CHECK_DEFAULTS["delay_s"], TX_CHECK_DEFAULTS["inter
 
 
 def timings_of(cluster) -> dict[str, TxTiming]:
-    """The back-check timing of each topic on the cluster (other topics get the defaults)."""
-    rows = Topic.objects.filter(cluster=cluster).values_list("name", "tx_check_delay_s", "tx_check_interval_s",
-                                                              "tx_check_max", "transactional")
+    """The back-check timing of each topic on the cluster, served there or held there while it moves (its
+    prepared messages stay and are checked where they were prepared); other topics get the defaults."""
+    rows = Topic.objects.filter(Q(cluster=cluster) | Q(placements__cluster=cluster)).distinct().values_list(
+        "name", "tx_check_delay_s", "tx_check_interval_s", "tx_check_max", "transactional")
     return {name: TxTiming(d, i, m) for name, d, i, m, _ in rows}
 
 

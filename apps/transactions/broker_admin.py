@@ -41,11 +41,32 @@ def live_brokers(cluster) -> list[BrokerEndpoint]:
     return [BrokerEndpoint(b.node_id, b.host, int(b.metrics_port)) for b in health.brokers if b.metrics_port]
 
 
+def admin_headers(token: str | None = None) -> dict[str, str]:
+    """The headers of every admin call: JSON, and the brokers' bearer token (the settings' unless given)."""
+    token = settings.SWITCHYARD_BROKER_ADMIN_TOKEN if token is None else token
+    return {"Accept": "application/json", "Authorization": f"Bearer {token}"}
+
+
+def admin_timeout() -> float:
+    return settings.SWITCHYARD_BROKER_ADMIN_TIMEOUT
+
+
+def answer_error(where: str, status: int, raw: bytes) -> BrokerAdminError:
+    """A broker's error answer (`{"error": code, "message": what to do}`) as a BrokerAdminError."""
+    try:
+        payload = json.loads(raw or b"{}")
+    except ValueError:
+        payload = {"error": "not_json", "message": raw[:200].decode(errors="replace")}
+    code = payload.get("error", "") if isinstance(payload, dict) else ""
+    message = payload.get("message", "") if isinstance(payload, dict) else ""
+    return BrokerAdminError(f"{where}: {status} {code}: {message}", status, code)
+
+
 class BrokerAdmin:
     def __init__(self, endpoint: BrokerEndpoint, token: str | None = None, timeout: float | None = None):
         self.endpoint = endpoint
-        self.token = settings.SWITCHYARD_BROKER_ADMIN_TOKEN if token is None else token
-        self.timeout = timeout or settings.SWITCHYARD_BROKER_ADMIN_TIMEOUT
+        self.token = token
+        self.timeout = timeout or admin_timeout()
         self._conn: http.client.HTTPConnection | None = None
 
     def close(self) -> None:
@@ -116,7 +137,7 @@ class BrokerAdmin:
         query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
         url = f"{path}?{query}" if query else path
         data = json.dumps(body).encode() if body is not None else None
-        headers = {"Accept": "application/json", "Authorization": f"Bearer {self.token}"}
+        headers = admin_headers(self.token)
         if data is not None:
             headers["Content-Type"] = "application/json"
         where = f"broker {self.endpoint.node_id} ({self.endpoint.host}:{self.endpoint.metrics_port}) {method} {path}"
@@ -141,15 +162,12 @@ class BrokerAdmin:
                 raise BrokerAdminError(f"{where}: no answer within {self._conn_timeout(timeout):g}s: {exc}") from exc
         if response.will_close:
             self.close()
-        try:
-            payload = json.loads(raw or b"{}")
-        except ValueError:
-            payload = {"error": "not_json", "message": raw[:200].decode(errors="replace")}
         if response.status != 200:
-            code = payload.get("error", "") if isinstance(payload, dict) else ""
-            message = payload.get("message", "") if isinstance(payload, dict) else ""
-            raise BrokerAdminError(f"{where}: {response.status} {code}: {message}", response.status, code)
-        return payload
+            raise answer_error(where, response.status, raw)
+        try:
+            return json.loads(raw or b"{}")
+        except ValueError as exc:
+            raise answer_error(where, response.status, raw) from exc
 
     def _conn_timeout(self, timeout: float | None) -> float:
         return timeout or self.timeout

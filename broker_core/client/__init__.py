@@ -2,7 +2,8 @@
 
     from broker_core.client import Producer, Consumer, Message
 
-See `producer.py` and `consumer.py` for the details; `discovery.py` for how brokers are found.
+See `producer.py` and `consumer.py` for the details; `locator.py` for how a topic's route and brokers are
+found and followed (docs/routing.md), `routes.py` for the route document.
 """
 
 from broker_core.client.consumer import AsyncConsumer, Consumer, Nack, ReceivedMessage
@@ -10,15 +11,21 @@ from broker_core.client.errors import (
     AuthError,
     BrokerError,
     ConnectionLost,
+    ControlPlaneError,
+    ControlPlaneUnreachable,
     NoBrokers,
+    RouteUnknown,
     SendTimeout,
     SwitchyardError,
+    ZooKeeperUnreachable,
 )
 from broker_core.client.producer import AsyncProducer, Message, Producer
+from broker_core.client.routes import Route
 from broker_core.client.transactions import PreparedMessage, TxCheck, TxResult
 
 __all__ = [
-    "AsyncConsumer", "AsyncProducer", "AuthError", "BrokerError", "ConnectionLost", "Consumer", "Message", "Nack",
-    "NoBrokers", "PreparedMessage", "Producer", "ReceivedMessage", "SendTimeout", "SwitchyardError", "TxCheck",
-    "TxResult",
+    "AsyncConsumer", "AsyncProducer", "AuthError", "BrokerError", "ConnectionLost", "ControlPlaneError",
+    "ControlPlaneUnreachable", "Consumer", "Message", "Nack", "NoBrokers", "PreparedMessage", "Producer",
+    "ReceivedMessage", "Route", "RouteUnknown", "SendTimeout", "SwitchyardError", "TxCheck", "TxResult",
+    "ZooKeeperUnreachable",
 ]

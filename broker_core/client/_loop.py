@@ -43,6 +43,12 @@ class LoopThread:
     def call(self, fn, *args) -> None:
         self.loop.call_soon_threadsafe(fn, *args)
 
+    def apply(self, fn, *args, timeout: float = 10):
+        """Run `fn(*args)` on the loop (where the client's state changes) and return its result."""
+        async def call():
+            return fn(*args)
+        return self.run(call(), timeout)
+
     def stop(self) -> None:
         if self.loop.is_closed():
             return

@@ -14,6 +14,7 @@ import itertools
 import logging
 import socket
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -75,6 +76,8 @@ class BrokerConnection(asyncio.Protocol):
         self._heartbeat_task: asyncio.Task | None = None
         self._writable = asyncio.Event()
         self._writable.set()
+        self._pings = self._pongs = 0  # Pongs answer Pings in order
+        self._pong_waiters: deque[tuple[int, asyncio.Future]] = deque()
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -131,7 +134,11 @@ class BrokerConnection(asyncio.Protocol):
         elif kind is p.Ping:
             self.send(p.Pong())
         elif kind is p.Pong:
-            pass
+            self._pongs += 1
+            while self._pong_waiters and self._pong_waiters[0][0] <= self._pongs:
+                waiter = self._pong_waiters.popleft()[1]
+                if not waiter.done():
+                    waiter.set_result(None)
         elif kind is p.Error:
             self._handle_error(event)
         elif kind is p.Welcome:
@@ -222,6 +229,18 @@ class BrokerConnection(asyncio.Protocol):
             waiter.set_exception(exc)
         return waiter
 
+    def ping(self) -> asyncio.Future:
+        """Send a Ping; the future is done when its Pong comes back: the broker has handled everything sent
+        before it, and what it sent before answering has arrived."""
+        self._send_ping()
+        waiter = self.loop.create_future()
+        self._pong_waiters.append((self._pings, waiter))
+        return waiter
+
+    def _send_ping(self) -> None:
+        self.send(p.Ping())
+        self._pings += 1
+
     # -- heartbeats and closing -------------------------------------------------------------------
 
     async def _heartbeats(self) -> None:
@@ -233,7 +252,7 @@ class BrokerConnection(asyncio.Protocol):
                 self.close(ConnectionLost(f"broker {self.address} silent for {now - self.last_recv:.1f}s"))
                 return
             if now - self.last_send >= interval / 2 and self.transport is not None:
-                self.send(p.Ping())
+                self._send_ping()
 
     def close(self, reason: BaseException | None = None) -> None:
         if self.transport is not None and not self.transport.is_closing():
@@ -254,5 +273,9 @@ class BrokerConnection(asyncio.Protocol):
             if not waiter.done():
                 waiter.set_exception(reason)
         self.pending.clear()
+        for _, waiter in self._pong_waiters:
+            if not waiter.done():
+                waiter.set_exception(reason)
+        self._pong_waiters.clear()
         if self._heartbeat_task is not None and self._heartbeat_task is not asyncio.current_task():
             self._heartbeat_task.cancel()

@@ -6,9 +6,17 @@
                         zk="zk1:2181/switchyard/prod-a")
     consumer.start()  ...  consumer.stop()
 
-The consumer connects to every live broker of the cluster (messages stored on any of them must be
-drained), subscribes on each with `credit` messages in flight at most, and follows the broker list:
-new brokers are joined, lost connections are retried and re-subscribed by themselves.
+The consumer connects to every live broker of every cluster the topic's route names for consumers
+(messages stored on any of them must be drained), subscribes on each with `credit` messages in flight
+at most, and follows the broker lists: new brokers are joined, lost connections are retried and
+re-subscribed by themselves. It follows the route too (docs/routing.md): a cluster joining the route is
+subscribed on at once; a cluster leaving it is retired gently (no new deliveries, what it delivered is
+handled and acknowledged there, then its connections close). Acks always go to the connection the
+message came from.
+
+A consumer that cannot start says why, within about `connect_timeout`: `RouteUnknown`,
+`ControlPlaneUnreachable`, `ZooKeeperUnreachable`, `NoBrokers` (`broker_core.client.errors`), or the
+broker's refusal (no binding, wrong secret).
 
 `AsyncConsumer` runs an `async def` handler as a task per delivered batch, and a plain function
 inline on the loop (keep it short). `Consumer` runs the handler on its own worker thread, so a slow
@@ -24,45 +32,18 @@ import os
 import queue
 import socket
 import threading
-import time
 from collections.abc import Callable
 
 from broker_core import protocol as p
 from broker_core.client._loop import LoopThread
+from broker_core.client._session import ReceivedMessage, _BrokerSession, _ClusterSubscription
 from broker_core.client.connection import BrokerAddress, BrokerConnection
-from broker_core.client.discovery import Discovery, Locator
-from broker_core.client.errors import AuthError, BrokerError, ConnectionLost, SwitchyardError
+from broker_core.client.locator import Locator
+from broker_core.client.routes import Route
 
 log = logging.getLogger("broker_core.client.consumer")
 
 REFUSALS = (p.E_NO_BINDING, p.E_AUTH_FAILED, p.E_NOT_AUTHENTICATED)
-
-
-class ReceivedMessage:
-    """A delivered message. `attempt` counts deliveries to this group (1 the first time)."""
-
-    __slots__ = ("topic", "group", "broker", "seq", "attempt", "_m")
-
-    def __init__(self, topic: str, group: str, broker: str, seq: int, attempt: int, m: list):
-        self.topic = topic
-        self.group = group
-        self.broker = broker
-        self.seq = seq
-        self.attempt = attempt
-        self._m = m
-
-    id = property(lambda self: self._m[p.M_ID])
-    message_type = property(lambda self: self._m[p.M_TYPE])
-    key = property(lambda self: self._m[p.M_KEY])
-    business_id = property(lambda self: self._m[p.M_BUSINESS_ID])
-    headers = property(lambda self: self._m[p.M_HEADERS])
-    body = property(lambda self: self._m[p.M_BODY])
-    ttl_ms = property(lambda self: self._m[p.M_TTL_MS])
-    timestamp_ms = property(lambda self: self._m[p.M_TIMESTAMP_MS])
-
-    def __repr__(self) -> str:
-        return (f"<ReceivedMessage {self.topic}/{self.group} id={self.id} type={self.message_type!r} "
-                f"attempt={self.attempt} {len(self.body)} bytes>")
 
 
 class Nack(Exception):
@@ -72,130 +53,6 @@ class Nack(Exception):
     def __init__(self, reason: str = "", delay_ms: int = -1):
         super().__init__(reason)
         self.delay_ms = delay_ms
-
-
-class _BrokerSession:
-    """The consumer's connection to one broker, kept open (reconnect + re-subscribe) until dropped."""
-
-    def __init__(self, consumer: AsyncConsumer, address: BrokerAddress):
-        self.consumer = consumer
-        self.address = address
-        self.conn: BrokerConnection | None = None
-        self.sub_id: int | None = None
-        self.dropped = False
-        self.subscribed = asyncio.Event()
-        self.refusal: BaseException | None = None
-        self._acks: list[int] = []
-        self._nacks: list[list] = []
-        self._flush_scheduled = False
-        self.loop = asyncio.get_running_loop()
-        self.task = self.loop.create_task(self._run())
-
-    async def _run(self) -> None:
-        consumer = self.consumer
-        delay = 0.05
-        while not self.dropped:
-            if consumer.gone_too_long(self.address):
-                log.info("consumer: %s left the cluster's broker list %ds ago; no longer retrying it",
-                         self.address, consumer.forget_after)
-                consumer.sessions.pop(self.address, None)
-                return
-            try:
-                conn = await BrokerConnection.open(
-                    self.address, timeout=consumer.connect_timeout, app_id=consumer.app_id, secret=consumer.secret,
-                    client_id=consumer.client_id, heartbeat_ms=consumer.heartbeat_ms, on_deliver=self._delivered,
-                    on_unsubscribed=self._unsubscribed)
-            except (OSError, SwitchyardError, TimeoutError) as exc:
-                if isinstance(exc, AuthError):
-                    self.refusal = exc
-                    self.subscribed.set()
-                log.debug("consumer: %s unreachable: %s", self.address, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
-                continue
-            self.conn = conn
-            try:
-                answer = await asyncio.wait_for(conn.request(p.Subscribe(
-                    conn.next_ref(), consumer.topic, consumer.group, consumer.credit, consumer.ack_timeout_ms)),
-                    consumer.connect_timeout)
-            except BrokerError as exc:
-                self.refusal = exc
-                self.subscribed.set()
-                log.warning("consumer: %s refused %s/%s: %s", self.address, consumer.topic, consumer.group, exc)
-                conn.close()
-                await asyncio.sleep(consumer.resubscribe_delay)
-                continue
-            except (SwitchyardError, TimeoutError) as exc:
-                log.debug("consumer: subscribe on %s failed: %s", self.address, exc)
-                conn.close()
-                await asyncio.sleep(delay)
-                continue
-            self.sub_id = answer.sub_id
-            self.refusal = None
-            self.subscribed.set()
-            delay = 0.05
-            consumer.subscriptions += 1
-            await conn.closed
-            self.sub_id = None
-            if not self.dropped:
-                log.info("consumer: connection to %s lost; reconnecting", self.address)
-
-    def _unsubscribed(self, conn: BrokerConnection, ev: p.Unsubscribed) -> None:
-        log.warning("consumer: broker %s ended the subscription: %s", self.address, ev.reason)
-        conn.close()  # _run connects again and retries the subscription after a pause
-
-    def _delivered(self, conn: BrokerConnection, ev: p.Deliver) -> None:
-        consumer = self.consumer
-        if self.sub_id is None:
-            self.sub_id = ev.sub_id  # deliveries can arrive in the same read as the Subscribed answer
-        elif ev.sub_id != self.sub_id:
-            return
-        node = conn.welcome.node_id if conn.welcome else str(self.address)
-        topic, group = consumer.topic, consumer.group
-        try:
-            messages = [ReceivedMessage(topic, group, node, item[0], item[1], item[2]) for item in ev.items]
-        except (IndexError, TypeError) as exc:
-            log.error("consumer: undecodable delivery from %s: %s", self.address, exc)
-            conn.close()
-            return
-        consumer.received += len(messages)
-        consumer.dispatch(self, conn, messages)
-
-    # called on the loop with the outcome of a batch
-    def settle(self, conn: BrokerConnection, acks: list[int], nacks: list[list]) -> None:
-        if conn is not self.conn or not conn.is_open:
-            return  # the broker put them back in the queue when the connection went
-        self._acks.extend(acks)
-        self._nacks.extend(nacks)
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.loop.call_soon(self._flush_acks)
-
-    def _flush_acks(self) -> None:
-        self._flush_scheduled = False
-        conn = self.conn
-        acks, self._acks = self._acks, []
-        nacks, self._nacks = self._nacks, []
-        if conn is None or not conn.is_open or self.sub_id is None:
-            return
-        try:
-            if acks:
-                conn.send(p.Ack(self.sub_id, acks))
-            if nacks:
-                conn.send(p.Nack(self.sub_id, nacks))
-        except ConnectionLost:
-            pass
-
-    async def drop(self) -> None:
-        self.dropped = True
-        if self.conn is not None:
-            self._flush_acks()
-            self.conn.close()
-        self.task.cancel()
-        try:
-            await self.task
-        except (asyncio.CancelledError, Exception):
-            pass
 
 
 class AsyncConsumer:
@@ -218,6 +75,7 @@ class AsyncConsumer:
         connect_timeout: float = 5.0,
         resubscribe_delay: float = 2.0,
         forget_after: float = 600.0,
+        drain_timeout: float = 30.0,
         cache_dir=None,
         api_token: str | None = None,
     ):
@@ -235,49 +93,78 @@ class AsyncConsumer:
         self.heartbeat_ms = heartbeat_ms
         self.connect_timeout = connect_timeout
         self.resubscribe_delay = resubscribe_delay
-        self.sessions: dict[BrokerAddress, _BrokerSession] = {}
-        self.discovery: Discovery | None = None
+        self.drain_timeout = drain_timeout
+        self.clusters: dict[str, _ClusterSubscription] = {}  # by connect string: the clusters subscribed on
         self.received = self.acked = self.nacked = 0
         self.subscriptions = 0
+        self.route_changes = 0
         self._tasks: set[asyncio.Task] = set()
-        self._left: dict[BrokerAddress, float] = {}  # brokers no longer listed, since when
+        self._retiring: set[asyncio.Task] = set()
         self.forget_after = forget_after
         self.stopped = False
 
+    @property
+    def sessions(self) -> dict[BrokerAddress, _BrokerSession]:
+        """Every broker session, of every cluster subscribed on."""
+        return {a: s for cluster in self.clusters.values() for a, s in cluster.sessions.items()}
+
     async def start(self, timeout: float | None = None) -> None:
-        """Subscribe on every live broker. Raises the broker's refusal (no binding, wrong secret)."""
+        """Subscribe on every live broker of every cluster the route names for consumers. Raises why it cannot
+        (RouteUnknown, ControlPlaneUnreachable, ZooKeeperUnreachable, NoBrokers) or the broker's refusal (no
+        binding, wrong secret)."""
         timeout = timeout if timeout is not None else self.connect_timeout
-        self.discovery = await self.locator.discovery(self.topic)
-        self.discovery.listeners.append(self._brokers_changed)
-        brokers = await self.discovery.wait_for_brokers(timeout)
-        self._brokers_changed(brokers)
+        try:
+            await self._start(timeout)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _start(self, timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        route = await self.locator.route(self.topic)
+        remaining = max(deadline - loop.time(), 0.05)
+        found = await asyncio.gather(*(self.locator.ready_discovery(zk, route.name_of(zk), remaining)
+                                       for zk in route.consume_zks), return_exceptions=True)
+        failed = [f for f in found if isinstance(f, BaseException)]
+        if len(failed) == len(found):
+            raise failed[0]
+        for exc in failed:  # the others are subscribed on; this one is joined when its brokers show up
+            log.warning("consumer %s/%s: %s", self.topic, self.group, exc)
+        self.locator.on_route(self.topic, self._route_changed)
+        self._follow(self.locator.current(self.topic))
         sessions = list(self.sessions.values())
-        await asyncio.wait([asyncio.ensure_future(s.subscribed.wait()) for s in sessions], timeout=timeout)
+        if sessions:
+            await asyncio.wait([asyncio.ensure_future(s.subscribed.wait()) for s in sessions],
+                               timeout=max(deadline - loop.time(), 0.05))
         refusals = [s.refusal for s in sessions if s.refusal is not None]
         if refusals:
-            await self.stop()
             raise refusals[0]
         if not any(s.sub_id for s in sessions):
             log.warning("consumer %s/%s: no broker answered within %.0fs; still trying", self.topic, self.group,
                         timeout)
 
-    def _brokers_changed(self, brokers: list[BrokerAddress]) -> None:
+    def _follow(self, route: Route) -> None:
+        """Subscribe on the clusters of `route.consume` not subscribed on yet; retire the others."""
+        wanted = route.consume_zks
+        for zk in wanted:
+            name = route.name_of(zk)
+            if zk in self.clusters:
+                self.clusters[zk].name = name
+            else:
+                self.clusters[zk] = _ClusterSubscription(self, zk, name, self.locator.discovery_for(zk, name))
+        for zk in [zk for zk in self.clusters if zk not in wanted]:
+            task = asyncio.get_running_loop().create_task(self.clusters.pop(zk).retire(self.drain_timeout))
+            self._retiring.add(task)
+            task.add_done_callback(self._retiring.discard)
+
+    def _route_changed(self, route: Route) -> None:
         if self.stopped:
             return
-        now = time.monotonic()
-        for address in brokers:
-            self._left.pop(address, None)
-            if address not in self.sessions:
-                self.sessions[address] = _BrokerSession(self, address)
-        # A broker that left the list keeps its session for a while: it may be restarting with
-        # messages on disk. After `forget_after` seconds away (and disconnected) it is dropped.
-        for address in self.sessions:
-            if address not in brokers:
-                self._left.setdefault(address, now)
-
-    def gone_too_long(self, address: BrokerAddress) -> bool:
-        left = self._left.get(address)
-        return left is not None and time.monotonic() - left > self.forget_after
+        self.route_changes += 1
+        log.info("consumer %s/%s: route version %d, consuming from %s", self.topic, self.group, route.version,
+                 ",".join(route.consume))
+        self._follow(route)
 
     def dispatch(self, session: _BrokerSession, conn: BrokerConnection, messages: list[ReceivedMessage]) -> None:
         if self.is_async:
@@ -318,17 +205,25 @@ class AsyncConsumer:
 
     async def stop(self) -> None:
         self.stopped = True
-        if self.discovery is not None and self._brokers_changed in self.discovery.listeners:
-            self.discovery.listeners.remove(self._brokers_changed)
-        for session in list(self.sessions.values()):
-            await session.drop()
-        self.sessions.clear()
+        if self.locator.current(self.topic) is not None:
+            self.locator.remove_route_listener(self.topic, self._route_changed)
+        for task in list(self._retiring):
+            task.cancel()  # a retiring cluster still closes its sessions (acks flushed)
+        await asyncio.gather(*self._retiring, return_exceptions=True)
+        for cluster in list(self.clusters.values()):
+            await cluster.stop()
+        self.clusters.clear()
         for task in list(self._tasks):
             task.cancel()
         self.locator.stop()
 
     def connected_brokers(self) -> list[str]:
+        """The brokers subscribed on now, of every cluster of the route (`node@host:port`)."""
         return [str(s.address) for s in self.sessions.values() if s.sub_id is not None]
+
+    def route(self) -> Route | None:
+        """The route the consumer follows (None before start)."""
+        return self.locator.current(self.topic)
 
 
 def run_handler(handler: Callable, messages: list[ReceivedMessage]) -> tuple[list[int], list[list]]:
@@ -395,10 +290,15 @@ class Consumer:
     def dead_letters(self, limit: int = 100) -> list[dict]:
         return self._thread.run(self._async.dead_letters(limit), 30)
 
+    def route(self) -> Route | None:
+        """The route the consumer follows now."""
+        return self._thread.apply(self._async.route)
+
     @property
     def stats(self) -> dict:
         a = self._async
-        return {"received": a.received, "acked": a.acked, "nacked": a.nacked, "brokers": a.connected_brokers()}
+        return {"received": a.received, "acked": a.acked, "nacked": a.nacked, "brokers": a.connected_brokers(),
+                "clusters": [c.name for c in a.clusters.values()]}
 
     def stop(self) -> None:
         try:

@@ -1,18 +1,17 @@
-"""Finding a cluster's brokers: in its ZooKeeper, or through the control plane's route endpoint.
+"""Finding a cluster's brokers, and reading a topic's route document, in the cluster's ZooKeeper.
 
-- ZooKeeper: `zk="host:port[,host:port]/switchyard/prod-a"` (the connect string with the chroot).
-  The SDK watches `/brokers` there and keeps the list current.
-- Route endpoint: `control_plane="http://cp:8000"`, `environment="prod"`, `api_token="..."` (the
-  endpoint takes token auth); the SDK asks `GET /api/v1/routes/<topic>/?environment=prod`, which
-  answers the cluster serving the topic as JSON with `zk_connect` and `zk_chroot` (a ready
-  `zk_hosts` is accepted too), then watches that ZooKeeper as above.
-- Fixed list: `brokers=["host:port", ...]` (no ZooKeeper; for tools and tests of the SDK itself).
+- `ZkDiscovery(zk="host:port[,host:port]/switchyard/prod-a")` (the connect string with the chroot) watches
+  `/brokers` there and keeps the list current; `watch_route(topic, ...)` watches `/routes/<topic>`.
+- `StaticDiscovery(brokers=["host:port", ...])`: a fixed list (no ZooKeeper; for tools and tests of the SDK).
 
-Every list read from ZooKeeper is cached on disk (`cache_dir`, default
-`$SWITCHYARD_CACHE_DIR` or `~/.cache/switchyard`), so a client starting while ZooKeeper is down
-still finds the brokers it saw last.
+Which cluster a topic's clients use is the `Locator`'s job (`broker_core.client.locator`).
 
-kazoo calls back on its own thread: changes are handed to the event loop with call_soon_threadsafe.
+One ZooKeeper client per ensemble per process: every ZkDiscovery of the same hosts shares it (each
+chroot is a path prefix, not a kazoo chroot). Every broker list read from ZooKeeper is cached on disk
+(`cache_dir`, default `$SWITCHYARD_CACHE_DIR` or `~/.cache/switchyard`), so a client starting while
+ZooKeeper is down still finds the brokers it saw last.
+
+kazoo calls back on its own threads: changes are handed to the event loop with call_soon_threadsafe.
 """
 
 from __future__ import annotations
@@ -23,46 +22,28 @@ import json
 import logging
 import os
 import threading
-import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
+from kazoo.recipe.watchers import DataWatch
 from kazoo.retry import KazooRetry
 
 from broker_core.client.connection import BrokerAddress
-from broker_core.client.errors import NoBrokers
+from broker_core.client.errors import NoBrokers, ZooKeeperUnreachable
+from broker_core.client.routes import default_cache_dir
 from broker_core.layout import LAYOUT
 
 log = logging.getLogger("broker_core.client.discovery")
 
 
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("SWITCHYARD_CACHE_DIR") or Path.home() / ".cache" / "switchyard")
-
-
-def resolve_route(control_plane: str, topic: str, environment: str, timeout: float = 5.0,
-                  token: str | None = None) -> str:
-    """Ask the control plane which cluster serves `topic`; returns its ZooKeeper hosts with chroot."""
-    url = (f"{control_plane.rstrip('/')}/api/v1/routes/{urllib.parse.quote(topic, safe='')}/"
-           f"?environment={urllib.parse.quote(environment)}")
-    request = urllib.request.Request(url, headers={"Accept": "application/json"})
-    if token:
-        request.add_header("Authorization", f"Token {token}")
-    with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (URL given by the app)
-        doc = json.loads(response.read())
-    if doc.get("zk_hosts"):
-        return str(doc["zk_hosts"])
-    return f"{doc['zk_connect']}{doc.get('zk_chroot') or ''}"
-
-
 class Discovery:
-    """The live brokers of one cluster, kept current; `on_change` callbacks run on the event loop."""
+    """The live brokers of one cluster, kept current; `listeners` are called on the event loop."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop):
+    def __init__(self, loop: asyncio.AbstractEventLoop, name: str = ""):
         self.loop = loop
+        self.name = name
         self.brokers: list[BrokerAddress] = []
         self.last_known: list[BrokerAddress] = []  # the last non-empty list, for failover when all look gone
         self.listeners: list[Callable[[list[BrokerAddress]], None]] = []
@@ -88,12 +69,20 @@ class Discovery:
         return self.brokers or self.last_known
 
     async def wait_for_brokers(self, timeout: float) -> list[BrokerAddress]:
-        if not self.candidates():
+        """The brokers to try; raises NoBrokers (or ZooKeeperUnreachable) when none is known in time."""
+        deadline = self.loop.time() + timeout
+        await self.start(timeout)
+        if not self.candidates() and self.ready.is_set():  # listed none yet: one may be registering
             try:
-                await asyncio.wait_for(self._nonempty(), timeout)
+                await asyncio.wait_for(self._nonempty(), max(0.0, deadline - self.loop.time()))
             except TimeoutError:
-                raise NoBrokers("no live broker found for the cluster") from None
+                pass
+        if not self.candidates():
+            raise self.no_brokers()
         return self.candidates()
+
+    def no_brokers(self) -> NoBrokers:
+        return NoBrokers(f"no broker listed for cluster {self.name}")
 
     async def _nonempty(self) -> None:
         while not self.candidates():
@@ -102,7 +91,7 @@ class Discovery:
 
 class StaticDiscovery(Discovery):
     def __init__(self, loop: asyncio.AbstractEventLoop, brokers: list[str]):
-        super().__init__(loop)
+        super().__init__(loop, ",".join(brokers))
         self._set([_parse_address(a) for a in brokers])
 
 
@@ -111,56 +100,133 @@ def _parse_address(text: str) -> BrokerAddress:
     return BrokerAddress(node_id=text, host=host or "127.0.0.1", port=int(port))
 
 
+class _SharedClients:
+    """One started KazooClient per ZooKeeper ensemble (hosts) per process, shared by reference count."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._clients: dict[tuple[int, str], list] = {}  # (pid, hosts) -> [client, users]
+
+    def acquire(self, hosts: str) -> KazooClient:
+        with self._lock:
+            entry = self._clients.get((os.getpid(), hosts))
+            if entry is None:
+                client = KazooClient(hosts=hosts, timeout=10.0,
+                                     connection_retry=KazooRetry(max_tries=-1, delay=0.2, max_delay=2.0),
+                                     command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0))
+                client.start_async()
+                entry = self._clients[(os.getpid(), hosts)] = [client, 0]
+            entry[1] += 1
+            return entry[0]
+
+    def release(self, hosts: str) -> None:
+        with self._lock:
+            entry = self._clients.get((os.getpid(), hosts))
+            if entry is None:
+                return
+            entry[1] -= 1
+            if entry[1] > 0:
+                return
+            del self._clients[(os.getpid(), hosts)]
+        try:
+            entry[0].stop()
+            entry[0].close()
+        except Exception as exc:  # stopping must not fail a shutdown
+            log.debug("zookeeper stop: %s", exc)
+
+
+CLIENTS = _SharedClients()
+
+
 class ZkDiscovery(Discovery):
-    def __init__(self, loop: asyncio.AbstractEventLoop, zk: str, cache_dir: Path | None = None):
-        super().__init__(loop)
+    def __init__(self, loop: asyncio.AbstractEventLoop, zk: str, cache_dir: Path | None = None, name: str = ""):
+        super().__init__(loop, name or zk)
         self.zk = zk
-        hosts, _, chroot = zk.partition("/")
+        self.hosts, _, chroot = zk.partition("/")
         self.root = ("/" + chroot).rstrip("/") if chroot else ""
-        self.cache_path = Path(cache_dir or default_cache_dir()) / f"brokers-{hashlib.sha1(zk.encode()).hexdigest()[:16]}.json"
-        self.client = KazooClient(hosts=hosts, timeout=10.0,
-                                  connection_retry=KazooRetry(max_tries=-1, delay=0.2, max_delay=2.0),
-                                  command_retry=KazooRetry(max_tries=3, delay=0.1, max_delay=1.0))
+        self.cache_dir = Path(cache_dir or default_cache_dir())
+        self.cache_path = self.cache_dir / f"brokers-{hashlib.sha1(zk.encode()).hexdigest()[:16]}.json"
+        self.client: KazooClient | None = None
+        self.stopped = False
         self._watching = False
         self._lock = threading.Lock()
+        self._routes: dict[str, list[Callable[[dict | None], None]]] = {}  # topic -> callbacks, on the loop
+        self._route_watches: set[str] = set()
         self.last_known = self._read_cache()  # tried when no broker is listed (all restarting, or ZooKeeper away)
+
+    def begin(self) -> None:
+        """Start connecting (once); the broker list and route documents follow by themselves."""
+        if self.client is not None or self.stopped:
+            return
+        self.client = CLIENTS.acquire(self.hosts)
         self.client.add_listener(self._on_state)
+        if self.client.connected:  # a shared client connected earlier: no CONNECTED event will come
+            self.client.handler.spawn(self._watch)
 
     async def start(self, timeout: float) -> None:
         """Connect and read the list; when ZooKeeper does not answer in time, use the cached list."""
-        self.client.start_async()
+        self.begin()
+        if self.ready.is_set():
+            return
         try:
             await asyncio.wait_for(self.ready.wait(), timeout)
         except TimeoutError:
             cached = self._read_cache()
             if cached:
-                log.warning("ZooKeeper %s did not answer within %.0fs; using the cached broker list (%d brokers)",
+                log.warning("ZooKeeper %s did not answer within %.2gs; using the cached broker list (%d brokers)",
                             self.zk, timeout, len(cached))
                 self._set(cached)
             else:
-                log.warning("ZooKeeper %s did not answer within %.0fs and no broker list is cached", self.zk,
+                log.warning("ZooKeeper %s did not answer within %.2gs and no broker list is cached", self.zk,
                             timeout)
 
+    def no_brokers(self) -> NoBrokers:
+        if self.client is None or not self.client.connected:
+            return ZooKeeperUnreachable(
+                f"ZooKeeper {self.hosts} (cluster {self.name}) does not answer and no broker list of the cluster "
+                f"is cached in {self.cache_dir}: check that ZooKeeper is running and reachable from here, and "
+                f"the connect string ({self.zk})")
+        return NoBrokers(f"no broker of cluster {self.name} is registered in ZooKeeper ({self.zk}, under "
+                         f"{LAYOUT.BROKERS}): start the cluster's brokers, or check the chroot of the connect string")
+
     def stop(self) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
+        if self.client is not None:
+            self.client.remove_listener(self._on_state)
+            CLIENTS.release(self.hosts)
+
+    def _post(self, fn, *args) -> bool:
+        """Hand a result to the loop; False once this discovery or its loop is gone (the watch then ends)."""
+        if self.stopped:
+            return False
         try:
-            self.client.stop()
-            self.client.close()
-        except Exception as exc:  # stopping must not fail a shutdown
-            log.debug("zookeeper stop: %s", exc)
+            self.loop.call_soon_threadsafe(fn, *args)
+        except RuntimeError:  # the loop is closed
+            self.stopped = True
+            return False
+        return True
 
     def _on_state(self, state: str) -> None:
-        if state == "CONNECTED":
+        if state == "CONNECTED" and not self.stopped:
             self.client.handler.spawn(self._watch)
 
     def _watch(self) -> None:
         with self._lock:
-            if self._watching:
+            topics = list(self._routes)
+        for topic in topics:
+            self._watch_route(topic)
+        with self._lock:
+            if self._watching or self.stopped:
                 return
             self._watching = True
         path = self.root + LAYOUT.BROKERS
         live = []
 
-        def on_children(children: list[str]) -> None:
+        def on_children(children: list[str]):
+            if self.stopped:
+                return False
             brokers = []
             for node_id in sorted(children):
                 try:
@@ -172,15 +238,16 @@ class ZkDiscovery(Discovery):
                 except KazooException as exc:
                     log.warning("reading %s/%s: %s", path, node_id, exc)
             self._write_cache(brokers)
-            self.loop.call_soon_threadsafe(self._set, brokers)
+            return None if self._post(self._set, brokers) else False
 
-        def on_exists(data, stat) -> None:
+        def on_exists(data, stat):
             if stat is None:
                 live.clear()
-                self.loop.call_soon_threadsafe(self._set, [])
-            elif not live:
+                return None if self._post(self._set, []) else False
+            if not live:
                 live.append(True)
                 self.client.ChildrenWatch(path, on_children)
+            return None if not self.stopped else False
 
         try:
             self.client.DataWatch(path, on_exists)
@@ -188,6 +255,49 @@ class ZkDiscovery(Discovery):
             log.warning("watching %s: %s", path, exc)
             with self._lock:
                 self._watching = False
+
+    # -- route documents ------------------------------------------------------------------------
+
+    def watch_route(self, topic: str, callback: Callable[[dict | None], None]) -> None:
+        """Call `callback(document or None)` on the loop with `/routes/<topic>` as read now, then at each
+        change (None: no node, or an unreadable one). Again after a lost session."""
+        with self._lock:
+            self._routes.setdefault(topic, []).append(callback)
+        self.begin()
+        if self.client is not None and self.client.connected:
+            self.client.handler.spawn(self._watch_route, topic)
+
+    def _watch_route(self, topic: str) -> None:
+        with self._lock:
+            if topic in self._route_watches or self.stopped:
+                return
+            self._route_watches.add(topic)
+        path = self.root + LAYOUT.route(topic)
+
+        def on_data(data, stat):
+            doc = None
+            if data:
+                try:
+                    doc = json.loads(data)
+                except ValueError:
+                    log.warning("%s in ZooKeeper %s is not JSON; ignored", path, self.hosts)
+            return None if self._post(self._route_read, topic, doc) else False
+
+        try:
+            DataWatch(self.client, path, on_data)
+        except KazooException as exc:  # e.g. not readable: go on with the route as it is (tried again on reconnect)
+            log.warning("watching %s in ZooKeeper %s: %s", path, self.hosts, exc)
+            with self._lock:
+                self._route_watches.discard(topic)
+            self._post(self._route_read, topic, None)
+
+    def _route_read(self, topic: str, doc: dict | None) -> None:
+        with self._lock:
+            callbacks = list(self._routes.get(topic, ()))
+        for callback in callbacks:
+            callback(doc)
+
+    # -- broker list cache ----------------------------------------------------------------------
 
     def _read_cache(self) -> list[BrokerAddress]:
         try:
@@ -200,61 +310,8 @@ class ZkDiscovery(Discovery):
             return  # keep the last non-empty list: it is what helps when ZooKeeper is away
         try:
             self.cache_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.cache_path.with_suffix(f".{os.getpid()}.tmp")
+            tmp = self.cache_path.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
             tmp.write_text(json.dumps({"zk": self.zk, "brokers": [b.__dict__ for b in brokers]}))
             os.replace(tmp, self.cache_path)
         except OSError as exc:
             log.debug("could not write the broker cache %s: %s", self.cache_path, exc)
-
-
-class Locator:
-    """Where the SDK looks for brokers: one of zk=, control_plane= (+ environment=), brokers=.
-
-    `discovery(topic)` gives the (shared, started) Discovery of the cluster that serves the topic.
-    """
-
-    def __init__(self, *, zk: str | None = None, control_plane: str | None = None, environment: str | None = None,
-                 brokers: list[str] | None = None, cache_dir: Path | None = None, api_token: str | None = None,
-                 start_timeout: float = 5.0):
-        if not (zk or brokers or (control_plane and environment)):
-            raise ValueError("give zk=, control_plane= with environment=, or brokers=")
-        self.zk = zk
-        self.control_plane = control_plane
-        self.environment = environment
-        self.brokers = brokers
-        self.cache_dir = cache_dir
-        self.api_token = api_token
-        self.start_timeout = start_timeout
-        self._by_cluster: dict[str, Discovery] = {}
-        self._routes: dict[str, str] = {}
-        self._lock = asyncio.Lock()
-
-    async def cluster_of(self, topic: str) -> str:
-        if self.brokers:
-            return ",".join(self.brokers)
-        if self.zk:
-            return self.zk
-        if topic not in self._routes:
-            loop = asyncio.get_running_loop()
-            self._routes[topic] = await loop.run_in_executor(
-                None, lambda: resolve_route(self.control_plane, topic, self.environment, token=self.api_token))
-        return self._routes[topic]
-
-    async def discovery(self, topic: str) -> Discovery:
-        cluster = await self.cluster_of(topic)
-        async with self._lock:
-            found = self._by_cluster.get(cluster)
-            if found is None:
-                loop = asyncio.get_running_loop()
-                if self.brokers:
-                    found = StaticDiscovery(loop, self.brokers)
-                else:
-                    found = ZkDiscovery(loop, cluster, self.cache_dir)
-                await found.start(self.start_timeout)
-                self._by_cluster[cluster] = found
-        return found
-
-    def stop(self) -> None:
-        for found in self._by_cluster.values():
-            found.stop()
-        self._by_cluster.clear()

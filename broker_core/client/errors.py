@@ -1,4 +1,8 @@
-"""Errors the SDK raises. Broker refusals carry the broker's error code (`broker_core.protocol.E_*`)."""
+"""Errors the SDK raises. Broker refusals carry the broker's error code (`broker_core.protocol.E_*`).
+
+A client that cannot start says why (docs/routing.md): `RouteUnknown`, `ControlPlaneUnreachable`,
+`ZooKeeperUnreachable`, `NoBrokers` — each message names the cause and what to do.
+"""
 
 from __future__ import annotations
 
@@ -25,7 +29,27 @@ class ConnectionLost(SwitchyardError):
 
 
 class NoBrokers(SwitchyardError):
-    """Discovery found no live broker for the cluster (and no cached list)."""
+    """ZooKeeper answered, but no broker of the cluster is registered in it (and no broker list is cached)."""
+
+
+class ZooKeeperUnreachable(NoBrokers):
+    """The cluster's ZooKeeper did not answer in time and no broker list of the cluster is cached."""
+
+
+class ControlPlaneError(SwitchyardError):
+    """The control plane's route endpoint refused the request (`status`: its HTTP status, 0 if none)."""
+
+    def __init__(self, message: str, status: int = 0):
+        super().__init__(message)
+        self.status = status
+
+
+class RouteUnknown(ControlPlaneError):
+    """The control plane has no active topic of that name in that environment (it answered 404)."""
+
+
+class ControlPlaneUnreachable(ControlPlaneError):
+    """The control plane did not answer (or failed) and no route of the topic is cached on disk."""
 
 
 class SendTimeout(SwitchyardError):

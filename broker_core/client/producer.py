@@ -16,10 +16,20 @@ same one when it comes back) and sends again every batch that was not acknowledg
 message ids — a message can then be stored twice, never lost. A message not acknowledged within
 `send_timeout` fails with `SendTimeout` (it may still have been stored).
 
+Routes (docs/routing.md): each topic's messages go to the cluster its route names for producers
+(`broker_core.client.locator`). When the route changes, new and queued messages go to the new cluster
+at once; batches already sent finish where they went (sent again there after a lost connection while
+that cluster is still in the route, else to the new cluster, with the same ids). A cluster's
+connection is closed once no route of the producer's topics names it and nothing waits on it.
+
+A producer that cannot start says why, within about `connect_timeout`: `RouteUnknown`,
+`ControlPlaneUnreachable`, `ZooKeeperUnreachable`, `NoBrokers` (`broker_core.client.errors`).
+
 Transaction messages (`send_transactional`, or `prepare` + `end_transaction`): the message is
 stored prepared (never delivered), the local transaction runs, then the producer commits it
-(delivered) or rolls it back (never delivered) on the broker that stored it. With
-`check_listener=fn` the producer keeps a connection to every live broker of the cluster and answers
+(delivered) or rolls it back (never delivered) on the broker that stored it (also after the topic
+moved). With `check_listener=fn` the producer keeps a connection to every live broker of every
+cluster its topics' routes name and answers
 the brokers' back-checks with fn(check) -> "commit" | "rollback" | "unknown"
 (`broker_core.client.transactions`).
 """
@@ -27,326 +37,24 @@ the brokers' back-checks with fn(check) -> "commit" | "rollback" | "unknown"
 from __future__ import annotations
 
 import asyncio
-import bisect
 import inspect
 import logging
 import os
-import random
 import socket
 import time
-import uuid
-from collections import deque
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 from broker_core import protocol as p
+from broker_core.client._batching import IdMaker, Message, _Batch, _Queued, _reject, _Waiter  # noqa: F401 (_Queued: tests)
+from broker_core.client._link import _Link
 from broker_core.client._loop import LoopThread
-from broker_core.client.connection import BrokerConnection
-from broker_core.client.discovery import Discovery, Locator
+from broker_core.client.connection import BrokerAddress, BrokerConnection
 from broker_core.client.errors import AuthError, BrokerError, ConnectionLost, SendTimeout, SwitchyardError
+from broker_core.client.locator import Locator
+from broker_core.client.routes import Route
 from broker_core.client.transactions import CheckAnswerer, CheckSessions, PreparedMessage, TxCheck, TxResult
-from broker_core.protocol import M_BODY
 
 log = logging.getLogger("broker_core.client.producer")
-
-
-@dataclass
-class Message:
-    body: bytes
-    message_type: str = "default"
-    key: str | None = None
-    business_id: str | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-    ttl_ms: int = 0
-    delivery_limit: int = 0
-    id: str | None = None
-
-
-class IdMaker:
-    """UUID-formatted ids: random per producer, then a counter (cheaper than uuid4 per message)."""
-
-    def __init__(self) -> None:
-        self.prefix = str(uuid.uuid4())[:24]
-        self.counter = random.getrandbits(32) << 12
-
-    def __call__(self) -> str:
-        self.counter += 1
-        return f"{self.prefix}{self.counter & 0xFFFFFFFFFFFF:012x}"
-
-
-class _Waiter:
-    """Completion of one send or one send_many (counts down its messages)."""
-
-    __slots__ = ("future", "remaining", "ids")
-
-    def __init__(self, future: asyncio.Future, count: int, ids: list[str] | str):
-        self.future = future
-        self.remaining = count
-        self.ids = ids
-
-    def ok(self, n: int) -> None:
-        self.remaining -= n
-        if self.remaining <= 0 and not self.future.done():
-            self.future.set_result(self.ids)
-
-    def fail(self, exc: BaseException) -> None:
-        if not self.future.done():
-            self.future.set_exception(exc)
-
-
-def _resolve(waiters: list, messages: list[list]) -> None:
-    """A batch was stored: settle each message's waiter (a future of one send, or a `_Waiter`
-    counting down a send_many)."""
-    counting, n = None, 0
-    for w, m in zip(waiters, messages, strict=True):
-        if type(w) is _Waiter:
-            if w is not counting:
-                if counting is not None:
-                    counting.ok(n)
-                counting, n = w, 0
-            n += 1
-        elif not w.done():
-            w.set_result(m[0])
-    if counting is not None:
-        counting.ok(n)
-
-
-def _reject(waiter, exc: BaseException) -> None:
-    if type(waiter) is _Waiter:
-        waiter.fail(exc)
-    elif not waiter.done():
-        waiter.set_exception(exc)
-
-
-class _Batch:
-    __slots__ = ("topic", "messages", "waiters", "deadline")
-
-    def __init__(self, topic: str, messages: list[list], waiters: list, deadline: float):
-        self.topic = topic
-        self.messages = messages
-        self.waiters = waiters
-        self.deadline = deadline
-
-
-class _Queued:
-    """Messages of one topic waiting to be sent, as parallel lists (batches are cut by slicing)."""
-
-    __slots__ = ("messages", "waiters", "deadlines", "bytes")
-
-    def __init__(self) -> None:
-        self.messages: list[list] = []
-        self.waiters: list = []  # per message: a Future (one send) or a _Waiter (a send_many)
-        self.deadlines: list[float] = []  # per message, never decreasing
-        self.bytes = 0
-
-    def cut(self, max_batch: int, max_bytes: int) -> tuple[list[list], list, float]:
-        """Take the next batch: at most max_batch messages and (past the first) max_bytes."""
-        n = len(self.messages)
-        if n <= max_batch and self.bytes <= max_bytes:
-            end, size = n, self.bytes
-        else:
-            end, size = 0, 0
-            for m in self.messages[:max_batch]:
-                if end and size + len(m[M_BODY]) + 64 > max_bytes:
-                    break
-                size += len(m[M_BODY]) + 64
-                end += 1
-        messages, waiters, deadline = self.messages[:end], self.waiters[:end], self.deadlines[0]
-        del self.messages[:end], self.waiters[:end], self.deadlines[:end]
-        self.bytes -= size
-        return messages, waiters, deadline
-
-    def expire(self, now: float) -> list:
-        """Remove the messages whose send timeout passed; returns their waiters."""
-        end = bisect.bisect_right(self.deadlines, now)
-        waiters = self.waiters[:end]
-        self.bytes -= sum(len(m[M_BODY]) + 64 for m in self.messages[:end])
-        del self.messages[:end], self.waiters[:end], self.deadlines[:end]
-        return waiters
-
-
-class _Link:
-    """The producer's connection to one cluster, with its queue and in-flight batches."""
-
-    def __init__(self, producer: AsyncProducer, discovery: Discovery):
-        self.producer = producer
-        self.discovery = discovery
-        self.loop = asyncio.get_running_loop()
-        self.conn: BrokerConnection | None = None
-        self.queued: dict[str, _Queued] = {}  # by topic
-        self.retry: deque[_Batch] = deque()
-        self.in_flight: dict[int, _Batch] = {}
-        self._flush_scheduled = False
-        self._connecting: asyncio.Task | None = None
-        self._sweeper = self.loop.create_task(self._sweep())
-        self.checks = CheckSessions(producer, discovery) if producer.check_listener is not None else None
-        self.extra: dict = {}  # address -> connection opened to end a transaction on another broker
-        self.closed = False
-        self.failovers = 0
-        self.last_error: BaseException | None = None
-
-    def submit(self, topic: str, messages: list[list], waiter) -> None:
-        """Queue messages of one send_many (all settled through one _Waiter)."""
-        q = self.queued.get(topic) or self.queued.setdefault(topic, _Queued())
-        q.messages += messages
-        q.waiters += [waiter] * len(messages)
-        q.deadlines += [time.monotonic() + self.producer.send_timeout] * len(messages)
-        q.bytes += sum(len(m[M_BODY]) + 64 for m in messages)
-        if len(q.messages) >= self.producer.max_batch:
-            self._flush()  # a full batch goes now: the broker stores it while we pack the next
-        else:
-            self._schedule()
-
-    def submit_one(self, topic: str, message: list, future: asyncio.Future) -> None:
-        q = self.queued.get(topic) or self.queued.setdefault(topic, _Queued())
-        q.messages.append(message)
-        q.waiters.append(future)
-        q.deadlines.append(time.monotonic() + self.producer.send_timeout)
-        q.bytes += len(message[M_BODY]) + 64
-        if len(q.messages) >= self.producer.max_batch:
-            self._flush()
-        elif not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
-
-    def _schedule(self) -> None:
-        if not self._flush_scheduled:
-            self._flush_scheduled = True
-            self.loop.call_soon(self._flush)
-
-    def _flush(self) -> None:
-        self._flush_scheduled = False
-        conn = self.conn
-        if conn is None or not conn.is_open:
-            self._ensure_connecting()
-            return
-        window = self.producer.window
-        while self.retry and len(self.in_flight) < window:
-            self._send(conn, self.retry.popleft())
-        max_batch, max_bytes = self.producer.max_batch, self.producer.max_batch_bytes
-        for topic, q in list(self.queued.items()):
-            while q.messages and len(self.in_flight) < window:
-                self._send(conn, _Batch(topic, *q.cut(max_batch, max_bytes)))
-            if not q.messages:
-                del self.queued[topic]
-
-    def _send(self, conn: BrokerConnection, batch: _Batch) -> None:
-        ref = conn.next_ref()
-        self.in_flight[ref] = batch
-        answer = conn.request(p.Publish(ref, batch.topic, batch.messages))
-        answer.add_done_callback(lambda f, ref=ref: self._answered(ref, f))
-
-    def _answered(self, ref: int, answer: asyncio.Future) -> None:
-        batch = self.in_flight.pop(ref, None)
-        if batch is None:
-            return
-        exc = answer.exception()
-        if exc is None:
-            _resolve(batch.waiters, batch.messages)
-        elif isinstance(exc, ConnectionLost):
-            self.retry.append(batch)  # sent again, same ids, once connected
-        else:
-            for w in batch.waiters:
-                _reject(w, exc)
-        if self.queued or self.retry:
-            self._schedule()
-
-    def _ensure_connecting(self) -> None:
-        if self.closed or (self._connecting is not None and not self._connecting.done()):
-            return
-        if self.conn is not None and self.conn.is_open:
-            return  # connected: a second connection would replace this one and leak it
-        self._connecting = self.loop.create_task(self._connect())
-
-    async def _connect(self) -> None:
-        producer = self.producer
-        delay = 0.05
-        tried: set = set()
-        while not self.closed:
-            candidates = self.discovery.candidates()
-            fresh = [b for b in candidates if b not in tried] or candidates
-            if fresh:
-                address = random.choice(fresh)
-                tried.add(address)
-                try:
-                    conn = await BrokerConnection.open(address, timeout=producer.connect_timeout,
-                                                       **producer.conn_args())
-                except AuthError as exc:
-                    self.last_error = exc
-                    self._fail_all(exc)  # a wrong secret does not get better by retrying
-                    return
-                except (OSError, SwitchyardError, TimeoutError) as exc:
-                    self.last_error = exc
-                    log.debug("producer: %s unreachable: %s", address, exc)
-                else:
-                    if self.conn is not None:
-                        self.failovers += 1
-                    self.conn = conn
-                    conn.closed.add_done_callback(lambda _f: self._schedule())
-                    log.debug("producer connected to %s", address)
-                    self._schedule()
-                    return
-            if len(tried) >= len(candidates):
-                tried.clear()
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
-
-    def _fail_all(self, exc: BaseException) -> None:
-        for q in self.queued.values():
-            for w in q.waiters:
-                _reject(w, exc)
-        self.queued.clear()
-        while self.retry:
-            for w in self.retry.popleft().waiters:
-                _reject(w, exc)
-
-    async def _sweep(self) -> None:
-        """Fail queued messages whose send timeout passed (the broker never got them)."""
-        while not self.closed:
-            await asyncio.sleep(0.25)
-            now = time.monotonic()
-            timeout = SendTimeout(f"not acknowledged within {self.producer.send_timeout}s"
-                                  + (f" (last error: {self.last_error})" if self.last_error else ""))
-            for topic, q in list(self.queued.items()):
-                if q.deadlines and q.deadlines[0] <= now:
-                    for w in q.expire(now):
-                        _reject(w, timeout)
-                    if not q.messages:
-                        del self.queued[topic]
-            if self.retry:
-                keep_batches = deque()
-                for batch in self.retry:
-                    if batch.deadline <= now:
-                        for w in batch.waiters:
-                            _reject(w, SendTimeout(f"not acknowledged within {self.producer.send_timeout}s"))
-                    else:
-                        keep_batches.append(batch)
-                self.retry = keep_batches
-
-    async def close(self) -> None:
-        self.closed = True
-        self._sweeper.cancel()
-        if self._connecting is not None:
-            self._connecting.cancel()
-        if self.conn is not None:
-            self.conn.close()
-        for conn in self.extra.values():
-            conn.close()
-        if self.checks is not None:
-            await self.checks.close()
-        self._fail_all(ConnectionLost("producer closed"))
-
-    async def connection_to(self, address, timeout: float) -> BrokerConnection:
-        """An open connection to one broker (where a prepared message lives)."""
-        for conn in (self.conn, self.checks.connection(address) if self.checks else None, self.extra.get(address)):
-            if conn is not None and conn.is_open and conn.address == address:
-                return conn
-        conn = await BrokerConnection.open(address, timeout=timeout, **self.producer.conn_args())
-        self.extra[address] = conn
-        return conn
-
-    def idle(self) -> bool:
-        return not (self.queued or self.retry or self.in_flight)
 
 
 class AsyncProducer:
@@ -384,8 +92,13 @@ class AsyncProducer:
         self.max_batch_bytes = max_batch_bytes
         self.window = window
         self.new_id = IdMaker()
-        self._links: dict[str, _Link] = {}  # by cluster
-        self._topic_links: dict[str, _Link] = {}
+        self._links: dict[str, _Link] = {}  # by cluster (its connect string)
+        self._topic_links: dict[str, _Link] = {}  # topic -> the link of the cluster its route sends to now
+        self._starting: dict[str, asyncio.Task] = {}
+        self._checks: dict[str, CheckSessions] = {}  # by cluster, with a check listener
+        self._extra: dict[BrokerAddress, BrokerConnection] = {}  # opened to end a transaction elsewhere
+        self._closing: set[asyncio.Task] = set()
+        self.route_changes = 0
 
     async def __aenter__(self) -> AsyncProducer:
         return self
@@ -393,18 +106,96 @@ class AsyncProducer:
     async def __aexit__(self, *exc) -> None:
         await self.close()
 
+    # -- routes ---------------------------------------------------------------------------------
+
     async def _link(self, topic: str) -> _Link:
+        """The link of the topic's produce cluster; the first call finds the route and a broker, or raises
+        why it cannot (RouteUnknown, ControlPlaneUnreachable, ZooKeeperUnreachable, NoBrokers)."""
         link = self._topic_links.get(topic)
+        if link is not None:
+            return link
+        task = self._starting.get(topic)
+        if task is None:
+            task = self._starting[topic] = asyncio.get_running_loop().create_task(self._start_topic(topic))
+            task.add_done_callback(lambda _t: self._starting.pop(topic, None))
+        return await asyncio.shield(task)
+
+    async def _start_topic(self, topic: str) -> _Link:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        route = await self.locator.route(topic)
+        remaining = self.connect_timeout - (loop.time() - started)
+        await self.locator.ready_discovery(route.produce_zk, route.produce, max(remaining, 0.05))
+        if topic not in self._topic_links:
+            self.locator.on_route(topic, lambda new: self._route_changed(topic, new))
+            self._topic_links[topic] = self._link_to(self.locator.current(topic))
+            self._sync_checks()
+        return self._topic_links[topic]
+
+    def _link_to(self, route: Route) -> _Link:
+        link = self._links.get(route.produce_zk)
         if link is None:
-            cluster = await self.locator.cluster_of(topic)
-            link = self._links.get(cluster)
-            if link is None:
-                discovery = await self.locator.discovery(topic)
-                link = self._links.get(cluster)  # another task may have made it meanwhile
-                if link is None:
-                    link = self._links[cluster] = _Link(self, discovery)
-            self._topic_links[topic] = link
+            discovery = self.locator.discovery_for(route.produce_zk, route.produce)
+            link = self._links[route.produce_zk] = _Link(self, route.produce_zk, discovery)
         return link
+
+    def _route_changed(self, topic: str, route: Route) -> None:
+        """On the loop: the topic's route changed. New and queued messages go to the produce cluster now."""
+        old, new = self._topic_links.get(topic), self._link_to(route)
+        self._topic_links[topic] = new
+        named = set(route.zks)
+        for link in list(self._links.values()):
+            if link is not new:
+                link.hand_over(topic, new, with_retries=link.zk not in named)
+        new._ensure_connecting()
+        self._sync_checks()
+        if old is not new:
+            self.route_changes += 1
+            log.info("producer: %s now sends to cluster %s (route version %d)", topic, route.produce, route.version)
+
+    def route(self, topic: str) -> Route | None:
+        """The route the producer follows for `topic` (None before its first send or connect)."""
+        return self.locator.current(topic) if topic in self._topic_links else None
+
+    def moved_away(self, link: _Link, topic: str) -> bool:
+        """Whether the topic's messages go to another cluster than `link`'s now."""
+        current = self._topic_links.get(topic)
+        return current is not None and current is not link
+
+    def resend(self, link: _Link, batch: _Batch, exc: BaseException) -> None:
+        """A batch sent through `link` got no answer (or its cluster no longer has the topic): it goes again,
+        with the same ids, through `link` while its cluster is in the route, else to the produce cluster."""
+        route = self.locator.current(batch.topic)
+        target = link
+        if route is not None and (link.zk not in route.zks or not isinstance(exc, ConnectionLost)):
+            target = self._topic_links.get(batch.topic, link)
+        if target.closed:  # the producer is closing
+            for w in batch.waiters:
+                _reject(w, ConnectionLost("producer closed"))
+            return
+        target.retry.append(batch)
+        target._schedule()
+
+    def unused(self, link: _Link) -> bool:
+        """A link nothing needs: no topic sends there, no route names its cluster, nothing waits on it."""
+        return (link.idle() and link not in self._topic_links.values() and not self._starting
+                and link.zk not in self.locator.named_clusters())
+
+    def forget(self, link: _Link) -> None:
+        if self._links.get(link.zk) is link:
+            del self._links[link.zk]
+
+    def _sync_checks(self) -> None:
+        """With a check listener: check sessions on every cluster the routes name, and only there."""
+        if self.check_listener is None:
+            return
+        wanted = self.locator.named_clusters()
+        for zk in wanted - self._checks.keys():
+            self._checks[zk] = CheckSessions(self, self.locator.discovery_for(zk))
+        for zk in self._checks.keys() - wanted:
+            closing = asyncio.get_running_loop().create_task(self._checks.pop(zk).close())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
 
     def _array(self, m: Message, now_ms: int) -> list:
         if type(m.body) is not bytes:
@@ -428,21 +219,34 @@ class AsyncProducer:
         return args
 
     async def connect(self, topic: str, timeout: float | None = None) -> None:
-        """Find the topic's cluster and connect to one of its brokers now (sends do it lazily). With a
-        check listener, also wait (within the timeout) until every live broker has a check connection."""
-        link = self._topic_links.get(topic) or await self._link(topic)
+        """Find the topic's route and connect to a broker of its produce cluster now (sends do it lazily).
+        With a check listener, also wait (within the timeout) until every live broker of every cluster the
+        route names has a check connection."""
+        link = await self._link(topic)
         link._ensure_connecting()
         deadline = time.monotonic() + (timeout if timeout is not None else self.connect_timeout)
         while link.conn is None or not link.conn.is_open:
             if isinstance(link.last_error, AuthError):
                 raise link.last_error
             if time.monotonic() > deadline:
-                raise SendTimeout(f"no broker of the cluster answered (last error: {link.last_error})")
+                raise SendTimeout(f"no broker of cluster {link.discovery.name} answered within the connect "
+                                  f"timeout (last error: {link.last_error})")
             await asyncio.sleep(0.01)
-        while link.checks is not None and not link.checks.connected() and time.monotonic() < deadline:
-            if isinstance(link.checks.last_error, AuthError):
-                raise link.checks.last_error
+            link = self._topic_links[topic]  # the route may have moved meanwhile
+            link._ensure_connecting()
+        while not self.checks_connected() and time.monotonic() < deadline:
+            refused = next((c.last_error for c in self._checks.values() if isinstance(c.last_error, AuthError)), None)
+            if refused is not None:
+                raise refused
             await asyncio.sleep(0.01)
+
+    def checks_connected(self) -> bool:
+        """With a check listener: every live broker of every cluster the routes name has a check connection
+        (without one: True)."""
+        if self.check_listener is None:
+            return True
+        return len(self._checks) == len(self.locator.named_clusters()) and all(
+            c.connected() for c in self._checks.values())
 
     # -- transaction messages -------------------------------------------------------------------
 
@@ -460,13 +264,12 @@ class AsyncProducer:
         array = [message_id, message_type, key, business_id, headers or {}, body, 0, 0, p.FLAG_PREPARED,
                  int(time.time() * 1000)]
         deadline = time.monotonic() + self.send_timeout
-        link = self._topic_links.get(topic) or await self._link(topic)
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise SendTimeout(f"prepared message {message_id} not acknowledged within {self.send_timeout}s")
             await self.connect(topic, timeout=remaining)
-            conn = link.conn
+            conn = self._topic_links[topic].conn
             try:
                 await asyncio.wait_for(conn.request(p.Publish(conn.next_ref(), topic, [array])), remaining)
             except ConnectionLost:
@@ -479,7 +282,6 @@ class AsyncProducer:
     async def end_transaction(self, prepared: PreparedMessage, commit: bool) -> str:
         """Commit or roll back a prepared message on the broker that stored it; returns its state
         ("committed" / "rolled_back": a back-check may have settled it first)."""
-        link = self._topic_links.get(prepared.topic) or await self._link(prepared.topic)
         deadline = time.monotonic() + self.send_timeout
         delay = 0.05
         while True:
@@ -488,7 +290,7 @@ class AsyncProducer:
                 raise SendTimeout(f"could not end transaction message {prepared.message_id} within "
                                   f"{self.send_timeout}s; a back-check will settle it")
             try:
-                conn = await link.connection_to(prepared.broker, min(remaining, self.connect_timeout))
+                conn = await self._connection_to(prepared.broker, min(remaining, self.connect_timeout))
                 answer = await asyncio.wait_for(
                     conn.request(p.EndTx(conn.next_ref(), prepared.topic, prepared.message_id, commit)), remaining)
                 return answer.state
@@ -498,6 +300,16 @@ class AsyncProducer:
                 log.debug("ending %s on %s: %s", prepared.message_id, prepared.broker, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
+
+    async def _connection_to(self, address: BrokerAddress, timeout: float) -> BrokerConnection:
+        """An open connection to one broker (where a prepared message lives), of whichever cluster."""
+        mine = [link.conn for link in self._links.values()] + [c.connection(address) for c in self._checks.values()]
+        for conn in [*mine, self._extra.get(address)]:
+            if conn is not None and conn.is_open and conn.address == address:
+                return conn
+        conn = await BrokerConnection.open(address, timeout=timeout, **self.conn_args())
+        self._extra[address] = conn
+        return conn
 
     async def send_transactional(self, topic: str, body: bytes, local_transaction: Callable, *,
                                  message_type: str = "default", key: str | None = None,
@@ -562,18 +374,21 @@ class AsyncProducer:
     async def close(self) -> None:
         if self._answerer is not None:
             self._answerer.cancel()
-        for link in self._links.values():
+        for link in list(self._links.values()):
             await link.close()
+        for checks in self._checks.values():
+            await checks.close()
+        for conn in self._extra.values():
+            conn.close()
         self._links.clear()
         self._topic_links.clear()
+        self._checks.clear()
         self.locator.stop()
 
     def stats(self) -> dict:
-        return {cluster: {"queued": sum(len(q.messages) for q in link.queued.values()),
-                          "in_flight_batches": len(link.in_flight),
-                          "retrying_batches": len(link.retry), "failovers": link.failovers,
-                          "broker": str(link.conn.address) if link.conn else None}
-                for cluster, link in self._links.items()}
+        """Per cluster (its connect string): queued messages, batches in flight or waiting to be sent again,
+        failovers, the broker connected to."""
+        return {zk: link.stats() for zk, link in self._links.items()}
 
 
 class Producer:
@@ -606,6 +421,16 @@ class Producer:
 
     def flush(self, timeout: float | None = None) -> None:
         self._thread.run(self._async.flush(timeout))
+
+    def route(self, topic: str) -> Route | None:
+        """The route followed for `topic` now (None before its first send or connect)."""
+        return self._thread.apply(self._async.route, topic)
+
+    def stats(self) -> dict:
+        return self._thread.apply(self._async.stats)
+
+    def checks_connected(self) -> bool:
+        return self._thread.apply(self._async.checks_connected)
 
     def connect(self, topic: str, timeout: float | None = None) -> None:
         """Connect now (with a check listener: to every live broker of the topic's cluster)."""

@@ -1,9 +1,10 @@
 """Transaction messages in the SDK: prepare, end (commit / roll back), and answering back-checks.
 
-A prepared message lives on the broker that stored it, so the producer ends it there, and a producer
-with a check listener keeps a connection to every live broker of its cluster (`CheckSessions`, the
-consumer's approach: follow the broker list, reconnect by itself) so that any broker holding one of
-its prepared messages can ask it.
+A prepared message lives on the broker that stored it, so the producer ends it there (also after the
+topic's route moved to another cluster), and a producer with a check listener keeps a connection to every
+live broker of every cluster its topics' routes name (`CheckSessions` per cluster, the consumer's
+approach: follow the broker list, reconnect by itself) so that any broker holding one of its prepared
+messages can ask it, through a move too.
 """
 
 from __future__ import annotations

@@ -139,7 +139,7 @@ def test_fsync_never_never_syncs(tmp_path, executor):
     for e in records[:30]:  # acks and a dead letter: the other files a store would sync
         store.finish(e["message"], "g1")
     store.dead_letter(records[40]["message"], "g1", "delivery limit of 1 reached", 1, 5)
-    run_ticking(store, loop, lambda: not store.busy and not store._finished and not store._dlq_writes, timeout=2)
+    run_ticking(store, loop, lambda: not store.busy and not store._finished and not store.dlq.pending, timeout=2)
     store.close()
     assert (store.fsyncs, store.other_fsyncs) == (0, 0)
     assert all(e["synced"] == 0 for e in records)

@@ -11,6 +11,7 @@ from broker_core.client import AuthError, BrokerError, Consumer, Producer
 from broker_core.layout import LAYOUT
 from tests.broker.conftest import APP, REPORTS, SECRET, wait_for
 from tests.broker.helpers import RawConsumer, Received
+from tests.broker.tx_helpers import TOKEN, admin, drain
 
 
 def test_a_binding_approved_while_the_broker_runs_is_enforced_within_a_second(cluster):
@@ -40,27 +41,44 @@ def test_a_binding_approved_while_the_broker_runs_is_enforced_within_a_second(cl
         raw.close()
 
 
-def test_a_removed_binding_stops_delivery_to_its_group(cluster):
+def test_a_removed_binding_closes_its_consumers_and_drops_the_groups_backlog_and_dead_letters(cluster):
     cluster.standard("orders")
-    cluster.pv.binding("orders", "billing", APP)
+    cluster.pv.binding("orders", "billing", APP, delivery_limit=1)
     cluster.pv.binding("orders", "audit", APP)
-    broker = cluster.broker()
+    broker = cluster.broker(admin_token=TOKEN)
     raw = RawConsumer(broker.address, APP, SECRET, "orders", "billing")
     raw.start()
-    with Producer(**cluster.client_kwargs()) as producer:
-        first = producer.send("orders", b"first")
-        wait_for(lambda: raw.ids() == [first], 5, "the first delivery")
-        cluster.pv.delete(LAYOUT.binding("orders", "billing"))
-        wait_for(lambda: raw.unsubscribed == ["binding removed"], 5, "the broker to end the subscription")
-        second = producer.send("orders", b"second")
-    time.sleep(0.3)
-    assert raw.ids() == [first]
-    stats = broker.stats()["topics"]["orders"]["groups"]
-    assert stats["billing"]["bound"] is False and stats["billing"]["consumers"] == 0
-    assert stats["audit"]["depth"] == 2, "other groups are unaffected"
-    raw.close()
-    # a message stored for the group before its binding went is kept for it
-    assert stats["billing"]["depth"] == 1 and second
+    dead_letters = broker.data_dir / "topics" / "orders" / "deadletter" / "billing.dlq"
+    try:
+        with Producer(**cluster.client_kwargs()) as producer:
+            first = producer.send("orders", b"first")
+            wait_for(lambda: raw.ids() == [first], 5, "the first delivery")
+            raw.nack([[raw.deliveries[0][0], -1, "refused"]])  # delivery limit 1: a dead letter
+            held = producer.send_many("orders", [b"second", b"third"])
+            wait_for(lambda: raw.ids() == [first, *held] and dead_letters.exists(), 5, "the deliveries held")
+            assert drain(broker, "orders")["groups"]["billing"]["dead_letters"] == 1
+
+            cluster.pv.delete(LAYOUT.binding("orders", "billing"))
+            wait_for(lambda: raw.unsubscribed == ["binding removed"], 2, "the broker to end the subscription")
+            wait_for(lambda: not dead_letters.exists(), 5, "the group's dead letters to be deleted")
+            fourth = producer.send("orders", b"fourth")
+        after = drain(broker, "orders")
+        assert "billing" not in after["groups"], "the group's backlog, in flight and dead letters are gone"
+        assert after["groups"]["audit"]["backlog"] == 4, "other groups are unaffected"
+        assert raw.ids() == [first, *held]
+
+        cluster.pv.binding("orders", "billing", APP)  # bound again: it starts empty
+        wait_for(lambda: drain(broker, "orders")["groups"].get("billing", {}).get("bound"), 2, "the new binding")
+        got = Received()
+        with Producer(**cluster.client_kwargs()) as producer, \
+                Consumer("orders", "billing", got.handler("c"), **cluster.client_kwargs()):
+            fifth = producer.send("orders", b"fifth")
+            wait_for(lambda: got.ids("c") == [fifth], 5, "the new message")
+        assert fourth not in got.ids("c")
+        status, listed = admin(broker, "GET", "/admin/dlq?topic=orders&group=billing")
+        assert status == 200 and listed["dead_letters"] == []
+    finally:
+        raw.close()
 
 
 def test_grants_and_apps_apply_live(cluster):

@@ -1,4 +1,4 @@
-"""Helpers of the transaction and re-drive tests: the broker admin API over real HTTP."""
+"""Helpers of the transaction, re-drive and lifecycle tests: the broker admin API over real HTTP."""
 
 from __future__ import annotations
 
@@ -36,3 +36,10 @@ def resolve(broker, decisions: list[tuple[str, str]], reason: str = "manual") ->
                            {"decisions": [{"message_id": m, "decision": d, "reason": reason} for m, d in decisions]})
     assert status == 200, answer
     return answer["results"]
+
+
+def drain(broker, topic: str) -> dict:
+    """GET /admin/drain of a topic (with the broker's own admin token)."""
+    status, answer = admin(broker, "GET", f"/admin/drain?topic={topic}", token=broker.admin_token)
+    assert status == 200, answer
+    return answer

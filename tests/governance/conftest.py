@@ -135,3 +135,12 @@ def paused_worker(celery_worker):
     yield pause, resume
     if paused:
         resume()
+
+
+@pytest.fixture
+def estate(people, make_cluster, approved_topic):
+    """estate(environment="dev", **topic overrides): a topic with a binding and a grant (lifecycle_helpers)."""
+    from tests.governance.lifecycle_helpers import make_estate
+
+    return lambda environment="dev", **overrides: make_estate(people, make_cluster, approved_topic, environment,
+                                                              **overrides)

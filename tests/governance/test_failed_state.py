@@ -38,8 +38,9 @@ def test_zookeeper_refusing_the_write_fails_the_application_with_the_error(
     url = f"/api/v1/topic-applications/{created['id']}/"
     body = wait_for(lambda: (b := api_for(people.dev).get(url).json())["state"] == "failed" and b,
                     what="the application to fail")
-    [sync] = body["sync"]
+    sync, route = body["sync"]  # the topic's node and its route node, refused alike
     assert (sync["kind"], sync["state"], sync["attempts"], sync["landed_revision"]) == ("topic", "failed", 1, None)
+    assert (route["kind"], route["state"], route["error"]) == ("route", "failed", sync["error"])
     assert sync["error"].startswith("ZooKeeper refused the write: NoAuthError")
     failed = AuditRecord.objects.get(action="topic_application.failed")
     assert (failed.source, failed.after["error"]) == ("task", sync["error"])
@@ -85,7 +86,8 @@ def test_an_unanswering_zookeeper_fails_it_after_the_configured_attempts(people,
     assert record.error.startswith(f"ZooKeeper at 127.0.0.1:{SILENT_PORT} did not answer within 1s")
     body = api_for(people.dev).get(f"/api/v1/topic-applications/{created['id']}/").json()
     assert body["state"] == "failed"
-    assert [(s["state"], s["attempts"], s["error"]) for s in body["sync"]] == [("failed", 3, record.error)]
+    assert [(s["kind"], s["state"], s["attempts"], s["error"]) for s in body["sync"]] == [
+        ("topic", "failed", 3, record.error), ("route", "failed", 3, record.error)]
     states = list(AuditRecord.objects.filter(action__startswith="topic_application.").order_by("id")
                   .values_list("action", flat=True))
     assert states == ["topic_application.create", "topic_application.approve", "topic_application.provisioning",

@@ -120,9 +120,9 @@ def test_drift_page_controls_are_for_sres(client, people, topic):
     response = client.post("/sync/dev-a/reconcile/", {"repair": "1"})
     run = ReconcileRun.objects.get()
     assert response["Location"] == f"/sync/runs/{run.pk}/"
-    assert (run.missing, run.repaired, run.requested_by) == (2, 2, people.sre)  # /meta and the topic
-    assert "2 missing, 0 unexpected, 0 different; 2 repaired" in client.get(response["Location"]).content.decode()
-    assert AuditRecord.objects.filter(action="zookeeper.repair").count() == 2
+    assert (run.missing, run.repaired, run.requested_by) == (3, 3, people.sre)  # /meta, the topic, its route
+    assert "3 missing, 0 unexpected, 0 different; 3 repaired" in client.get(response["Location"]).content.decode()
+    assert AuditRecord.objects.filter(action="zookeeper.repair").count() == 3
     bad = client.post("/sync/schedule/", {"every_seconds": 2, "enabled": "on"})
     assert bad.status_code == 400 and 'data-testid="error-every_seconds"' in bad.content.decode()
     assert client.post("/sync/schedule/", {"every_seconds": 30, "enabled": "on"}).status_code == 302

@@ -112,12 +112,12 @@ def test_listing_applications_reads_their_sync_records_in_one_query(people, api_
     approved_topic(cluster, name="payments.t0")
     approved_topic(cluster, name="payments.t1")
     few, rows = list_queries()
-    assert rows == [("payments.t1", ["pending"]), ("payments.t0", ["pending"])]
+    assert rows == [("payments.t1", ["pending", "pending"]), ("payments.t0", ["pending", "pending"])]  # topic, route
     for n in range(2, 8):
         approved_topic(cluster, name=f"payments.t{n}")
     many, rows = list_queries()
     assert len(rows) == TopicApplication.objects.count() == 8
-    assert all(states == ["pending"] for _, states in rows)
+    assert all(states == ["pending", "pending"] for _, states in rows)
     assert many == few
 
 
@@ -158,7 +158,7 @@ def test_the_openapi_schema_describes_the_queue_as_a_page(people, api_for):
     page = schema["components"]["schemas"][ref.rsplit("/", 1)[1]]
     assert set(page["properties"]) == {"count", "next", "previous", "results"}
     item = schema["components"]["schemas"][page["properties"]["results"]["items"]["$ref"].rsplit("/", 1)[1]]
-    assert set(item["properties"]) == {"kind", "id", "title", "applicant", "state", "submitted_at",
-                                       "your_approval_slots", "url"}
+    assert set(item["properties"]) == {"kind", "kind_label", "id", "number", "reference", "title", "applicant",
+                                       "state", "submitted_at", "your_approval_slots", "url"}
     assert item["properties"]["your_approval_slots"] == {"type": "array", "items": {"type": "string"},
                                                          "readOnly": True}

@@ -48,7 +48,7 @@ def reconcile(*args) -> str:
 
 def test_clean_cluster_has_no_drift(provisioned):
     output = reconcile()
-    assert "4 objects checked" in output  # /meta, the topic, the binding, the consumer app
+    assert "5 objects checked" in output  # /meta, the topic, its route, the binding, the consumer app
     assert "drift: 0 missing, 0 unexpected, 0 different" in output and "no drift" in output
 
 
@@ -187,7 +187,7 @@ def test_the_sweep_redrives_what_never_landed(people, make_cluster, approved_top
     topic = approved_topic(cluster)
     assert stale_units(cluster, older_than=timedelta(minutes=5)) == []  # too fresh: a push may be under way
     units = stale_units(cluster, older_than=timedelta(0))
-    assert units == [("topic", topic.pk)]
+    assert units == [("route", topic.pk), ("topic", topic.pk)]
     provision.provision_objects(cluster.pk, units)
     assert read_node(zk, f"{zk_chroot}/dev-a/topics/payments.order-paid")["revision"] == 1
     topic.application.refresh_from_db()

@@ -111,7 +111,7 @@ def test_owner_approval_creates_the_topic_and_audits_it(people, api_for, dev_clu
     body = response.json()
     assert body["state"] == "approved" and body["topic"] == "payments.order-paid"
     assert body["decisions"][0]["by"] == "lead-pay" and body["decisions"][0]["comment"] == "fine"
-    assert [s["state"] for s in body["sync"]] == ["pending"]
+    assert [(s["kind"], s["state"]) for s in body["sync"]] == [("topic", "pending"), ("route", "pending")]
     topic = Topic.objects.get()
     assert (topic.cluster.name, topic.message_types, topic.retention_s, topic.revision) == (
         "dev-a", ["created", "paid"], 48 * 3600, 1)

@@ -2,24 +2,7 @@
 
 from django.db import migrations
 
-NAME = "Checkpoint the audit chain's head"
-
-
-def create(apps, schema_editor):
-    IntervalSchedule = apps.get_model("django_celery_beat", "IntervalSchedule")
-    PeriodicTask = apps.get_model("django_celery_beat", "PeriodicTask")
-    if PeriodicTask.objects.filter(name=NAME).exists():
-        return
-    interval, _ = IntervalSchedule.objects.get_or_create(every=30, period="seconds")
-    PeriodicTask.objects.create(
-        name=NAME, task="audit.write_checkpoint", interval=interval, kwargs="{}",
-        description="Sign the audit chain's head (last id, hash, count) with the checkpoint key and write it outside "
-                    "the database, so `manage.py audit_verify` finds deleted newest records and truncation.",
-    )
-
-
-def remove(apps, schema_editor):
-    apps.get_model("django_celery_beat", "PeriodicTask").objects.filter(name=NAME).delete()
+from control_plane.beat_schedule import interval_task
 
 
 class Migration(migrations.Migration):
@@ -28,4 +11,8 @@ class Migration(migrations.Migration):
         ("django_celery_beat", "0019_alter_periodictasks_options"),
     ]
 
-    operations = [migrations.RunPython(create, remove)]
+    operations = [interval_task(
+        "Checkpoint the audit chain's head", "audit.write_checkpoint", every=30, period="seconds",
+        description="Sign the audit chain's head (last id, hash, count) with the checkpoint key and write it outside "
+                    "the database, so `manage.py audit_verify` finds deleted newest records and truncation.",
+    )]

@@ -3,7 +3,6 @@ from rest_framework import viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
-from apps.bindings import actions
 from apps.bindings.api.serializers import (
     BindingApplicationSerializer,
     BindingSerializer,
@@ -59,14 +58,6 @@ class BindingApplicationViewSet(ApplicationViewSet):
     filterset_class = BindingApplicationFilterSet
     search_fields = ["group", "description", "reason"]
     ordering_fields = ["created_at", "submitted_at"]
-    kind = "binding"
-    model_perm_prefix = "bindings.%s_bindingapplication"
-    create_fn = actions.create_binding_application
-    update_fn = actions.update_binding_application
-    submit_fn = actions.submit_binding_application
-    withdraw_fn = actions.withdraw_binding_application
-    approve_fn = actions.approve_binding_application
-    reject_fn = actions.reject_binding_application
 
 
 class GrantApplicationViewSet(ApplicationViewSet):
@@ -76,11 +67,3 @@ class GrantApplicationViewSet(ApplicationViewSet):
     filterset_class = GrantApplicationFilterSet
     search_fields = ["description", "reason"]
     ordering_fields = ["created_at", "submitted_at"]
-    kind = "grant"
-    model_perm_prefix = "bindings.%s_grantapplication"
-    create_fn = actions.create_grant_application
-    update_fn = actions.update_grant_application
-    submit_fn = actions.submit_grant_application
-    withdraw_fn = actions.withdraw_grant_application
-    approve_fn = actions.approve_grant_application
-    reject_fn = actions.reject_grant_application

@@ -59,8 +59,16 @@ class ScheduleSerializer(serializers.Serializer):
 
 
 class RouteSerializer(serializers.Serializer):
+    """docs/routing.md; `cluster`, `zk_connect`, `zk_chroot`, `zk_hosts` are those of `produce`."""
+
     topic = serializers.CharField()
     environment = serializers.CharField()
+    version = serializers.IntegerField(help_text="grows by one on every change of the route")
+    produce = serializers.CharField(help_text="the cluster producers send to")
+    consume = serializers.ListField(child=serializers.CharField(), help_text="the clusters consumers subscribe on")
+    clusters = serializers.DictField(child=serializers.CharField(),
+                                     help_text="each cluster named → its ZooKeeper connect string with chroot")
+    status = serializers.CharField(help_text="active, or retired (consumers still drain it; publishes refused)")
     cluster = serializers.CharField()
     zk_connect = serializers.CharField()
     zk_chroot = serializers.CharField()

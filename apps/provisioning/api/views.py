@@ -1,3 +1,4 @@
+import hashlib
 import json
 
 from drf_spectacular.types import OpenApiTypes
@@ -72,9 +73,14 @@ class RouteViewSet(viewsets.GenericViewSet):
     env_param = OpenApiParameter("environment", OpenApiTypes.STR, required=True, description="dev, test, staging "
                                  "or prod")
 
-    @extend_schema(parameters=[env_param], responses=RouteSerializer)
+    @extend_schema(parameters=[env_param], responses={200: RouteSerializer, 304: None})
     def retrieve(self, request, name=None):
-        return Response(routing.route(name, request.query_params.get("environment")))
+        """The route of one topic, with an ETag: `If-None-Match` of the current one answers 304."""
+        doc = routing.route(name, request.query_params.get("environment"))
+        etag = '"' + hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:32] + '"'
+        if etag in [t.strip() for t in request.headers.get("If-None-Match", "").split(",")]:
+            return Response(status=status.HTTP_304_NOT_MODIFIED, headers={"ETag": etag})
+        return Response(doc, headers={"ETag": etag})
 
     @extend_schema(parameters=[env_param], responses=RouteSerializer(many=True))
     def list(self, request):

@@ -34,8 +34,7 @@ class AppViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     filterset_class = AppFilterSet
     search_fields = ["app_id", "description"]
     lookup_field = "app_id"
-    action_perms = {"rotate_secret": "topics.change_app", "deactivate": "topics.change_app",
-                    "activate": "topics.change_app", "sync": "topics.view_app",
+    action_perms = {"rotate_secret": "topics.change_app", "sync": "topics.view_app",
                     "check_url": "topics.change_app", "check_hosts": "topics.approve_check_hosts"}
 
     @extend_schema(responses=AppWithSecretSerializer)
@@ -58,18 +57,6 @@ class AppViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
         app, secret = actions.rotate_app_secret(actor=request.user, app=app,
                                                 old_secret_valid_for_s=body.validated_data["old_secret_valid_for_s"])
         return Response(_with_secret(app, secret))
-
-    @extend_schema(request=None)
-    @action(detail=True, methods=["post"])
-    def deactivate(self, request, app_id=None):
-        return Response(AppSerializer(actions.set_app_active(actor=request.user, app=self.get_object(),
-                                                             active=False)).data)
-
-    @extend_schema(request=None)
-    @action(detail=True, methods=["post"])
-    def activate(self, request, app_id=None):
-        return Response(AppSerializer(actions.set_app_active(actor=request.user, app=self.get_object(),
-                                                             active=True)).data)
 
     @extend_schema(request=AppCheckUrlSerializer, responses=AppSerializer)
     @action(detail=True, methods=["post"], url_path="check-url")
@@ -124,11 +111,3 @@ class TopicApplicationViewSet(ApplicationViewSet):
     filterset_class = TopicApplicationFilterSet
     search_fields = ["name", "description", "reason"]
     ordering_fields = ["created_at", "submitted_at", "name"]
-    kind = "topic"
-    model_perm_prefix = "topics.%s_topicapplication"
-    create_fn = actions.create_topic_application
-    update_fn = actions.update_topic_application
-    submit_fn = actions.submit_topic_application
-    withdraw_fn = actions.withdraw_topic_application
-    approve_fn = actions.approve_topic_application
-    reject_fn = actions.reject_topic_application

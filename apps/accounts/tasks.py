@@ -1,0 +1,16 @@
+"""Celery tasks of accounts: the periodic LDAP sync (django-celery-beat runs it; migration 0004)."""
+
+from __future__ import annotations
+
+from apps.accounts import ldap_login
+from apps.audit.context import action_context
+from control_plane.celery import app
+
+
+@app.task(bind=True, name="accounts.sync_ldap_users", autoretry_for=(ldap_login.DirectoryUnreachable,),
+          retry_backoff=30, retry_backoff_max=600, max_retries=5, acks_late=True)
+def sync_ldap_users(self) -> dict:
+    """Read every LDAP user Switchyard knows again: remap groups, deactivate who the directory no longer has
+    (their API tokens stop working). A directory that does not answer is retried with backoff."""
+    with action_context("task", self.request.id):
+        return ldap_login.sync_directory()

@@ -1,0 +1,230 @@
+"""The producer's link to one cluster: a connection to one of its brokers, the messages queued for it, the
+batches awaiting the broker's answer, failover to another broker, send timeouts.
+
+A link serves every topic whose route sends there now. When a topic's route moves (`hand_over`), its queued
+messages go to the new cluster's link; its batches in flight finish here (`AsyncProducer.resend` decides where
+one goes again after a lost connection).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import deque
+from typing import TYPE_CHECKING
+
+from broker_core import protocol as p
+from broker_core.client._batching import _Batch, _Queued, _reject, _resolve
+from broker_core.client.connection import BrokerConnection
+from broker_core.client.discovery import Discovery
+from broker_core.client.errors import AuthError, BrokerError, ConnectionLost, SendTimeout, SwitchyardError
+from broker_core.protocol import M_BODY
+
+if TYPE_CHECKING:
+    from broker_core.client.producer import AsyncProducer
+
+log = logging.getLogger("broker_core.client.producer")
+
+
+class _Link:
+    """The producer's connection to one cluster (`zk`: its connect string), with its queue and in-flight batches."""
+
+    def __init__(self, producer: AsyncProducer, zk: str, discovery: Discovery):
+        self.producer = producer
+        self.zk = zk
+        self.discovery = discovery
+        self.loop = asyncio.get_running_loop()
+        self.conn: BrokerConnection | None = None
+        self.queued: dict[str, _Queued] = {}  # by topic
+        self.retry: deque[_Batch] = deque()
+        self.in_flight: dict[int, _Batch] = {}
+        self._flush_scheduled = False
+        self._connecting: asyncio.Task | None = None
+        self._sweeper = self.loop.create_task(self._sweep())
+        self.closed = False
+        self.failovers = 0
+        self.last_error: BaseException | None = None
+
+    def submit(self, topic: str, messages: list[list], waiter) -> None:
+        """Queue messages of one send_many (all settled through one _Waiter)."""
+        q = self.queued.get(topic) or self.queued.setdefault(topic, _Queued())
+        q.messages += messages
+        q.waiters += [waiter] * len(messages)
+        q.deadlines += [time.monotonic() + self.producer.send_timeout] * len(messages)
+        q.bytes += sum(len(m[M_BODY]) + 64 for m in messages)
+        if len(q.messages) >= self.producer.max_batch:
+            self._flush()  # a full batch goes now: the broker stores it while we pack the next
+        else:
+            self._schedule()
+
+    def submit_one(self, topic: str, message: list, future: asyncio.Future) -> None:
+        q = self.queued.get(topic) or self.queued.setdefault(topic, _Queued())
+        q.messages.append(message)
+        q.waiters.append(future)
+        q.deadlines.append(time.monotonic() + self.producer.send_timeout)
+        q.bytes += len(message[M_BODY]) + 64
+        if len(q.messages) >= self.producer.max_batch:
+            self._flush()
+        elif not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _schedule(self) -> None:
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        conn = self.conn
+        if conn is None or not conn.is_open:
+            self._ensure_connecting()
+            return
+        window = self.producer.window
+        while self.retry and len(self.in_flight) < window:
+            self._send(conn, self.retry.popleft())
+        max_batch, max_bytes = self.producer.max_batch, self.producer.max_batch_bytes
+        for topic, q in list(self.queued.items()):
+            while q.messages and len(self.in_flight) < window:
+                self._send(conn, _Batch(topic, *q.cut(max_batch, max_bytes)))
+            if not q.messages:
+                del self.queued[topic]
+
+    def _send(self, conn: BrokerConnection, batch: _Batch) -> None:
+        ref = conn.next_ref()
+        self.in_flight[ref] = batch
+        answer = conn.request(p.Publish(ref, batch.topic, batch.messages))
+        answer.add_done_callback(lambda f, ref=ref: self._answered(ref, f))
+
+    def _answered(self, ref: int, answer: asyncio.Future) -> None:
+        batch = self.in_flight.pop(ref, None)
+        if batch is None:
+            return
+        exc = answer.exception()
+        if exc is None:
+            _resolve(batch.waiters, batch.messages)
+        elif isinstance(exc, ConnectionLost) or (isinstance(exc, BrokerError) and exc.code == p.E_UNKNOWN_TOPIC
+                                                 and self.producer.moved_away(self, batch.topic)):
+            self.producer.resend(self, batch, exc)  # sent again, same ids, here or where the route goes now
+        else:
+            for w in batch.waiters:
+                _reject(w, exc)
+        if self.queued or self.retry:
+            self._schedule()
+
+    def hand_over(self, topic: str, other: _Link, with_retries: bool) -> None:
+        """The topic's route moved to `other`'s cluster: its queued messages go there (before any it has),
+        and with `with_retries` (this cluster is no longer in the route) the batches waiting to be sent again."""
+        q = self.queued.pop(topic, None)
+        if q is not None:
+            mine = other.queued.get(topic)
+            if mine is not None:
+                mine.prepend(q)
+            else:
+                other.queued[topic] = q
+        if with_retries and self.retry:
+            moving = [b for b in self.retry if b.topic == topic]
+            self.retry = deque(b for b in self.retry if b.topic != topic)
+            other.retry.extend(moving)
+        if q is not None or other.retry:
+            other._schedule()
+
+    def _ensure_connecting(self) -> None:
+        if self.closed or (self._connecting is not None and not self._connecting.done()):
+            return
+        if self.conn is not None and self.conn.is_open:
+            return  # connected: a second connection would replace this one and leak it
+        self._connecting = self.loop.create_task(self._connect())
+
+    async def _connect(self) -> None:
+        producer = self.producer
+        delay = 0.05
+        tried: set = set()
+        while not self.closed:
+            candidates = self.discovery.candidates()
+            if not candidates:  # a cluster just named by the route: its broker list is on its way
+                await asyncio.sleep(0.02)
+                continue
+            fresh = [b for b in candidates if b not in tried] or candidates
+            if fresh:
+                address = random.choice(fresh)
+                tried.add(address)
+                try:
+                    conn = await BrokerConnection.open(address, timeout=producer.connect_timeout,
+                                                       **producer.conn_args())
+                except AuthError as exc:
+                    self.last_error = exc
+                    self._fail_all(exc)  # a wrong secret does not get better by retrying
+                    return
+                except (OSError, SwitchyardError, TimeoutError) as exc:
+                    self.last_error = exc
+                    log.debug("producer: %s unreachable: %s", address, exc)
+                else:
+                    if self.conn is not None:
+                        self.failovers += 1
+                    self.conn = conn
+                    conn.closed.add_done_callback(lambda _f: self._schedule())
+                    log.debug("producer connected to %s", address)
+                    self._schedule()
+                    return
+            if len(tried) >= len(candidates):
+                tried.clear()
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    def _fail_all(self, exc: BaseException) -> None:
+        for q in self.queued.values():
+            for w in q.waiters:
+                _reject(w, exc)
+        self.queued.clear()
+        while self.retry:
+            for w in self.retry.popleft().waiters:
+                _reject(w, exc)
+
+    async def _sweep(self) -> None:
+        """Fail queued messages whose send timeout passed (the broker never got them); close the link once
+        no route names its cluster and nothing waits on it."""
+        while not self.closed:
+            await asyncio.sleep(0.25)
+            if self.producer.unused(self):
+                await self.close()
+                return
+            now = time.monotonic()
+            timeout = SendTimeout(f"not acknowledged within {self.producer.send_timeout}s"
+                                  + (f" (last error: {self.last_error})" if self.last_error else ""))
+            for topic, q in list(self.queued.items()):
+                if q.deadlines and q.deadlines[0] <= now:
+                    for w in q.expire(now):
+                        _reject(w, timeout)
+                    if not q.messages:
+                        del self.queued[topic]
+            if self.retry:
+                keep_batches = deque()
+                for batch in self.retry:
+                    if batch.deadline <= now:
+                        for w in batch.waiters:
+                            _reject(w, timeout)
+                    else:
+                        keep_batches.append(batch)
+                self.retry = keep_batches
+
+    async def close(self) -> None:
+        self.closed = True
+        self.producer.forget(self)
+        if self._sweeper is not asyncio.current_task():
+            self._sweeper.cancel()
+        if self._connecting is not None:
+            self._connecting.cancel()
+        if self.conn is not None:
+            self.conn.close()
+        self._fail_all(ConnectionLost("producer closed"))
+
+    def idle(self) -> bool:
+        return not (self.queued or self.retry or self.in_flight)
+
+    def stats(self) -> dict:
+        return {"queued": sum(len(q.messages) for q in self.queued.values()), "in_flight_batches": len(self.in_flight),
+                "retrying_batches": len(self.retry), "failovers": self.failovers,
+                "broker": str(self.conn.address) if self.conn else None}

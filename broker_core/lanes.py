@@ -1,0 +1,77 @@
+"""What a consumer group is made of (broker_core.group): subscriptions, and the lanes messages wait in.
+
+A *lane* holds the messages waiting for a set of subscriptions: ready in order, or deferred until a due
+time (a retry after its backoff). Clustering mode has one lane that all subscriptions share; broadcast mode
+gives each subscription its own. A *subscription* is one connection's subscription to one group; it holds
+the messages in flight on it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TYPE_CHECKING
+
+from broker_core.store import StoredMessage
+
+if TYPE_CHECKING:
+    from broker_core.group import Group
+
+
+class Consumer:
+    """What a group needs from a consumer connection (the server's ClientConnection provides it)."""
+
+    consumer_id: str
+    peer: str
+    paused: bool
+
+    def deliver(self, sub_id: int, items: list) -> None: ...
+
+    def room(self) -> int:
+        """Bytes of deliveries it may still be handed now (<= 0: none until it has written some out)."""
+        ...
+
+    def unsubscribed(self, sub_id: int, reason: str) -> None: ...
+
+
+class Subscription:
+    """One connection's subscription to one group. `in_flight` keeps delivery order, so its first
+    entries have the earliest deadlines (every entry of a subscription has the same ack timeout)."""
+
+    __slots__ = ("sub_id", "conn", "group", "credit", "wanted", "ack_timeout", "in_flight", "lane", "active")
+
+    def __init__(self, sub_id: int, conn: Consumer, group: Group, credit: int, ack_timeout: float,
+                 wanted: int | None = None):
+        self.sub_id = sub_id
+        self.conn = conn
+        self.group = group
+        self.credit = credit  # what the group lets it hold: `wanted`, capped by the binding's max_in_flight
+        self.wanted = credit if wanted is None else wanted  # what the consumer asked for
+        self.ack_timeout = ack_timeout
+        # seq -> (message, attempt, deadline)
+        self.in_flight: dict[int, tuple[StoredMessage, int, float]] = {}
+        self.lane: Lane | None = None
+        self.active = True
+
+    def available(self) -> int:
+        return self.credit - len(self.in_flight)
+
+
+class Lane:
+    """Messages waiting for a set of subscriptions: ready in order, deferred until a due time."""
+
+    __slots__ = ("ready", "deferred", "waiting", "attempts", "subs", "rr")
+
+    def __init__(self) -> None:
+        self.ready: deque[StoredMessage] = deque()
+        self.deferred: list[tuple[float, int, StoredMessage]] = []  # heap of (due, seq, message)
+        self.waiting: set[int] = set()  # seqs in ready or deferred (an expired one leaves it early)
+        self.attempts: dict[int, int] = {}  # deliveries so far of messages that came back (nack, timeout, lost)
+        self.subs: list[Subscription] = []
+        self.rr = 0
+
+    def add(self, m: StoredMessage) -> None:
+        self.ready.append(m)
+        self.waiting.add(m.seq)
+
+    def depth(self) -> int:
+        return len(self.waiting)

@@ -1,0 +1,90 @@
+"""What a publish must satisfy before the broker stores it (pure checks on the broker's view of ZooKeeper).
+
+The topic exists in the cluster and is not retired, the app holds a grant to publish on it, and every
+message is well-formed, within the topic's size limit, of a type the topic declares, and either every
+message is prepared (a transaction message, on a transactional topic) or none. The topic document is
+read at each publish, so a change the control plane writes applies to the next publish.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from broker_core import protocol as p
+from broker_core.cluster_state import ClusterState, TopicConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    code: str  # a protocol error code (`protocol.E_*`)
+    message: str  # what the producer should do
+
+
+@dataclass(slots=True)
+class PublishPlan:
+    """An accepted publish: its body bytes, whether it holds prepared messages, and what the trace's
+    `published` record needs (taken here in passing when tracing: each body size and id, and whether no
+    message has a key or business id)."""
+
+    size: int
+    prepared: bool
+    sizes: list[int] | None
+    ids: list[str] | None
+    keyless: bool
+
+
+def check_publish(state: ClusterState, cluster: str, topic: str, app_id: str, messages: list,
+                  default_limit: int, tracing: bool) -> PublishPlan | Refusal:
+    """The plan of an acceptable publish, or why it is refused. A malformed message array raises
+    `protocol.ProtocolError` (the connection that sent it is closed)."""
+    config = state.topics.get(topic)
+    if config is None:
+        return Refusal(p.E_UNKNOWN_TOPIC, f"topic {topic!r} does not exist in cluster {cluster!r}")
+    if config.retired:
+        return Refusal(p.E_TOPIC_RETIRED, f"topic {topic} is retired; new messages are refused (its backlog is "
+                                          "still delivered): publish to the topic that replaces it")
+    if not state.may_publish(topic, app_id):
+        return Refusal(p.E_NOT_GRANTED, f"app {app_id!r} has no grant to publish on topic {topic!r}")
+    if not messages:
+        return Refusal(p.E_INVALID, "a publish needs at least one message")
+    limit = config.max_message_bytes or default_limit
+    types = config.message_types
+    check = p.check_message
+    size = prepared = 0
+    sizes = ids = None
+    keyless = True
+    if tracing:
+        sizes, ids = [], []
+    m_id, m_key, m_bid, m_body, m_type = p.M_ID, p.M_KEY, p.M_BUSINESS_ID, p.M_BODY, p.M_TYPE
+    for fields in messages:
+        check(fields)
+        body_size = len(fields[m_body])
+        size += body_size
+        if sizes is not None:
+            sizes.append(body_size)
+            ids.append(fields[m_id])
+            if keyless and (fields[m_key] is not None or fields[m_bid] is not None):
+                keyless = False
+        if body_size > limit:
+            return Refusal(p.E_INVALID, f"message {fields[m_id]} has a body of {body_size} bytes; the limit of "
+                                        f"topic {topic!r} is {limit}")
+        if types and fields[m_type] not in types:
+            return Refusal(p.E_INVALID, f"message type {fields[m_type]!r} is not declared on topic {topic!r} "
+                                        f"(declared: {', '.join(types)})")
+        if fields[p.M_FLAGS] & p.FLAG_PREPARED:
+            prepared += 1
+    if prepared:
+        refusal = _prepared_refusal(config, prepared, len(messages))
+        if refusal is not None:
+            return refusal
+    return PublishPlan(size, bool(prepared), sizes, ids, keyless)
+
+
+def _prepared_refusal(config: TopicConfig, prepared: int, count: int) -> Refusal | None:
+    if not config.transactional:
+        return Refusal(p.E_INVALID, f"topic {config.name!r} is not transactional: prepared (transaction) messages "
+                                    "are refused; send them as plain messages, or ask for a transactional topic")
+    if prepared != count:
+        return Refusal(p.E_INVALID, "a publish holds either only prepared messages or none; send transaction "
+                                    "messages in a publish of their own")
+    return None
