@@ -2,6 +2,7 @@
 "synced" as read back from ZooKeeper — for a topic and for a binding; and no approve button for oneself."""
 
 import pytest
+from playwright.sync_api import Error as PlaywrightError
 
 from apps.bindings.models import BindingApplication
 from apps.topics.models import TopicApplication
@@ -15,7 +16,11 @@ def reload_until(page, selector: str, text: str, timeout: float = 40):
     """Reload the page until `selector` reads `text` (the page reads ZooKeeper on every load)."""
 
     def check():
-        page.reload()
+        try:
+            page.reload()
+        except PlaywrightError:  # a navigation the last click started is still replacing the page
+            page.wait_for_load_state()
+            return False
         return text in page.locator(selector).all_inner_texts()
 
     wait_for(check, timeout=timeout, interval=0.5, what=f"{selector} to read {text!r}")

@@ -48,7 +48,8 @@ def test_change_a_topic_from_the_form_through_the_inbox_to_zookeeper(celery_work
     row.locator("[data-testid=queue-item]").click()
     assert "created, paid, refunded" in page.locator("[data-testid=diff-message_types]").inner_text()
     page.fill("#id_comment", "Fine")
-    page.click("[data-testid=approve]")
+    with page.expect_navigation():  # the approval answers with the application page again
+        page.click("[data-testid=approve]")
     reload_until(page, "[data-testid=state]", "active")
     assert page.locator("[data-testid=sync-topic]").inner_text() == "synced"
     node = read_node(zk, path)
