@@ -32,6 +32,13 @@ def audit_checkpoint_dir(settings, tmp_path):
     return tmp_path / "audit-checkpoints"
 
 
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    """Test users log in with a known password; the production hasher's million rounds (0.2 s a user here)
+    only cost time. Tests of the hashing itself set their own hashers."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def make_user(db):
     """make_user("sre-1", "sre", team="payments") → a user holding that role (and team membership)."""

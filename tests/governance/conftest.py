@@ -107,12 +107,6 @@ def approved_topic(people, topic_fields):
     return make
 
 
-@pytest.fixture(autouse=True)
-def fast_password_hashing(settings):
-    """Test users log in with a known password; the production hasher's million rounds only cost time here."""
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 QUEUE = "celery"  # the default queue the provisioning tasks go to
 
 

@@ -11,7 +11,6 @@ import pytest
 from tests.broker.conftest import cluster, zk, zk_hosts  # noqa: F401  (the broker fixtures)
 from tests.governance.conftest import (  # noqa: F401  (fixtures)
     approved_topic,
-    fast_password_hashing,
     people,
     topic_fields,
     wait_for,

@@ -14,7 +14,6 @@ from tests.broker.conftest import STATE, zk, zk_hosts  # noqa: F401  (the broker
 from tests.broker.conftest import Cluster as BrokerCluster
 from tests.governance.conftest import (  # noqa: F401  (fixtures)
     approved_topic,
-    fast_password_hashing,
     paused_worker,
     people,
     topic_fields,

@@ -2,7 +2,6 @@
 
 from tests.governance.conftest import (  # noqa: F401  (fixtures)
     approved_topic,
-    fast_password_hashing,
     make_cluster,
     people,
     topic_fields,
