@@ -348,7 +348,7 @@ class Error(Event):
 
 @dataclass(slots=True)
 class DeadLetters(Event):
-    """Dead letters of one group: each entry a dict (see `broker_core.store.DeadLetter.to_dict`)."""
+    """Dead letters of one group: each entry a dict (see `broker_core.storage.store.DeadLetter.to_dict`)."""
 
     code: ClassVar[int] = 25
     sender: ClassVar[str] = SERVER

@@ -1,4 +1,4 @@
-"""What a consumer group is made of (broker_core.group): subscriptions, and the lanes messages wait in.
+"""What a consumer group is made of (broker_core.delivery.group): subscriptions, and the lanes messages wait in.
 
 A *lane* holds the messages waiting for a set of subscriptions: ready in order, or deferred until a due
 time (a retry after its backoff). Clustering mode has one lane that all subscriptions share; broadcast mode
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from broker_core.store import StoredMessage
+from broker_core.storage.store import StoredMessage
 
 if TYPE_CHECKING:
-    from broker_core.group import Group
+    from broker_core.delivery.group import Group
 
 
 class Consumer:

@@ -26,7 +26,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from broker_core.protocol import M_BODY, M_ID
-from broker_core.store import (
+from broker_core.storage.store import (
     KIND_DEAD,
     KIND_REDRIVEN,
     DeadLetter,

@@ -21,19 +21,19 @@ from urllib.parse import unquote
 
 from broker_core import __version__
 from broker_core.auth import VerifiedCache
-from broker_core.cluster_state import App, Binding, ClusterState, TopicConfig
-from broker_core.file_dead_letters import safe_name
-from broker_core.file_store import FileStore
-from broker_core.lifecycle import STORAGE_CHECK_S, Lifecycle
-from broker_core.membership import ZkMembership
-from broker_core.memory_store import MemoryStore
-from broker_core.options import Options
-from broker_core.server import ClientConnection
-from broker_core.store import TopicStore
-from broker_core.topic import Topic
+from broker_core.cluster.membership import ZkMembership
+from broker_core.cluster.state import App, Binding, ClusterState, TopicConfig
+from broker_core.cluster.zk_acl import broker_credential
+from broker_core.delivery.lifecycle import STORAGE_CHECK_S, Lifecycle
+from broker_core.delivery.topic import Topic
+from broker_core.delivery.transactions import TxService
+from broker_core.node.options import Options
+from broker_core.node.server import ClientConnection
+from broker_core.storage.file_dead_letters import safe_name
+from broker_core.storage.file_store import FileStore
+from broker_core.storage.memory_store import MemoryStore
+from broker_core.storage.store import TopicStore
 from broker_core.trace import NullTraceSink, TraceSink
-from broker_core.transactions import TxService
-from broker_core.zk_acl import broker_credential
 
 log = logging.getLogger("broker_core.node")
 
@@ -104,7 +104,7 @@ class Broker:
         self.server = await self.loop.create_server(lambda: ClientConnection(self), opts.host, opts.port,
                                                     reuse_address=True, backlog=1024)
         if opts.metrics_port:
-            from broker_core.http import start_http
+            from broker_core.admin.http import start_http
 
             self.http = await start_http(self, opts.metrics_host, opts.metrics_port)
         await self.loop.run_in_executor(None, self.membership.register)

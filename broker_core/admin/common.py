@@ -1,4 +1,4 @@
-"""Shared pieces of the broker's admin API (broker_core.admin): errors, input checks, waiting for the store.
+"""Shared pieces of the broker's admin API (broker_core.admin.api): errors, input checks, waiting for the store.
 
 Bad input raises `BadRequest` (a 400 `invalid` unless it says otherwise) before anything changes.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
-from broker_core.store import DoneCallback
+from broker_core.storage.store import DoneCallback
 
 Answer = tuple[int, dict]
 MAX_IDS = 1000

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING
 
 from broker_core import protocol as p
 from broker_core.auth import is_fast, verify_any, verify_secret
-from broker_core.lanes import Subscription
-from broker_core.publish_rules import Refusal, check_publish
+from broker_core.delivery.lanes import Subscription
+from broker_core.delivery.publish_rules import Refusal, check_publish
 
 if TYPE_CHECKING:
-    from broker_core.node import Broker
+    from broker_core.node.broker import Broker
 
 log = logging.getLogger("broker_core.server")
 

@@ -1,5 +1,5 @@
 """The broker's HTTP side: GET /metrics (Prometheus), /stats (JSON), /deadletters, /healthz, and the
-admin API under /admin/ (`broker_core.admin`, docs/broker-admin-api.md).
+admin API under /admin/ (`broker_core.admin.api`, docs/broker-admin-api.md).
 
 Who may call: anyone reaching the port may read `/healthz` and `/metrics` (figures, no message data);
 every other path (`/stats`, `/deadletters`, `/admin/...`, and unknown paths) needs
@@ -31,11 +31,11 @@ from urllib.parse import parse_qs, urlsplit
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from broker_core.admin import BODY_LIMITS, MAX_BODY, Admin, authorize
-from broker_core.admin_common import BadRequest
+from broker_core.admin.api import BODY_LIMITS, MAX_BODY, Admin, authorize
+from broker_core.admin.common import BadRequest
 
 if TYPE_CHECKING:
-    from broker_core.node import Broker
+    from broker_core.node.broker import Broker
 
 log = logging.getLogger("broker_core.http")
 

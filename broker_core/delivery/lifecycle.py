@@ -30,13 +30,13 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from broker_core.cluster_state import TopicConfig
-from broker_core.file_store import FileStore
+from broker_core.cluster.state import TopicConfig
+from broker_core.storage.file_store import FileStore
 
 if TYPE_CHECKING:
-    from broker_core.node import Broker
-    from broker_core.store import TopicStore
-    from broker_core.topic import Topic
+    from broker_core.delivery.topic import Topic
+    from broker_core.node.broker import Broker
+    from broker_core.storage.store import TopicStore
 
 log = logging.getLogger("broker_core.lifecycle")
 

@@ -4,7 +4,7 @@ A back-check asks the producing app what became of a prepared message: the broke
 on a live connection of that app whose Hello declared a check listener (the connection that
 published the message when it is still there, else any of them) and waits for the `TxState` answer.
 Checking never changes the message; the control plane applies an answer with `resolve` (the admin
-API, `broker_core.admin`). Everything here runs on the broker's event loop.
+API, `broker_core.admin.api`). Everything here runs on the broker's event loop.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import logging
 from typing import TYPE_CHECKING
 
 from broker_core import protocol as p
-from broker_core.store import TxEntry
+from broker_core.storage.store import TxEntry
 
 if TYPE_CHECKING:
-    from broker_core.node import Broker
-    from broker_core.server import ClientConnection
-    from broker_core.topic import Topic
+    from broker_core.delivery.topic import Topic
+    from broker_core.node.broker import Broker
+    from broker_core.node.server import ClientConnection
 
 log = logging.getLogger("broker_core.transactions")
 

@@ -5,7 +5,7 @@
     GET  /admin/dlq/export           a group's dead letters with their whole messages (paged)
     POST /admin/dlq/import           store dead letters exported elsewhere as a group's own (idempotent by id)
 
-Served by `broker_core.admin.Admin` (same token, same errors), on the broker's event loop.
+Served by `broker_core.admin.api.Admin` (same token, same errors), on the broker's event loop.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import binascii
 from typing import TYPE_CHECKING
 
 from broker_core import protocol as p
-from broker_core.admin_common import (
+from broker_core.admin.common import (
     MAX_IDS,
     Answer,
     BadRequest,
@@ -25,10 +25,10 @@ from broker_core.admin_common import (
     int_param,
     topic_and_group,
 )
-from broker_core.store import DeadLetter
+from broker_core.storage.store import DeadLetter
 
 if TYPE_CHECKING:
-    from broker_core.node import Broker
+    from broker_core.node.broker import Broker
 
 EXPORT_PAGE = 100  # default page of an export
 EXPORT_BODY_BYTES = 4 * 1024 * 1024  # message bodies in one export answer (at least one dead letter)
