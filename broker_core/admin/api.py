@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
-from typing import TYPE_CHECKING
 
 from broker_core import protocol as p
 from broker_core.admin.common import (
@@ -31,6 +30,7 @@ from broker_core.admin.common import (
     STORE_WAIT_S,
     Answer,
     BadRequest,
+    NodeView,
     cursor_param,
     durable,
     error,
@@ -39,9 +39,6 @@ from broker_core.admin.common import (
     topic_and_group,
 )
 from broker_core.admin.migration import MAX_IMPORT_BODY, MigrationAdmin, dead_letter_row
-
-if TYPE_CHECKING:
-    from broker_core.node.broker import Broker
 
 MAX_BODY = 1024 * 1024
 BODY_LIMITS = {"/admin/dlq/import": MAX_IMPORT_BODY}  # paths that take more than MAX_BODY
@@ -65,7 +62,7 @@ def authorize(expected: str, authorization: str) -> Answer | None:
 
 
 class Admin:
-    def __init__(self, broker: Broker):
+    def __init__(self, broker: NodeView):
         self.broker = broker
         self.routes = {
             ("GET", "/admin/tx/prepared"): self.tx_prepared,

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-from typing import TYPE_CHECKING
 
 from broker_core import protocol as p
 from broker_core.admin.common import (
     MAX_IDS,
     Answer,
     BadRequest,
+    NodeView,
     cursor_param,
     durable,
     error,
@@ -26,9 +26,6 @@ from broker_core.admin.common import (
     topic_and_group,
 )
 from broker_core.storage.store import DeadLetter
-
-if TYPE_CHECKING:
-    from broker_core.node.broker import Broker
 
 EXPORT_PAGE = 100  # default page of an export
 EXPORT_BODY_BYTES = 4 * 1024 * 1024  # message bodies in one export answer (at least one dead letter)
@@ -53,7 +50,7 @@ def export_row(topic: str, group: str, d: DeadLetter) -> dict:
 
 
 class MigrationAdmin:
-    def __init__(self, broker: Broker):
+    def __init__(self, broker: NodeView):
         self.broker = broker
         self.routes = {
             ("GET", "/admin/drain"): self.drain,
