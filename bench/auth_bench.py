@@ -38,8 +38,8 @@ from kazoo.client import KazooClient  # noqa: E402
 from bench.broker_bench import start_broker  # noqa: E402
 from broker_core import protocol as p  # noqa: E402
 from broker_core.auth import hash_secret, new_secret, verify_secret  # noqa: E402
-from broker_core.provision import Provisioner  # noqa: E402
-from broker_core.zk_acl import AclPolicy, broker_acl_id, control_credential  # noqa: E402
+from broker_core.cluster.provision import Provisioner  # noqa: E402
+from broker_core.cluster.zk_acl import AclPolicy, broker_acl_id, control_credential  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 

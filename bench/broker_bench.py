@@ -43,7 +43,7 @@ from kazoo.client import KazooClient  # noqa: E402
 
 from broker_core.client import AsyncConsumer, AsyncProducer  # noqa: E402
 from broker_core.client._loop import new_event_loop  # noqa: E402
-from broker_core.provision import Provisioner  # noqa: E402
+from broker_core.cluster.provision import Provisioner  # noqa: E402
 from devstack.services import port_open, start_zookeeper, stop_zookeeper  # noqa: E402
 
 STATE = Path(tempfile.gettempdir()) / "sy-broker" / "bench"

@@ -196,7 +196,7 @@ def main() -> int:
 
     from apps.audit.context import action_context
     from apps.provisioning.reconcile import reconcile
-    from broker_core.zk_acl import control_credential
+    from broker_core.cluster.zk_acl import control_credential
     from control_plane import actors
 
     call_command("migrate", verbosity=0)

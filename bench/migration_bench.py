@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from kazoo.client import KazooClient  # noqa: E402
 
 from bench.tx_sweep_bench import free_port_pair, recreate_database, start, stop, wait  # noqa: E402
-from broker_core.zk_acl import control_credential  # noqa: E402
+from broker_core.cluster.zk_acl import control_credential  # noqa: E402
 
 BENCH_DB = "switchyard_movebench"
 TEAM, TOPIC, GROUP = "bench", "bench.moving", "movers"

@@ -157,8 +157,8 @@ def main() -> int:
     from apps.topics.models import App, Topic
     from apps.transactions.models import PreparedMessage
     from apps.transactions.tasks import sweep_all
+    from broker_core.cluster.provision import Provisioner
     from broker_core.layout import LAYOUT
-    from broker_core.provision import Provisioner
     from control_plane.celery import app as celery_app
 
     call_command("migrate", verbosity=0)

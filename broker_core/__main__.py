@@ -6,8 +6,8 @@ import logging
 import sys
 
 from broker_core.log_scrub import scrub_root_logger
-from broker_core.node import run
-from broker_core.options import parse
+from broker_core.node.broker import run
+from broker_core.node.options import parse
 
 
 def main(argv: list[str] | None = None) -> int:

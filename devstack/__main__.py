@@ -107,10 +107,13 @@ def test(pytest_args: list[str]) -> int:
 
 
 def style_checks(env: dict[str, str]) -> str | None:
-    """What CI checks besides the tests: ruff (pyproject.toml) and no model change without its migration.
-    Returns the name of the first check that failed."""
+    """What CI checks besides the tests: ruff and the import contracts (pyproject.toml), and no model change
+    without its migration. Returns the name of the first check that failed."""
     checks = [
         ("ruff check", [sys.executable, "-m", "ruff", "check", "--quiet", "."]),
+        # run with -c so that this checkout comes first on sys.path: the contracts are checked on this tree
+        ("lint-imports", [sys.executable, "-c", "from importlinter.cli import lint_imports_command; "
+                                                "lint_imports_command()"]),
         ("makemigrations --check", [sys.executable, str(ROOT / "manage.py"), "makemigrations", "--check", "--dry-run",
                                     "-v", "1"]),
     ]

@@ -1,7 +1,7 @@
 """Live figures from a cluster's brokers: each registered node's `/stats`, read now, and their sum per
 topic and group.
 
-Brokers serve `/stats` on their metrics port (see broker_core/node.py `Broker.stats`), to callers that send
+Brokers serve `/stats` on their metrics port (see broker_core/node/broker.py `Broker.stats`), to callers that send
 the brokers' admin token (SWITCHYARD_BROKER_ADMIN_TOKEN). Every read is
 bounded by SWITCHYARD_BROKER_STATS_TIMEOUT and the nodes are read in parallel, so one slow or dead
 broker costs the page at most one timeout; nothing here writes.

@@ -1,5 +1,5 @@
 """Read a cluster's ZooKeeper live: reachable or not, and the broker nodes registered there; and the
-control plane's ZooKeeper identity with the ACLs it writes (broker_core.zk_acl holds the rules).
+control plane's ZooKeeper identity with the ACLs it writes (broker_core.cluster.zk_acl holds the rules).
 
 Every call is bounded by SWITCHYARD_ZK_TIMEOUT; nothing here writes. The credential is read from the
 environment at use (`read_secret`: a variable or a mode-600 file, never argv), so a rotated credential
@@ -20,9 +20,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
-from broker_core.layout import Layout
-from broker_core.secret_source import SecretSourceError
-from broker_core.zk_acl import (
+from broker_core.cluster.zk_acl import (
     BROKER_AUTH,
     BROKER_DIGEST,
     CONTROL_AUTH,
@@ -34,6 +32,8 @@ from broker_core.zk_acl import (
     control_credential,
     control_previous_credential,
 )
+from broker_core.layout import Layout
+from broker_core.secret_source import SecretSourceError
 
 log = logging.getLogger(__name__)
 

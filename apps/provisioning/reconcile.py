@@ -4,7 +4,7 @@
     unexpected  in ZooKeeper under /topics, /bindings, /apps, /grants or /routes, not desired (e.g. made by hand)
     different   both, with other content (the item carries a field-by-field diff)
     acl         a node of the chroot (the chroot itself, /meta, /brokers, every container and object) whose
-                ACL is not the one broker_core.zk_acl prescribes: open to writes, or to reading secret hashes
+                ACL is not the one broker_core.cluster.zk_acl prescribes: open to writes, or to reading secret hashes
 
 Reads are pipelined (zk.Session.read_many) so ten thousand bindings compare in about a second.
 Repairs write the desired document (or delete an unexpected node, or set the ACL) and are audited one by
@@ -28,8 +28,8 @@ from apps.provisioning.desired import META, Desired, desired_for_cluster
 from apps.provisioning.models import ReconcileRun, SyncState, SyncStatus
 from apps.provisioning.status import decode_node, diff_docs, observe
 from apps.provisioning.zk import Node, Session
+from broker_core.cluster.zk_acl import describe
 from broker_core.layout import LAYOUT
-from broker_core.zk_acl import describe
 from control_plane.errors import require_perm
 
 

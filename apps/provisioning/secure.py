@@ -1,5 +1,5 @@
 """Secure a cluster's ZooKeeper that was made without ACLs: give every node of its chroot the ACL the
-layout prescribes (broker_core.zk_acl, docs/security.md). Idempotent: a node already right is left alone.
+layout prescribes (broker_core.cluster.zk_acl, docs/security.md). Idempotent: a node already right is left alone.
 
 The walk is breadth-first, one pipelined round trip per level; ACLs are set top-down (the control plane
 keeps every right on what it secured, so it can still walk below). A node whose ACL already shuts the

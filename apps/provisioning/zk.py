@@ -5,7 +5,7 @@ the ensemble is gone — not connected, a lost connection, a call that does not 
 drops the client and raises ZooKeeperUnreachable; the next call connects afresh.
 
 The client authenticates with the control plane's digest credential, and every node it creates carries
-the ACL of broker_core.zk_acl (docs/security.md): brokers read, anonymous clients read only /meta and
+the ACL of broker_core.cluster.zk_acl (docs/security.md): brokers read, anonymous clients read only /meta and
 /brokers, and nobody but the control plane writes.
 """
 

@@ -13,7 +13,7 @@ import logging
 import random
 import time
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from broker_core import protocol as p
 from broker_core.client._batching import _Batch, _Queued, _reject, _resolve
@@ -22,16 +22,36 @@ from broker_core.client.discovery import Discovery
 from broker_core.client.errors import AuthError, BrokerError, ConnectionLost, SendTimeout, SwitchyardError
 from broker_core.protocol import M_BODY
 
-if TYPE_CHECKING:
-    from broker_core.client.producer import AsyncProducer
-
 log = logging.getLogger("broker_core.client.producer")
+
+
+class LinkOwner(Protocol):
+    """What a link reads of, and hands back to, its producer (`producer.AsyncProducer` is one): the link never
+    imports the producer that creates it."""
+
+    send_timeout: float
+    connect_timeout: float
+    max_batch: int
+    max_batch_bytes: int
+    window: int
+
+    def conn_args(self) -> dict:
+        """How the producer's connections introduce themselves (`BrokerConnection.open` arguments)."""
+        ...
+
+    def moved_away(self, link: _Link, topic: str) -> bool: ...
+
+    def resend(self, link: _Link, batch: _Batch, exc: BaseException) -> None: ...
+
+    def unused(self, link: _Link) -> bool: ...
+
+    def forget(self, link: _Link) -> None: ...
 
 
 class _Link:
     """The producer's connection to one cluster (`zk`: its connect string), with its queue and in-flight batches."""
 
-    def __init__(self, producer: AsyncProducer, zk: str, discovery: Discovery):
+    def __init__(self, producer: LinkOwner, zk: str, discovery: Discovery):
         self.producer = producer
         self.zk = zk
         self.discovery = discovery

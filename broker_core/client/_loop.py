@@ -7,11 +7,14 @@ import threading
 from collections.abc import Coroutine
 from concurrent.futures import Future
 
+try:
+    import uvloop
+except ImportError:  # optional: plain asyncio works, slower
+    uvloop = None
+
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-    except ImportError:  # optional
+    if uvloop is None:
         return asyncio.new_event_loop()
     return uvloop.new_event_loop()
 

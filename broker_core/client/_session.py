@@ -11,15 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from broker_core import protocol as p
 from broker_core.client.connection import BrokerAddress, BrokerConnection
 from broker_core.client.discovery import Discovery
 from broker_core.client.errors import AuthError, BrokerError, ConnectionLost, SwitchyardError
-
-if TYPE_CHECKING:
-    from broker_core.client.consumer import AsyncConsumer
 
 log = logging.getLogger("broker_core.client.consumer")
 
@@ -51,6 +48,29 @@ class ReceivedMessage:
     def __repr__(self) -> str:
         return (f"<ReceivedMessage {self.topic}/{self.group} id={self.id} type={self.message_type!r} "
                 f"attempt={self.attempt} {len(self.body)} bytes>")
+
+
+class SessionOwner(Protocol):
+    """What sessions read of their consumer, and hand it (`consumer.AsyncConsumer` is one): a session never
+    imports the consumer that creates it."""
+
+    topic: str
+    group: str
+    app_id: str
+    secret: str
+    client_id: str
+    credit: int
+    ack_timeout_ms: int
+    heartbeat_ms: int
+    connect_timeout: float
+    resubscribe_delay: float
+    forget_after: float
+    received: int  # counters the sessions raise
+    subscriptions: int
+
+    def dispatch(self, session: _BrokerSession, conn: BrokerConnection, messages: list[ReceivedMessage]) -> None:
+        """Hand delivered messages to the consumer's handler (it acks or nacks them through `session`)."""
+        ...
 
 
 class _BrokerSession:
@@ -206,7 +226,7 @@ class _BrokerSession:
 class _ClusterSubscription:
     """The consumer on one cluster of the route: a session per live broker, following the broker list."""
 
-    def __init__(self, consumer: AsyncConsumer, zk: str, name: str, discovery: Discovery):
+    def __init__(self, consumer: SessionOwner, zk: str, name: str, discovery: Discovery):
         self.consumer = consumer
         self.zk = zk
         self.name = name

@@ -15,15 +15,12 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from broker_core import protocol as p
 from broker_core.client.connection import BrokerAddress, BrokerConnection
 from broker_core.client.discovery import Discovery
 from broker_core.client.errors import AuthError, SwitchyardError
-
-if TYPE_CHECKING:
-    from broker_core.client.producer import AsyncProducer
 
 log = logging.getLogger("broker_core.client.transactions")
 
@@ -92,10 +89,20 @@ class CheckAnswerer:
             task.cancel()
 
 
+class CheckOwner(Protocol):
+    """What check connections read of their producer (`producer.AsyncProducer` is one)."""
+
+    connect_timeout: float
+
+    def conn_args(self) -> dict:
+        """`BrokerConnection.open` arguments, with the check listener."""
+        ...
+
+
 class CheckSessions:
     """One check-listening connection per live broker of a cluster, kept open until closed."""
 
-    def __init__(self, producer: AsyncProducer, discovery: Discovery, forget_after: float = 600.0):
+    def __init__(self, producer: CheckOwner, discovery: Discovery, forget_after: float = 600.0):
         self.producer = producer
         self.discovery = discovery
         self.forget_after = forget_after

@@ -24,8 +24,8 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
+from broker_core.cluster.provision import Provisioner
 from broker_core.layout import LAYOUT
-from broker_core.provision import Provisioner
 from broker_core.secret_source import read_secret
 from devstack.services import start_zookeeper, stop_zookeeper
 from tests.support.stack import broker_environment, control_zk_client, zk_acl_policy

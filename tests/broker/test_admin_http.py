@@ -14,7 +14,7 @@ import urllib.request
 import pytest
 
 from broker_core.client import Producer
-from broker_core.options import parse
+from broker_core.node.options import parse
 from tests.broker.conftest import APP, ROOT, TOKEN_VAR
 from tests.broker.tx_helpers import TOKEN, admin, states
 

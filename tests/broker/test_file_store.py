@@ -9,9 +9,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from broker_core.file_store import FileStore
-from broker_core.memory_store import MemoryStore
 from broker_core.protocol import message
+from broker_core.storage.file_store import FileStore
+from broker_core.storage.memory_store import MemoryStore
 
 
 class Loop:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from broker_core.options import parse
+from broker_core.node.options import parse
 
 
 def test_sources_in_order_of_precedence(tmp_path: Path):

@@ -11,7 +11,7 @@ import asyncio
 import pyarrow as pa
 
 from broker_core.client import Consumer, Message, Producer
-from broker_core.store import StoredMessage
+from broker_core.storage.store import StoredMessage
 from broker_core.trace_process import ChunkShipper, ProcessTraceSink
 from broker_core.trace_records import read_parquet_events
 from broker_core.trace_writer import OPEN_FORMAT, ParquetTraceWriter, read_trace_events

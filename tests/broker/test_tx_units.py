@@ -8,9 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from broker_core import protocol as p
-from broker_core.file_store import FileStore
-from broker_core.memory_store import MemoryStore
-from broker_core.store import KIND_REDRIVEN, encode_record
+from broker_core.storage.file_store import FileStore
+from broker_core.storage.memory_store import MemoryStore
+from broker_core.storage.store import KIND_REDRIVEN, encode_record
 from tests.broker.test_file_store import Loop
 from tests.broker.test_protocol import roundtrip
 

@@ -1,6 +1,6 @@
 """ZooKeeper ACLs against a real ZooKeeper and real broker processes (docs/security.md).
 
-The cluster is provisioned with the control plane's credential and ACLs (broker_core.zk_acl). Anyone else
+The cluster is provisioned with the control plane's credential and ACLs (broker_core.cluster.zk_acl). Anyone else
 — an anonymous client, or a client holding a broker's credential — can neither write a grant nor read a
 secret hash, and a running broker keeps refusing an app that was never granted.
 """
@@ -12,8 +12,8 @@ from kazoo.exceptions import NoAuthError
 
 from broker_core import protocol as p
 from broker_core.client import BrokerError, Producer
+from broker_core.cluster.zk_acl import describe
 from broker_core.layout import LAYOUT, encode
-from broker_core.zk_acl import describe
 from tests.broker.conftest import wait_for
 from tests.support.stack import outsider_clients
 

@@ -93,7 +93,7 @@ def test_rotating_the_control_planes_credential(make_cluster, zk, zk_connect, mo
     """With the former credential given as SWITCHYARD_ZK_CONTROL_PREVIOUS_AUTH, `secure_zookeeper` moves every
     node to the new identity; afterwards the former credential writes nothing."""
     from apps.provisioning import zk as provisioning_zk
-    from broker_core.zk_acl import control_credential
+    from broker_core.cluster.zk_acl import control_credential
 
     cluster = make_cluster("dev-a")
     run("dev-a")

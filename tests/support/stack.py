@@ -9,7 +9,7 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
-from broker_core.zk_acl import broker_credential
+from broker_core.cluster.zk_acl import broker_credential
 from devstack.services import Ports
 
 
@@ -32,14 +32,14 @@ def control_zk_client(hosts: str, timeout: float = 10.0):
     """A kazoo client (not started) that authenticates as the control plane: full rights on what it wrote."""
     from kazoo.client import KazooClient
 
-    from broker_core.zk_acl import control_credential
+    from broker_core.cluster.zk_acl import control_credential
 
     return KazooClient(hosts=hosts, timeout=timeout, auth_data=control_credential().auth_data)
 
 
 def zk_acl_policy():
     """The ACLs the control plane writes, for this test run's two identities."""
-    from broker_core.zk_acl import AclPolicy, broker_acl_id, control_credential
+    from broker_core.cluster.zk_acl import AclPolicy, broker_acl_id, control_credential
 
     return AclPolicy(control_id=control_credential().acl_id, broker_id=broker_acl_id())
 

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from broker_core.store import StoredMessage
+from broker_core.storage.store import StoredMessage
 from broker_core.trace_process import ChunkShipper, ProcessTraceSink
 from broker_core.trace_records import event_schema, read_parquet_events, records_schema
 from broker_core.trace_writer import ParquetTraceWriter, read_trace_events

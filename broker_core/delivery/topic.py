@@ -15,10 +15,10 @@ import logging
 import time
 from collections.abc import Callable
 
-from broker_core.cluster_state import Binding, ClusterState
-from broker_core.group import Group
+from broker_core.cluster.state import Binding, ClusterState
+from broker_core.delivery.group import Group
 from broker_core.protocol import M_ID, M_TYPE
-from broker_core.store import DeadLetter, StoredMessage, TopicStore, TxEntry
+from broker_core.storage.store import DeadLetter, StoredMessage, TopicStore, TxEntry
 from broker_core.trace import TraceSink
 
 log = logging.getLogger("broker_core.topic")

@@ -1,4 +1,4 @@
-"""Shared pieces of the broker's admin API (broker_core.admin): errors, input checks, waiting for the store.
+"""Shared pieces of the broker's admin API (broker_core.admin.api): errors, input checks, waiting for the store.
 
 Bad input raises `BadRequest` (a 400 `invalid` unless it says otherwise) before anything changes.
 """
@@ -7,12 +7,32 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import Protocol
 
-from broker_core.store import DoneCallback
+from broker_core.cluster.state import ClusterState
+from broker_core.delivery.topic import Topic
+from broker_core.delivery.transactions import TxService
+from broker_core.storage.store import DoneCallback
 
 Answer = tuple[int, dict]
 MAX_IDS = 1000
 STORE_WAIT_S = 30.0  # durable records normally take milliseconds; a stuck disk must not hang the call
+
+
+class NodeView(Protocol):
+    """What the HTTP side reads of the broker node, on its event loop (`broker_core.node.broker.Broker` is one).
+    The node hands itself in; nothing here imports it."""
+
+    node_id: str
+    topics: dict[str, Topic]
+    state: ClusterState
+    tx: TxService
+
+    def topic(self, name: str) -> Topic:
+        """The topic, opened on this broker if it was not yet."""
+        ...
+
+    def stats(self) -> dict: ...
 
 
 class BadRequest(Exception):

@@ -6,7 +6,7 @@ Layout of a topic's folder:
                                 appended in seq order, and the commit/rollback records (KIND_COMMIT,
                                 KIND_ROLLBACK) of the prepared messages this segment holds
     <base seq, 20 digits>.ack   which groups finished which messages of that segment (KIND_FINISH)
-    deadletter/<group>.dlq      the group's dead letters and re-drive markers (broker_core.file_dead_letters)
+    deadletter/<group>.dlq      the group's dead letters and re-drive markers (broker_core.storage.file_dead_letters)
 
 Durability. Appends from the event loop only fill buffers; one job at a time runs in the executor
 and writes everything buffered, then fsyncs (policy "batch"): every publish that arrived while the
@@ -22,7 +22,7 @@ counts as one unfinished entry until its commit or rollback); the active segment
 all finished and the store took nothing for `idle_s`. Rolled-back messages stay in the log
 (for audit) until the topic's retention has passed since they were stored (`retention_s`, asked of
 the broker each time; unknown: kept): a segment holding a younger one waits, `tick` lets it go.
-Recovery (`broker_core.file_segments`) reads each segment and its ack file, truncates a torn or corrupt
+Recovery (`broker_core.storage.file_segments`) reads each segment and its ack file, truncates a torn or corrupt
 tail, and returns what is still owed; prepared messages stay prepared.
 """
 
@@ -35,10 +35,11 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from pathlib import Path
 
-from broker_core.file_dead_letters import DeadLetterFiles, marker, write_all
-from broker_core.file_segments import Segment, SegmentRecovery, fsync_dir
 from broker_core.protocol import M_ID, TX_COMMITTED, TX_PREPARED, TX_ROLLED_BACK
-from broker_core.store import (
+from broker_core.storage.file_dead_letters import DeadLetterFiles, marker, write_all
+from broker_core.storage.file_segments import Segment, SegmentRecovery
+from broker_core.storage.fsync import fsync_dir
+from broker_core.storage.store import (
     KIND_BATCH,
     KIND_COMMIT,
     KIND_FINISH,

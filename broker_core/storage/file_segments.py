@@ -1,4 +1,4 @@
-"""The log segments of a file-stored topic (broker_core.file_store): what one is, and reading them back.
+"""The log segments of a file-stored topic (broker_core.storage.file_store): what one is, and reading them back.
 
 Recovery reads each segment (`<base>.log`) and its ack file (`<base>.ack`), truncates a torn or corrupt
 tail, and returns the messages some group still owes with those groups; prepared messages stay prepared,
@@ -12,9 +12,9 @@ import logging
 import os
 from pathlib import Path
 
-from broker_core.file_dead_letters import marker
 from broker_core.protocol import TX_COMMITTED, TX_PREPARED, TX_ROLLED_BACK
-from broker_core.store import (
+from broker_core.storage.file_dead_letters import marker
+from broker_core.storage.store import (
     KIND_BATCH,
     KIND_COMMIT,
     KIND_FINISH,
@@ -63,14 +63,6 @@ class Segment:
         self.ack_path.unlink(missing_ok=True)
         self.deleted = True
         self.ack_dirty = False
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 

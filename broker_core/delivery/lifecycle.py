@@ -27,16 +27,13 @@ import logging
 import os
 import shutil
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from broker_core.cluster_state import TopicConfig
-from broker_core.file_store import FileStore
-
-if TYPE_CHECKING:
-    from broker_core.node import Broker
-    from broker_core.store import TopicStore
-    from broker_core.topic import Topic
+from broker_core.cluster.state import ClusterState, TopicConfig
+from broker_core.delivery.topic import Topic
+from broker_core.storage.file_store import FileStore
+from broker_core.storage.store import TopicStore
 
 log = logging.getLogger("broker_core.lifecycle")
 
@@ -48,15 +45,24 @@ def storage_of(store: TopicStore) -> str:
 
 
 class Lifecycle:
-    def __init__(self, broker: Broker):
-        self.broker = broker
+    """Works on the node's own `topics` (it removes deleted ones); `open_store` makes a topic's store at a level,
+    `storage_for` says the level a topic's document asks for."""
+
+    def __init__(self, topics: dict[str, Topic], state: ClusterState, data_dir: Path, cluster: str,
+                 open_store: Callable[[str, str], TopicStore], storage_for: Callable[[TopicConfig | None], str]):
+        self.topics = topics
+        self.state = state
+        self.data_dir = data_dir
+        self.cluster = cluster
+        self.open_store = open_store
+        self.storage_for = storage_for
         self.recovered = False  # the topics on disk have been opened
         self.storage_due: dict[str, str] = {}  # topic -> storage level wanted, not applied yet
         self._tasks: set[asyncio.Task] = set()
 
     @property
     def tombstones(self) -> Path:
-        return self.broker.options.data_dir / "deleted"
+        return self.data_dir / "deleted"
 
     # -- listeners of ClusterState ----------------------------------------------------------
 
@@ -66,28 +72,28 @@ class Lifecycle:
         if kind == "topic":
             self.delete_topic(key[0])
         else:
-            topic = self.broker.topics.get(key[0])
+            topic = self.topics.get(key[0])
             if topic is not None:
                 topic.drop_group(key[1])
 
     def _may_delete(self, what: str) -> bool:
         """Data is deleted only for what is missing from this broker's own cluster: its /meta names the cluster
         this broker serves (a broker started on the wrong chroot keeps everything)."""
-        cluster = (self.broker.state.meta or {}).get("cluster")
-        if cluster == self.broker.options.cluster:
+        cluster = (self.state.meta or {}).get("cluster")
+        if cluster == self.cluster:
             return True
         log.error("%s is not in ZooKeeper, but its data is kept: /meta names cluster %r, this broker serves %r; "
-                  "check --zk and --cluster", what, cluster, self.broker.options.cluster)
+                  "check --zk and --cluster", what, cluster, self.cluster)
         return False
 
     def topic_changed(self, name: str, config: TopicConfig | None) -> None:
-        if config is not None and name in self.broker.topics:
+        if config is not None and name in self.topics:
             self.check_storage(name)
 
     # -- deleting ---------------------------------------------------------------------------
 
     def delete_topic(self, name: str) -> None:
-        topic = self.broker.topics.pop(name, None)
+        topic = self.topics.pop(name, None)
         self.storage_due.pop(name, None)
         if topic is None:
             return
@@ -127,18 +133,18 @@ class Lifecycle:
         """The topics on disk are open: apply what ZooKeeper says of them (when it was read already)."""
         self.recovered = True
         self.sweep()
-        for name in list(self.broker.topics):
+        for name in list(self.topics):
             self.check_storage(name)
 
     def sweep(self) -> None:
         """Delete what this broker holds of topics and bindings that are not in ZooKeeper (once it has been read
         in full, and the topics on disk opened)."""
-        broker, state = self.broker, self.broker.state
+        state = self.state
         if not (state.ready and self.recovered):
             return
-        topics = [name for name in broker.topics
+        topics = [name for name in self.topics
                   if name not in state.topics and ("topic", (name,)) not in state.unreadable]
-        groups = [(name, group) for name, topic in broker.topics.items() if name not in topics
+        groups = [(name, group) for name, topic in self.topics.items() if name not in topics
                   for group in sorted(topic.known_groups())
                   if state.binding(name, group) is None and ("binding", (name, group)) not in state.unreadable]
         if not (topics or groups) or not self._may_delete(f"{len(topics)} topics and {len(groups)} bindings"):
@@ -148,18 +154,17 @@ class Lifecycle:
             self.delete_topic(name)
         for name, group in groups:
             log.info("binding %s/%s is no longer in ZooKeeper", name, group)
-            broker.topics[name].drop_group(group)
+            self.topics[name].drop_group(group)
 
     # -- storage level ----------------------------------------------------------------------
 
     def check_storage(self, name: str) -> None:
         """Apply the topic's storage level if it changed and the topic holds nothing that would have to move."""
-        broker = self.broker
-        topic = broker.topics.get(name)
-        config = broker.state.topics.get(name)
+        topic = self.topics.get(name)
+        config = self.state.topics.get(name)
         if topic is None or config is None:
             return
-        wanted = broker.storage_for(config)
+        wanted = self.storage_for(config)
         if wanted == storage_of(topic.store):
             self.storage_due.pop(name, None)
             return
@@ -175,7 +180,7 @@ class Lifecycle:
 
     def _replace_store(self, topic: Topic, storage: str) -> None:
         old = topic.store
-        new = self.broker.open_store(topic.name, storage)
+        new = self.open_store(topic.name, storage)
         new.recover()
         new.next_seq = max(new.next_seq, old.next_seq)  # late acks never match a new message
         carried = 0

@@ -21,10 +21,10 @@ import heapq
 import logging
 import time
 
-from broker_core.cluster_state import Backoff, Binding
-from broker_core.lanes import Lane, Subscription
+from broker_core.cluster.state import Backoff, Binding
+from broker_core.delivery.lanes import Lane, Subscription
 from broker_core.protocol import M_BODY, M_TTL_MS
-from broker_core.store import StoredMessage, TopicStore
+from broker_core.storage.store import StoredMessage, TopicStore
 from broker_core.trace import TraceSink
 
 log = logging.getLogger("broker_core.group")

@@ -1,5 +1,5 @@
 """The broker's HTTP side: GET /metrics (Prometheus), /stats (JSON), /deadletters, /healthz, and the
-admin API under /admin/ (`broker_core.admin`, docs/broker-admin-api.md).
+admin API under /admin/ (`broker_core.admin.api`, docs/broker-admin-api.md).
 
 Who may call: anyone reaching the port may read `/healthz` and `/metrics` (figures, no message data);
 every other path (`/stats`, `/deadletters`, `/admin/...`, and unknown paths) needs
@@ -25,17 +25,13 @@ import asyncio
 import base64
 import json
 import logging
-from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from broker_core.admin import BODY_LIMITS, MAX_BODY, Admin, authorize
-from broker_core.admin_common import BadRequest
-
-if TYPE_CHECKING:
-    from broker_core.node import Broker
+from broker_core.admin.api import BODY_LIMITS, MAX_BODY, Admin, authorize
+from broker_core.admin.common import BadRequest, NodeView
 
 log = logging.getLogger("broker_core.http")
 
@@ -57,7 +53,7 @@ GROUP_COUNTERS = {
 
 
 class BrokerCollector:
-    def __init__(self, broker: Broker):
+    def __init__(self, broker: NodeView):
         self.broker = broker
 
     def collect(self):
@@ -165,15 +161,17 @@ def _content_length(headers: dict[str, str], limit: int) -> int:
 
 
 class HttpEndpoints:
-    def __init__(self, broker: Broker):
+    def __init__(self, broker: NodeView, admin_token: str, max_connections: int):
         self.broker = broker
+        self.admin_token = admin_token
+        self.max_connections = max_connections
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(BrokerCollector(broker))
         self.admin = Admin(broker)
         self.active = 0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if self.active >= self.broker.options.max_http_connections:
+        if self.active >= self.max_connections:
             self._answer(writer, 503, "application/json", json.dumps(
                 {"error": "busy", "message": "too many HTTP requests at once on this broker; retry shortly"}).encode())
             writer.close()
@@ -193,7 +191,7 @@ class HttpEndpoints:
             method, target, headers = _parse_head(head)
             url = urlsplit(target)
             if url.path not in PUBLIC_PATHS:
-                refusal = authorize(self.broker.options.admin_token, headers.get("authorization", ""))
+                refusal = authorize(self.admin_token, headers.get("authorization", ""))
                 if refusal is not None:
                     raise Refused(*refusal, extra_headers='WWW-Authenticate: Bearer realm="switchyard-broker"\r\n')
             length = _content_length(headers, BODY_LIMITS.get(url.path, MAX_BODY))
@@ -263,6 +261,8 @@ class HttpEndpoints:
         return 404, "text/plain", b"not found\n"
 
 
-async def start_http(broker: Broker, host: str, port: int) -> asyncio.base_events.Server:
-    endpoints = HttpEndpoints(broker)
+async def start_http(broker: NodeView, host: str, port: int, admin_token: str,
+                     max_connections: int) -> asyncio.base_events.Server:
+    """`admin_token` guards everything but PUBLIC_PATHS (empty: refused); `max_connections` requests at once."""
+    endpoints = HttpEndpoints(broker, admin_token, max_connections)
     return await asyncio.start_server(endpoints.handle, host, port, limit=HEAD_LIMIT)

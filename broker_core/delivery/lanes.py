@@ -1,4 +1,4 @@
-"""What a consumer group is made of (broker_core.group): subscriptions, and the lanes messages wait in.
+"""What a consumer group is made of (broker_core.delivery.group): subscriptions, and the lanes messages wait in.
 
 A *lane* holds the messages waiting for a set of subscriptions: ready in order, or deferred until a due
 time (a retry after its backoff). Clustering mode has one lane that all subscriptions share; broadcast mode
@@ -9,12 +9,9 @@ the messages in flight on it.
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from broker_core.store import StoredMessage
-
-if TYPE_CHECKING:
-    from broker_core.group import Group
+from broker_core.storage.store import StoredMessage
 
 
 class Consumer:
@@ -33,13 +30,31 @@ class Consumer:
     def unsubscribed(self, sub_id: int, reason: str) -> None: ...
 
 
+class SubscribedGroup(Protocol):
+    """The group a subscription belongs to, as the subscription's connection drives it (`group.Group` is one):
+    lanes never import the group made of them."""
+
+    topic: str
+    name: str
+
+    def dispatch(self) -> None: ...
+
+    def set_credit(self, sub: Subscription, credit: int) -> None: ...
+
+    def ack(self, sub: Subscription, seqs: list[int]) -> None: ...
+
+    def nack(self, sub: Subscription, items: list) -> None: ...
+
+    def unsubscribe(self, sub: Subscription, reason: str | None = None) -> None: ...
+
+
 class Subscription:
     """One connection's subscription to one group. `in_flight` keeps delivery order, so its first
     entries have the earliest deadlines (every entry of a subscription has the same ack timeout)."""
 
     __slots__ = ("sub_id", "conn", "group", "credit", "wanted", "ack_timeout", "in_flight", "lane", "active")
 
-    def __init__(self, sub_id: int, conn: Consumer, group: Group, credit: int, ack_timeout: float,
+    def __init__(self, sub_id: int, conn: Consumer, group: SubscribedGroup, credit: int, ack_timeout: float,
                  wanted: int | None = None):
         self.sub_id = sub_id
         self.conn = conn

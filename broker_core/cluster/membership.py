@@ -29,8 +29,8 @@ from kazoo.exceptions import KazooException, NoAuthError, NodeExistsError, NoNod
 from kazoo.retry import KazooRetry
 from kazoo.security import OPEN_ACL_UNSAFE
 
+from broker_core.cluster.zk_acl import ZkCredential, broker_node_acl
 from broker_core.layout import LAYOUT, LAYOUT_VERSION, encode
-from broker_core.zk_acl import ZkCredential, broker_node_acl
 
 log = logging.getLogger("broker_core.membership")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from broker_core import protocol as p
-from broker_core.cluster_state import ClusterState, TopicConfig
+from broker_core.cluster.state import ClusterState, TopicConfig
 
 
 @dataclass(frozen=True, slots=True)

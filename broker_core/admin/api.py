@@ -1,9 +1,9 @@
 """The broker's admin API (docs/broker-admin-api.md): transaction back-checks and dead-letter re-drive.
 
-Served under /admin/ by the broker's HTTP server (`broker_core.http`), on its event loop. Every call
+Served under /admin/ by the broker's HTTP server (`broker_core.admin.http`), on its event loop. Every call
 needs `Authorization: Bearer <token>` (the broker's admin token, from SWITCHYARD_BROKER_ADMIN_TOKEN or the
 file SWITCHYARD_BROKER_ADMIN_TOKEN_FILE names; none configured: every call is refused with 403
-`admin_disabled`). `broker_core.http` checks it with `authorize` before it reads a request's body.
+`admin_disabled`). `broker_core.admin.http` checks it with `authorize` before it reads a request's body.
 Input is checked completely before anything changes: bad input is a 400 and changes nothing. Answers
 and errors are JSON; errors are {"error", "message"}.
 
@@ -14,7 +14,7 @@ and errors are JSON; errors are {"error", "message"}.
     GET  /admin/dlq           dead letters of a group not re-driven yet (by time range, paged)
     POST /admin/dlq/redrive   deliver listed dead letters to their group again, once
 
-and those a migration between clusters needs (`broker_core.admin_migration`): /admin/drain,
+and those a migration between clusters needs (`broker_core.admin.migration`): /admin/drain,
 /admin/dlq/export, /admin/dlq/import.
 """
 
@@ -23,14 +23,14 @@ from __future__ import annotations
 import asyncio
 import hmac
 import time
-from typing import TYPE_CHECKING
 
 from broker_core import protocol as p
-from broker_core.admin_common import (
+from broker_core.admin.common import (
     MAX_IDS,
     STORE_WAIT_S,
     Answer,
     BadRequest,
+    NodeView,
     cursor_param,
     durable,
     error,
@@ -38,10 +38,7 @@ from broker_core.admin_common import (
     int_param,
     topic_and_group,
 )
-from broker_core.admin_migration import MAX_IMPORT_BODY, MigrationAdmin, dead_letter_row
-
-if TYPE_CHECKING:
-    from broker_core.node import Broker
+from broker_core.admin.migration import MAX_IMPORT_BODY, MigrationAdmin, dead_letter_row
 
 MAX_BODY = 1024 * 1024
 BODY_LIMITS = {"/admin/dlq/import": MAX_IMPORT_BODY}  # paths that take more than MAX_BODY
@@ -65,7 +62,7 @@ def authorize(expected: str, authorization: str) -> Answer | None:
 
 
 class Admin:
-    def __init__(self, broker: Broker):
+    def __init__(self, broker: NodeView):
         self.broker = broker
         self.routes = {
             ("GET", "/admin/tx/prepared"): self.tx_prepared,

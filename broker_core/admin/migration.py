@@ -5,30 +5,27 @@
     GET  /admin/dlq/export           a group's dead letters with their whole messages (paged)
     POST /admin/dlq/import           store dead letters exported elsewhere as a group's own (idempotent by id)
 
-Served by `broker_core.admin.Admin` (same token, same errors), on the broker's event loop.
+Served by `broker_core.admin.api.Admin` (same token, same errors), on the broker's event loop.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-from typing import TYPE_CHECKING
 
 from broker_core import protocol as p
-from broker_core.admin_common import (
+from broker_core.admin.common import (
     MAX_IDS,
     Answer,
     BadRequest,
+    NodeView,
     cursor_param,
     durable,
     error,
     int_param,
     topic_and_group,
 )
-from broker_core.store import DeadLetter
-
-if TYPE_CHECKING:
-    from broker_core.node import Broker
+from broker_core.storage.store import DeadLetter
 
 EXPORT_PAGE = 100  # default page of an export
 EXPORT_BODY_BYTES = 4 * 1024 * 1024  # message bodies in one export answer (at least one dead letter)
@@ -53,7 +50,7 @@ def export_row(topic: str, group: str, d: DeadLetter) -> dict:
 
 
 class MigrationAdmin:
-    def __init__(self, broker: Broker):
+    def __init__(self, broker: NodeView):
         self.broker = broker
         self.routes = {
             ("GET", "/admin/drain"): self.drain,

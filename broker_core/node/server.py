@@ -18,15 +18,12 @@ import itertools
 import logging
 import socket
 import time
-from typing import TYPE_CHECKING
 
 from broker_core import protocol as p
 from broker_core.auth import is_fast, verify_any, verify_secret
-from broker_core.lanes import Subscription
-from broker_core.publish_rules import Refusal, check_publish
-
-if TYPE_CHECKING:
-    from broker_core.node import Broker
+from broker_core.delivery.lanes import Subscription
+from broker_core.delivery.publish_rules import Refusal, check_publish
+from broker_core.node.host import ConnectionHost
 
 log = logging.getLogger("broker_core.server")
 
@@ -41,7 +38,7 @@ def _verify_legacy(secret: str, hashes: list[str]) -> str | None:
 
 
 class ClientConnection(asyncio.Protocol):
-    def __init__(self, broker: Broker):
+    def __init__(self, broker: ConnectionHost):
         self.broker = broker
         self.options = broker.options
         self.proto = p.Connection(p.SERVER, max_frame=self.options.max_prehello_frame_bytes)

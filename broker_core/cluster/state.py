@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from broker_core.auth import SecretHash
-from broker_core.selector import compile_selector
+from broker_core.cluster.selector import compile_selector
 
 log = logging.getLogger("broker_core.cluster_state")
 

@@ -6,7 +6,7 @@ from collections import deque
 from collections.abc import Callable
 
 from broker_core.protocol import M_ID, TX_COMMITTED, TX_PREPARED, TX_ROLLED_BACK
-from broker_core.store import DeadLetter, DeadLetterIndex, StoredMessage, TxEntry
+from broker_core.storage.store import DeadLetter, DeadLetterIndex, StoredMessage, TxEntry
 
 MAX_RESOLVED_TX = 100_000  # resolved transaction entries remembered (for state queries and idempotence)
 

@@ -4,7 +4,7 @@ A back-check asks the producing app what became of a prepared message: the broke
 on a live connection of that app whose Hello declared a check listener (the connection that
 published the message when it is still there, else any of them) and waits for the `TxState` answer.
 Checking never changes the message; the control plane applies an answer with `resolve` (the admin
-API, `broker_core.admin`). Everything here runs on the broker's event loop.
+API, `broker_core.admin.api`). Everything here runs on the broker's event loop.
 """
 
 from __future__ import annotations
@@ -12,32 +12,45 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Collection, Mapping
+from typing import Protocol
 
 from broker_core import protocol as p
-from broker_core.store import TxEntry
-
-if TYPE_CHECKING:
-    from broker_core.node import Broker
-    from broker_core.server import ClientConnection
-    from broker_core.topic import Topic
+from broker_core.delivery.topic import Topic
+from broker_core.storage.store import TxEntry
 
 log = logging.getLogger("broker_core.transactions")
 
 
+class CheckListener(Protocol):
+    """What back-checks need of a client connection (the node's `CheckListener` is one)."""
+
+    app_id: str | None
+    conn_no: int
+    peer: str
+    check_listener: bool
+    authenticated: bool
+    closed: bool
+
+    def send(self, event: p.Event) -> None: ...
+
+
 class TxService:
-    def __init__(self, broker: Broker):
-        self.broker = broker
+    """`topics` and `connections` are the node's own collections, read live (never copied)."""
+
+    def __init__(self, topics: Mapping[str, Topic], connections: Collection[CheckListener]):
+        self.topics = topics
+        self.connections = connections
         self._check_ids = itertools.count(1)
         # check id -> (connection asked, message id, future of the answer)
-        self.pending: dict[int, tuple[ClientConnection, str, asyncio.Future]] = {}
+        self.pending: dict[int, tuple[CheckListener, str, asyncio.Future]] = {}
         self.checks_sent = self.checks_answered = self.checks_timed_out = 0
 
     # -- lookups ------------------------------------------------------------------------------
 
     def find(self, message_id: str, topic: str | None = None) -> tuple[Topic, TxEntry] | None:
         """The topic and entry of a transaction message this broker holds (None: unknown here)."""
-        topics = self.broker.topics
+        topics = self.topics
         candidates = [topics[topic]] if topic is not None and topic in topics else \
             [] if topic is not None else topics.values()
         for t in candidates:
@@ -46,16 +59,16 @@ class TxService:
                 return t, entry
         return None
 
-    def listeners(self) -> dict[str, list[ClientConnection]]:
+    def listeners(self) -> dict[str, list[CheckListener]]:
         """Live connections with a check listener, by app id."""
-        out: dict[str, list[ClientConnection]] = {}
-        for conn in self.broker.connections:
+        out: dict[str, list[CheckListener]] = {}
+        for conn in self.connections:
             if conn.check_listener and conn.authenticated and not conn.closed:
                 out.setdefault(conn.app_id, []).append(conn)
         return out
 
     def prepared(self) -> list[tuple[Topic, TxEntry]]:
-        return [(t, e) for t in self.broker.topics.values() for e in t.store.prepared.values()]
+        return [(t, e) for t in self.topics.values() for e in t.store.prepared.values()]
 
     # -- back-checks ----------------------------------------------------------------------------
 
@@ -106,7 +119,7 @@ class TxService:
             result["state"] = entry.state
         return results
 
-    def answered(self, conn: ClientConnection, ev: p.TxState) -> None:
+    def answered(self, conn: CheckListener, ev: p.TxState) -> None:
         """A `TxState` frame: settle the check it answers (an answer to no open check is ignored)."""
         waiting = self.pending.get(ev.check_id)
         if waiting is None:
@@ -120,7 +133,7 @@ class TxService:
         if not future.done():
             future.set_result(ev.state if ev.state in p.TX_ANSWERS else p.TX_UNKNOWN)
 
-    def connection_gone(self, conn: ClientConnection) -> None:
+    def connection_gone(self, conn: CheckListener) -> None:
         """Checks waiting on a closed connection end now, unanswered."""
         for check_id, (asked, _, future) in list(self.pending.items()):
             if asked is conn:
@@ -143,7 +156,7 @@ class TxService:
         return future
 
     def stats(self) -> dict:
-        return {"prepared": sum(len(t.store.prepared) for t in self.broker.topics.values()),
+        return {"prepared": sum(len(t.store.prepared) for t in self.topics.values()),
                 "checks_sent": self.checks_sent, "checks_answered": self.checks_answered,
                 "checks_timed_out": self.checks_timed_out, "checks_waiting": len(self.pending),
                 "listeners": sum(len(v) for v in self.listeners().values())}

@@ -20,20 +20,27 @@ from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import unquote
 
 from broker_core import __version__
+from broker_core.admin.http import start_http
 from broker_core.auth import VerifiedCache
-from broker_core.cluster_state import App, Binding, ClusterState, TopicConfig
-from broker_core.file_dead_letters import safe_name
-from broker_core.file_store import FileStore
-from broker_core.lifecycle import STORAGE_CHECK_S, Lifecycle
-from broker_core.membership import ZkMembership
-from broker_core.memory_store import MemoryStore
-from broker_core.options import Options
-from broker_core.server import ClientConnection
-from broker_core.store import TopicStore
-from broker_core.topic import Topic
+from broker_core.cluster.membership import ZkMembership
+from broker_core.cluster.state import App, Binding, ClusterState, TopicConfig
+from broker_core.cluster.zk_acl import broker_credential
+from broker_core.delivery.lifecycle import STORAGE_CHECK_S, Lifecycle
+from broker_core.delivery.topic import Topic
+from broker_core.delivery.transactions import TxService
+from broker_core.node.options import Options
+from broker_core.node.server import ClientConnection
+from broker_core.storage.file_dead_letters import safe_name
+from broker_core.storage.file_store import FileStore
+from broker_core.storage.memory_store import MemoryStore
+from broker_core.storage.store import TopicStore
 from broker_core.trace import NullTraceSink, TraceSink
-from broker_core.transactions import TxService
-from broker_core.zk_acl import broker_credential
+from broker_core.trace_process import ProcessTraceSink
+
+try:
+    import uvloop
+except ImportError:  # optional: plain asyncio works, slower
+    uvloop = None
 
 log = logging.getLogger("broker_core.node")
 
@@ -47,8 +54,9 @@ class Broker:
         self.connections_per_host: dict[str, int] = {}  # kept by the connections (max_connections_per_host)
         self.refused_connections = 0
         self.verified = VerifiedCache()
-        self.tx = TxService(self)
-        self.lifecycle = Lifecycle(self)
+        self.tx = TxService(self.topics, self.connections)
+        self.lifecycle = Lifecycle(self.topics, self.state, options.data_dir, options.cluster, self.open_store,
+                                   self.storage_for)
         self.auth_failures = 0
         self.node_id = ""
         self.trace: TraceSink = trace or NullTraceSink()
@@ -104,9 +112,8 @@ class Broker:
         self.server = await self.loop.create_server(lambda: ClientConnection(self), opts.host, opts.port,
                                                     reuse_address=True, backlog=1024)
         if opts.metrics_port:
-            from broker_core.http import start_http
-
-            self.http = await start_http(self, opts.metrics_host, opts.metrics_port)
+            self.http = await start_http(self, opts.metrics_host, opts.metrics_port, opts.admin_token,
+                                         opts.max_http_connections)
         await self.loop.run_in_executor(None, self.membership.register)
         self._tasks = [asyncio.create_task(self._tick_loop(), name="tick"),
                        asyncio.create_task(self._zk_check_loop(), name="zk-check")]
@@ -123,13 +130,6 @@ class Broker:
 
     async def _open_trace_writer(self) -> TraceSink:
         directory = self.options.trace_dir or self.options.data_dir / "trace"
-        try:
-            import broker_core.trace_writer  # noqa: F401  (the child process writes with it)
-        except ImportError:
-            log.warning("trace requested but broker_core.trace_writer is not available; tracing is off")
-            return NullTraceSink()
-        from broker_core.trace_process import ProcessTraceSink
-
         return await ProcessTraceSink(directory, node_id=self.node_id, cluster=self.options.cluster,
                                       file_format=self.options.trace_format,
                                       roll_bytes=self.options.trace_roll_mb and self.options.trace_roll_mb * 1024 * 1024,
@@ -315,11 +315,6 @@ class Broker:
 
 def run(options: Options) -> None:
     """Run a broker until SIGTERM or SIGINT."""
-    try:
-        import uvloop
-    except ImportError:  # optional: plain asyncio works, slower
-        uvloop = None
-
     async def main() -> None:
         broker = Broker(options)
         await broker.start()

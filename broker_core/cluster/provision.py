@@ -4,7 +4,7 @@ brokers read (docs/zookeeper-layout.md).
 For tests, the benchmark and the demo seed only: in a real deployment the control plane is the one
 writer of these nodes, through its approval workflow and audit log. Given an `AclPolicy` (and a client
 authenticated as the control plane), every node it creates carries the ACL the layout prescribes
-(broker_core.zk_acl), as the control plane's own writes do.
+(broker_core.cluster.zk_acl), as the control plane's own writes do.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from kazoo.exceptions import NodeExistsError
 from kazoo.security import OPEN_ACL_UNSAFE
 
 from broker_core.auth import hash_secret
+from broker_core.cluster.zk_acl import AclPolicy
 from broker_core.layout import LAYOUT, LAYOUT_VERSION, encode
-from broker_core.zk_acl import AclPolicy
 
 
 class Provisioner:

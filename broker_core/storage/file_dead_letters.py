@@ -1,7 +1,7 @@
 """The dead-letter files of a file-stored topic: `deadletter/<group>.dlq` in the topic's folder.
 
 A group's file holds its dead letters (KIND_DEAD records: full message copies) and which of them were
-re-driven (KIND_REDRIVEN markers), appended in that order (broker_core/store.py gives the formats). The
+re-driven (KIND_REDRIVEN markers), appended in that order (broker_core/storage/store.py gives the formats). The
 index (`DeadLetterIndex`) keeps the live ones without their bodies; a body is read back from the file
 when it is needed (a re-drive, a listing, an export).
 
@@ -26,7 +26,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from broker_core.protocol import M_BODY, M_ID
-from broker_core.store import (
+from broker_core.storage.store import (
     KIND_DEAD,
     KIND_REDRIVEN,
     DeadLetter,

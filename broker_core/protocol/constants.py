@@ -1,0 +1,52 @@
+"""The wire's constants: frame header, flags, transaction states, error codes, message field indexes."""
+
+from __future__ import annotations
+
+import struct
+
+PROTOCOL_VERSION = 1
+MAGIC = b"SY"
+HEADER = struct.Struct(">2sBBI")
+HEADER_SIZE = HEADER.size
+DEFAULT_MAX_FRAME = 16 * 1024 * 1024
+
+# Message flags (stored with the message). FLAG_PREPARED: a transaction message, stored and not
+# deliverable until the producer (or a back-check) commits it with `EndTx`.
+FLAG_PREPARED = 0x01
+
+# Transaction states (`TxEnded.state`, the broker admin API) and check answers (`TxState.state`).
+TX_PREPARED, TX_COMMITTED, TX_ROLLED_BACK = "prepared", "committed", "rolled_back"
+TX_COMMIT, TX_ROLLBACK, TX_UNKNOWN = "commit", "rollback", "unknown"
+TX_ANSWERS = (TX_COMMIT, TX_ROLLBACK, TX_UNKNOWN)
+
+# `Hello.features` keys. check_listener: true -> this connection answers `CheckTx` with `TxState`.
+FEATURE_CHECK_LISTENER = "check_listener"
+
+# Error codes carried by `Error` frames.
+E_BAD_FRAME = "bad_frame"
+E_TOO_LARGE = "frame_too_large"
+E_UNSUPPORTED = "unsupported"
+E_NOT_AUTHENTICATED = "not_authenticated"
+E_AUTH_FAILED = "auth_failed"
+E_NOT_GRANTED = "not_granted"
+E_NO_BINDING = "no_binding"
+E_UNKNOWN_TOPIC = "unknown_topic"
+E_TOPIC_RETIRED = "topic_retired"  # the topic takes no new messages (its backlog is still delivered)
+E_INVALID = "invalid"
+E_STORE_FAILED = "store_failed"
+E_UNKNOWN_MESSAGE = "unknown_message"
+E_HEARTBEAT = "heartbeat_timeout"
+E_SLOW_CONSUMER = "slow_consumer"
+E_SHUTTING_DOWN = "shutting_down"
+E_TOO_MANY_CONNECTIONS = "too_many_connections"
+E_INTERNAL = "internal"
+
+# --- messages ------------------------------------------------------------------------------
+
+# A message travels (and is stored) as a msgpack array of these fields, nested in the frame, so a
+# frame of many messages is packed and unpacked by one msgpack call. Append new fields at the end only.
+M_ID, M_TYPE, M_KEY, M_BUSINESS_ID, M_HEADERS, M_BODY, M_TTL_MS, M_DELIVERY_LIMIT, M_FLAGS, M_TIMESTAMP_MS = range(10)
+MESSAGE_FIELDS = 10
+
+# who may send an event
+CLIENT, SERVER = "client", "server"
