@@ -31,7 +31,7 @@ from broker_core.options import Options
 from broker_core.server import ClientConnection
 from broker_core.store import TopicStore
 from broker_core.topic import Topic
-from broker_core.trace import NullTraceSink, TraceSink
+from broker_core.tracing.sink import NullTraceSink, TraceSink
 from broker_core.transactions import TxService
 from broker_core.zk_acl import broker_credential
 
@@ -123,15 +123,13 @@ class Broker:
 
     async def _open_trace_writer(self) -> TraceSink:
         directory = self.options.trace_dir or self.options.data_dir / "trace"
-        try:
-            import broker_core.trace_writer  # noqa: F401  (the child process writes with it)
+        try:  # pyarrow is needed only with tracing on
+            from broker_core.tracing.process import ProcessTraceSink
         except ImportError:
-            log.warning("trace requested but broker_core.trace_writer is not available; tracing is off")
+            log.warning("trace requested but pyarrow is not available; tracing is off")
             return NullTraceSink()
-        from broker_core.trace_process import ProcessTraceSink
 
         return await ProcessTraceSink(directory, node_id=self.node_id, cluster=self.options.cluster,
-                                      file_format=self.options.trace_format,
                                       roll_bytes=self.options.trace_roll_mb and self.options.trace_roll_mb * 1024 * 1024,
                                       roll_s=self.options.trace_roll_s).start()
 

@@ -1,0 +1,222 @@
+"""The broker's side of tracing without I/O: the sink methods (TraceSink) add records to a `RecordBuffer`,
+and `take()` turns the records since the last take into one Arrow record batch (schema.wire_schema()).
+
+A record's per-message values are taken when it is emitted, while the publish or delivery path has just
+touched its messages, as plain lists (C-level `map` passes); the batch is built column-wise once per
+shipment. A record whose messages the trace process already has names them instead of repeating their
+ids, types, keys and business ids: a publish batch's `stored` record its `published` record (the handle
+`emit_messages` returned), a delivery or ack frame the runs of published records its seqs make. Records
+are numbered across batches; a record may name records of its own batch and of the one taken before
+(the writer resolves those), never of one dropped.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from itertools import chain, islice
+from operator import attrgetter, countOf, itemgetter, lt
+from time import time_ns
+
+import numpy as np
+import pyarrow as pa
+
+from broker_core.protocol import M_BODY, M_BUSINESS_ID, M_ID, M_KEY, M_TYPE
+from broker_core.tracing.schema import MESSAGE_VALUES, RECORD_VALUES, SIZED, wire_schema
+
+_fields = attrgetter("fields")
+_seq = attrgetter("seq")
+_row_seq, _row_attempt, _row_fields = itemgetter(0), itemgetter(1), itemgetter(2)
+_entry_message = itemgetter(0)
+_body = itemgetter(M_BODY)
+_STRINGS = (itemgetter(M_ID), itemgetter(M_TYPE), itemgetter(M_KEY), itemgetter(M_BUSINESS_ID))
+_SHARED = itemgetter(M_TYPE, M_KEY, M_BUSINESS_ID)  # the values a batch's messages often all share
+
+
+class RecordBuffer:
+    def __init__(self) -> None:
+        self.schema = wire_schema()
+        self._first = 0  # the number of the first record since the last take
+        self._floor = 0  # the first record a new record may name
+        self._start()
+        # per topic, the seq runs of nameable published records: (first seqs, counts, record numbers)
+        self._runs: dict[str, tuple[list, list, list]] = {}
+
+    def _start(self) -> None:
+        self._scalars: list[tuple] = []
+        self._counts: list[int] = []
+        self._refs: list = []
+        self._parts: list[list] = [[] for _ in MESSAGE_VALUES]  # per column, per record: values or None
+
+    @property
+    def records(self) -> int:
+        """Records since the last take() or drop()."""
+        return len(self._counts)
+
+    # --- the sink methods ---------------------------------------------------------------------
+
+    def emit(self, event: str, *, message_id, topic, message_type, key=None, business_id=None, app_id=None,
+             client_host=None, group=None, consumer=None, attempt=None, detail=None, size=None,
+             ts_us=None) -> None:
+        self._add((ts_us or time_ns() // 1000, event, topic, app_id, client_host, group, consumer, detail), 1,
+                  [[message_id], [message_type], _one(key), _one(business_id), _one(attempt), _one(size)])
+
+    def emit_messages(self, event: str, topic: str, messages: list, *, app_id=None, client_host=None, ts_us=None,
+                      same_as=None, arrays=None, sizes=None, ids=None, shared=None) -> int | None:
+        n = len(messages)
+        if not n:
+            return None
+        number = self._first + len(self._counts)
+        sized = event in SIZED
+        scalars = (ts_us or time_ns() // 1000, event, topic, app_id, client_host, None, None, None)
+        if same_as is not None and same_as >= self._floor and not sized:
+            self._add(scalars, n, [None] * len(MESSAGE_VALUES), [(same_as, 0, n)])
+            return None
+        fields = arrays if arrays is not None else list(map(_fields, messages))
+        if sized and sizes is None:
+            sizes = list(map(len, map(_body, fields)))
+        self._add(scalars, n, [*_strings(fields, n, ids, shared), None, list(sizes) if sized else None])
+        if event == "published":
+            starts, counts, numbers = self._runs.setdefault(topic, ([], [], []))
+            first_seq = messages[0].seq  # a batch's seqs follow each other (the store appends it whole)
+            if starts and first_seq < starts[-1] + counts[-1]:  # seqs started again (a new store)
+                del starts[:], counts[:], numbers[:]
+            starts.append(first_seq)
+            counts.append(n)
+            numbers.append(number)
+        return number
+
+    def emit_group(self, event: str, topic: str, group: str, rows: list, *, consumer=None, client_host=None,
+                   ts_us=None, attempt=None) -> None:
+        n = len(rows)
+        if not n:
+            return
+        scalars = (ts_us or time_ns() // 1000, event, topic, None, client_host, group, consumer, None)
+        attempts = list(map(_row_attempt, rows)) if attempt is None else [attempt] * n
+        self._framed(scalars, topic, list(map(_row_seq, rows)), lambda: list(map(_row_fields, rows)), attempts)
+
+    def emit_attempts(self, event: str, topic: str, group: str, entries: list, *, consumer=None, client_host=None,
+                      ts_us=None, seqs=None) -> None:
+        if not entries:
+            return
+        scalars = (ts_us or time_ns() // 1000, event, topic, None, client_host, group, consumer, None)
+        messages = list(map(_entry_message, entries))
+        self._framed(scalars, topic, seqs if seqs is not None else list(map(_seq, messages)),
+                     lambda: list(map(_fields, messages)), list(map(_row_attempt, entries)))
+
+    def close(self) -> None:
+        return None
+
+    # --- records ------------------------------------------------------------------------------
+
+    def _framed(self, scalars: tuple, topic: str, seqs: list, fields, attempts: list) -> None:
+        """A delivery or ack frame: it names published records when its seqs are one run of theirs."""
+        n = len(attempts)
+        named = self._named(topic, seqs)
+        if named is not None:
+            self._add(scalars, n, [None, None, None, None, attempts, None], named)
+        else:
+            self._add(scalars, n, [*_strings(fields(), n), attempts, None])
+
+    def _add(self, scalars: tuple, n: int, parts: list, runs: list | None = None) -> None:
+        self._scalars.append(scalars)
+        self._counts.append(n)
+        self._refs.append(None if runs is None else [{"record": r, "offset": o, "count": c} for r, o, c in runs])
+        for column, part in zip(self._parts, parts, strict=True):
+            column.append(part)
+
+    def _named(self, topic: str, seqs: list[int]) -> list | None:
+        """(record number, offset, count) of the published records holding `seqs` in that order; None if
+        they are not one run of seqs, or not all among the nameable records."""
+        runs = self._runs.get(topic)
+        if runs is None or not seqs:
+            return None
+        starts, counts, numbers = runs
+        seq, left = seqs[0], len(seqs)
+        # increasing, and spanning exactly len(seqs): one run (no list of ints made to compare)
+        if seqs[-1] - seq != left - 1 or not all(map(lt, seqs, islice(seqs, 1, None))):
+            return None
+        j = bisect_right(starts, seq) - 1
+        named = []
+        while left:
+            if j < 0 or j >= len(starts) or not starts[j] <= seq < starts[j] + counts[j]:
+                return None
+            offset = seq - starts[j]
+            take = min(counts[j] - offset, left)
+            named.append((numbers[j], offset, take))
+            seq, left, j = seq + take, left - take, j + 1
+        return named
+
+    # --- shipping -----------------------------------------------------------------------------
+
+    def take(self) -> pa.RecordBatch | None:
+        """The records since the last take (or drop) as one batch (None if there are none); they stay
+        nameable until the next take."""
+        k = len(self._counts)
+        if not k:
+            return None
+        columns = list(zip(*self._scalars, strict=True))
+        arrays = [pa.array(np.arange(self._first, self._first + k, dtype=np.int64)),
+                  pa.array(self._counts, pa.int32()),
+                  *[_array(list(values), self.schema.field(name).type) for name, values in zip(RECORD_VALUES, columns,
+                                                                                              strict=True)],
+                  pa.array(self._refs, self.schema.field("refs").type),
+                  *[_list_array(parts, self.schema.field(name).type)
+                    for name, parts in zip(MESSAGE_VALUES, self._parts, strict=True)]]
+        batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        self._restart(self._first, self._first + k)
+        return batch
+
+    def drop(self) -> int:
+        """Forget the records since the last take (they will never be written); returns their events."""
+        events = sum(self._counts)
+        end = self._first + len(self._counts)
+        self._restart(end, end)
+        return events
+
+    def _restart(self, floor: int, first: int) -> None:
+        self._floor, self._first = floor, first
+        self._start()
+        for topic, (starts, counts, numbers) in list(self._runs.items()):
+            keep = bisect_left(numbers, floor)
+            if keep == len(numbers):
+                del self._runs[topic]
+            elif keep:
+                self._runs[topic] = (starts[keep:], counts[keep:], numbers[keep:])
+
+
+def _one(value) -> list | None:
+    return None if value is None else [value]
+
+
+def _strings(fields: list, n: int, ids: list | None = None, shared: tuple | None = None) -> list:
+    """A record's (ids, types, keys, business ids): a list of n values each, or None when all are null. A
+    batch whose messages share type, key and business id (often: one type, no key, no business id) costs
+    one pass for the three."""
+    if shared is None and _SHARED(fields[-1]) == (first := _SHARED(fields[0])) and \
+            countOf(map(_SHARED, fields), first) == n:
+        shared = first
+    parts = [list(ids) if ids is not None else list(map(_STRINGS[0], fields))]
+    if shared is not None:
+        return parts + [None if value is None else [value] * n for value in shared]
+    for get in _STRINGS[1:]:
+        values = list(map(get, fields))
+        parts.append(None if countOf(values, None) == n else values)
+    return parts
+
+
+def _list_array(parts: list, kind: pa.DataType) -> pa.ListArray:
+    """One list per record (None: a null list) as a list array of `kind`."""
+    lengths = np.fromiter((0 if p is None else len(p) for p in parts), dtype=np.int32, count=len(parts))
+    offsets = pa.array(np.concatenate(([0], np.cumsum(lengths, dtype=np.int32))))
+    values = _array(list(chain.from_iterable(p for p in parts if p is not None)), kind.value_type)
+    nulls = [p is None for p in parts]
+    return pa.ListArray.from_arrays(offsets, values, type=kind, mask=pa.array(nulls) if any(nulls) else None)
+
+
+def _array(values: list, kind: pa.DataType) -> pa.Array:
+    """An Arrow array of `kind`; values of another type (a UUID, a numeric string) become str() or int()."""
+    try:
+        return pa.array(values, kind)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        convert = str if pa.types.is_string(kind) else int
+        return pa.array([None if v is None else convert(v) for v in values], kind)
