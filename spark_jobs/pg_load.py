@@ -2,8 +2,7 @@
 
 The tables belong to the control plane (apps/tracing models and migrations, staging tables included);
 this module only fills them. The executors COPY their partitions into the staging tables through
-psycopg2 (each Arrow batch written as CSV by pyarrow's C++ writer: no per-row Python), or with
-`method="jdbc"` Spark's JDBC writer (Debian's pgjdbc, /usr/share/java/postgresql.jar). The driver
+psycopg2 (each Arrow batch written as CSV by pyarrow's C++ writer: no per-row Python). The driver
 then merges them in one transaction under an advisory lock, in key order (index pages are touched in
 order), so a reader sees a message's old summary and timeline or its new ones, never a mix.
 Summaries are upserted by message_id and events inserted unless (message_id, event_id) is there, so
@@ -12,9 +11,13 @@ loading the same run twice (a run that failed after loading) leaves the same row
 
 from __future__ import annotations
 
+import io
 import logging
 from urllib.parse import parse_qs, urlparse
 
+import psycopg2
+import pyarrow as pa
+import pyarrow.csv as pacsv
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -82,19 +85,6 @@ def _libpq_quote(value: str) -> str:
     return value.replace("\\", "\\\\").replace("'", "\\'")
 
 
-def _jdbc_write(df: DataFrame, jdbc_url: str, password: str | None, table: str, connections: int) -> None:
-    sep = "&" if "?" in jdbc_url else "?"
-    writer = (df.write.format("jdbc")
-              .option("url", f"{jdbc_url}{sep}reWriteBatchedInserts=true")
-              .option("driver", "org.postgresql.Driver")
-              .option("dbtable", table)
-              .option("batchsize", 10000)
-              .option("numPartitions", connections))
-    if password:
-        writer = writer.option("password", password)  # a connection property, not part of the URL
-    writer.mode("append").save()
-
-
 def _copy(df: DataFrame, dsn: str, table: str) -> int:
     """COPY every partition of `df` into `table` from the executors (one connection per task, one
     transaction per task: a failed task's rows are not left behind, its retry copies them again)."""
@@ -102,12 +92,6 @@ def _copy(df: DataFrame, dsn: str, table: str) -> int:
     sql = f"COPY {table} ({columns}) FROM STDIN WITH (FORMAT csv)"
 
     def copy(batches):
-        import io
-
-        import psycopg2
-        import pyarrow as pa
-        import pyarrow.csv as pacsv
-
         rows = 0
         conn = psycopg2.connect(dsn)
         try:
@@ -129,12 +113,9 @@ def _copy(df: DataFrame, dsn: str, table: str) -> int:
     return df.mapInArrow(copy, "rows long").agg(F.sum("rows")).first()[0] or 0
 
 
-def load_lookup_tables(messages: DataFrame, jdbc_url: str, *, password: str | None = None, connections: int = 2,
-                       progress=None, method: str = "copy") -> dict:
+def load_lookup_tables(messages: DataFrame, jdbc_url: str, *, password: str | None = None, progress=None) -> dict:
     """Upsert the summaries of `messages` (those a run updated) and add the events of their timelines that
     are not there yet."""
-    import psycopg2
-
     dsn = libpq_dsn(jdbc_url, password)
     conn = psycopg2.connect(dsn)
     try:
@@ -146,10 +127,7 @@ def load_lookup_tables(messages: DataFrame, jdbc_url: str, *, password: str | No
             cur.execute(f"TRUNCATE {MESSAGE_STAGING}, {EVENT_STAGING}")  # leftovers of an interrupted load
         for rows, table, what in ((summary_rows(messages), MESSAGE_STAGING, "summary"),
                                   (timeline_rows(messages), EVENT_STAGING, "timeline")):
-            if method == "jdbc":
-                _jdbc_write(rows, jdbc_url, password, table, connections)
-            else:
-                _copy(rows, dsn, table)
+            _copy(rows, dsn, table)
             if progress:
                 progress(f"loaded {what} rows into staging")
         conn.autocommit = False

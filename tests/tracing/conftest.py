@@ -5,15 +5,14 @@ from __future__ import annotations
 import pytest
 
 from broker_core.tracing.writer import TraceFileWriter
+from spark_jobs.session import spark_session
 
 T0 = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z in microseconds
 
 
 @pytest.fixture(scope="session")
 def spark():
-    from spark_jobs.session import POSTGRES_JDBC_JAR, spark_session
-
-    session = spark_session("local[2]", "switchyard-tests", shuffle_partitions=2, jars=[POSTGRES_JDBC_JAR])
+    session = spark_session("local[2]", "switchyard-tests", shuffle_partitions=2)
     yield session
     session.stop()
 

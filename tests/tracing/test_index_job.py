@@ -1,5 +1,6 @@
 """The index job end to end on real Spark and PostgreSQL: incremental, idempotent, one summary per message."""
 
+import pyarrow.parquet as pq
 import pytest
 from django.db import connection
 
@@ -45,7 +46,7 @@ def test_batches_update_messages_in_place_and_rerunning_changes_nothing(spark, t
     inputs, output = [str(tmp_path / "brokers")], str(tmp_path / "index")
     run = lambda **kw: trace_index.run(spark, inputs, output, **database(), progress=quiet, **kw)  # noqa: E731
 
-    first = trace_batch(fmt="jsonl")  # written by an older broker; the next file is Parquet
+    first = trace_batch()
     first.emit("published", "m-ack", 0, app_id="shop", business_id="order-1", key="cust-1")
     first.emit("stored", "m-ack", 1)
     first.emit("delivered", "m-ack", 10, group="billing", consumer="c1", attempt=1)
@@ -113,18 +114,17 @@ def test_batches_update_messages_in_place_and_rerunning_changes_nothing(spark, t
     assert indexed_event_count(spark, output) == 19
 
 
-@pytest.mark.parametrize(("fmt", "reader"), [("parquet", "arrow"), ("jsonl", "arrow"), ("jsonl", "spark")])
-def test_a_copy_of_a_trace_file_adds_no_event(spark, trace_batch, tmp_path, fmt, reader):
-    batch = trace_batch(fmt=fmt)
+def test_a_copy_of_a_trace_file_adds_no_event(spark, trace_batch, tmp_path):
+    batch = trace_batch()
     batch.emit("published", "m-1", 0, business_id="b-1")
     batch.emit("stored", "m-1", 1)
     batch.close()
-    [original] = (tmp_path / "brokers").rglob(f"*.{fmt}")
+    [original] = (tmp_path / "brokers").rglob("*.parquet")
     copy = tmp_path / "brokers" / "copied" / original.name
     copy.parent.mkdir()
     copy.write_bytes(original.read_bytes())
     result = trace_index.run(spark, [str(tmp_path / "brokers")], str(tmp_path / "index"), **database(),
-                             reader=reader, progress=quiet)
+                             progress=quiet)
     assert (result["new_files"], result["new_events"]) == (2, 2)
     assert TracedMessage.objects.get().event_count == 2
     assert TraceEvent.objects.count() == 2
@@ -132,8 +132,6 @@ def test_a_copy_of_a_trace_file_adds_no_event(spark, trace_batch, tmp_path, fmt,
 
 def partitions(folder) -> dict[tuple[str, str], list[str]]:
     """(date, topic) of each `date=/topic=` folder → the message ids in its Parquet files (read without Spark)."""
-    import pyarrow.parquet as pq
-
     found = {}
     for date_dir in sorted(folder.glob("date=*")):
         for topic_dir in sorted(date_dir.glob("topic=*")):
@@ -143,8 +141,6 @@ def partitions(folder) -> dict[tuple[str, str], list[str]]:
 
 
 def summary_rows(folder) -> dict[str, dict]:
-    import pyarrow.parquet as pq
-
     return {row["message_id"]: row for part in folder.glob("date=*/topic=*") for row in pq.read_table(part).to_pylist()}
 
 
@@ -193,37 +189,3 @@ def test_the_index_is_partitioned_by_date_and_topic_and_a_batch_leaves_other_sum
     # the partition no new event touched is not even rewritten
     assert file_bytes(output / "messages" / "date=2026-01-01" / "topic=payments") == payments_before
     assert list(TracedMessage.objects.filter(message_id__in=["m-b", "m-c"]).order_by("message_id").values()) == db_before
-
-
-def test_an_index_of_format_1_has_its_events_folded_into_the_timelines(spark, trace_batch, tmp_path):
-    """Format 1 kept every event apart in events/date=/topic=/ and summaries without timelines."""
-    from spark_jobs.trace_read import read_events
-    from spark_jobs.trace_transforms import EVENT_COLUMNS, clean_events
-
-    old = trace_batch(node="old")
-    old.emit("published", "m-old", 0, app_id="shop")
-    old.emit("stored", "m-old", 1)
-    old.emit("delivered", "m-old", 10, group="billing", consumer="c1", attempt=1)
-    old.close()
-    old_files = [str(p) for p in (tmp_path / "brokers" / "old").rglob("*.parquet")]
-    output = tmp_path / "index"
-    # the format-1 index of those files: its events apart, a summary row without a timeline, its checkpoint
-    clean_events(read_events(spark, old_files)).select(*EVENT_COLUMNS).write.partitionBy("date", "topic") \
-        .parquet(str(output / "events"))
-    spark.createDataFrame([("m-old", "orders", "2026-01-01", 3)], "message_id string, topic string, date string, "
-                          "event_count int").write.partitionBy("date", "topic").parquet(str(output / "messages"))
-    (output / "_checkpoint").mkdir()
-    (output / "_checkpoint" / "indexed-files.txt").write_text("".join(f + "\n" for f in old_files))
-
-    new = trace_batch(node="new")
-    new.emit("acked", "m-old", 12, group="billing", consumer="c1", attempt=1)
-    new.emit("published", "m-new", 20, app_id="shop")
-    new.close()
-    trace_index.run(spark, [str(tmp_path / "brokers")], str(output), **database(), progress=quiet)
-
-    assert not (output / "events").exists()
-    assert timeline_steps(spark, str(output), "m-old") == [
-        ("published", None, None), ("stored", None, None), ("delivered", "billing", 1), ("acked", "billing", 1)]
-    assert dict(TracedMessage.objects.values_list("message_id", "final_state")) == {
-        "m-old": "acked", "m-new": "published"}
-    assert spark.read.parquet(str(output / "messages")).count() == 2
