@@ -2,11 +2,14 @@
 
 import csv
 import io
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from unittest import mock
 
 import pytest
+from django.utils import timezone
 
 from apps.audit.models import AuditRecord
+from apps.tracing.actions import BUILD_TASK
 from apps.tracing.models import IndexRun, TraceEvent
 from tests.tracing.factories import BASE_US, message
 from tests.tracing.pages import RenderedLane, rendered_message
@@ -124,21 +127,15 @@ def test_people_without_a_tracing_role_see_no_trace(make_user, api_for, indexed)
 
 
 def test_rebuild_now_is_refused_while_a_run_is_under_way_and_a_stale_run_does_not_block(make_user, api_for):
-    from datetime import timedelta
-
-    from django.utils import timezone
-
     sre = api_for(make_user("sre-2", "sre"))
     running = IndexRun.objects.create(trigger="schedule", state="running")
     refused = sre.post("/api/v1/traces/index-runs/")
     assert refused.status_code == 409 and f"#{running.pk}" in refused.json()["detail"]
     IndexRun.objects.filter(pk=running.pk).update(created_at=timezone.now() - timedelta(hours=4))
-    from unittest import mock
-
-    with mock.patch("apps.tracing.tasks.build_trace_index.delay") as delay:
+    with mock.patch("apps.tracing.actions.app.send_task") as send_task:  # queued on commit, by the task's name
         accepted = sre.post("/api/v1/traces/index-runs/")
     assert accepted.status_code == 202 and accepted.json()["state"] == "queued"
-    delay.assert_called_once_with(accepted.json()["id"])
+    send_task.assert_called_once_with(BUILD_TASK, args=[accepted.json()["id"]])
     running.refresh_from_db()
     assert (running.state, running.stage) == ("failed", "abandoned")
     assert AuditRecord.objects.filter(action="trace_index.build", actor_name="sre-2").count() == 1
