@@ -101,11 +101,12 @@ def run(spark, inputs: list[str], output: str, *, jdbc_url: str | None = None, j
         counts = {"new_events": written["events"] - events_before, "messages": written["messages"]}
         progress("wrote the message summaries and timelines", 60, **counts)
 
-        # load: summaries upserted, events inserted unless there (the touched messages' known ones are)
+        # load: new messages COPYed into the lookup tables, touched ones upserted (pg_load)
         if jdbc_url:
             loaded = load_lookup_tables(updated, jdbc_url, password=jdbc_password,
+                                        indexed_before=hits.select("message_id") if hits is not None else None,
                                         progress=lambda stage: progress(stage, 75))
-            progress("merged the lookup tables in PostgreSQL", 90, **loaded)
+            progress("loaded the lookup tables into PostgreSQL", 90, **loaded)
         store.commit(run_id, replaced, files)
         result = {"new_files": len(files), "replaced_files": len(replaced), "run_id": run_id, **counts}
         progress("committed", 100, **result)

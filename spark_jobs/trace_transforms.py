@@ -7,7 +7,6 @@ raw events (one row per event of a trace file)
                           state and attempts, and its timeline (its events, each once, in timeline order)
 summaries
   → timeline_events       back to one row per event (to merge a message's indexed events with new ones)
-  → summary_rows / timeline_rows   the columns of the PostgreSQL lookup tables
 
 The shuffle carries Arrow tables, not rows: each task cuts its events into buckets by message id
 (trace_arrow.split_by_bucket) and ships one row per bucket (`part`, the bucket's events as an LZ4 Arrow
@@ -117,25 +116,3 @@ def summarize_blobs(batches):
 def summary_schema():
     """The Spark schema of `summarize`'s rows."""
     return from_arrow_schema(SUMMARY_SCHEMA)
-
-
-MESSAGE_COLUMNS = [
-    "message_id", "topic", "message_type", "key", "business_id", "cluster", "app_id", "producer_host", "broker",
-    "size", "first_ts_us", "last_ts_us", "published_ts_us", "stored_ts_us", "transaction_state", "final_state",
-    "final_states", "attempts", "event_count", "groups", "date",
-]
-
-
-def summary_rows(messages: DataFrame) -> DataFrame:
-    """Columns of the PostgreSQL summary table's staging copy (JSON and lists as text)."""
-    return messages.select(
-        *[c for c in MESSAGE_COLUMNS if c not in ("final_states", "groups", "date")],
-        F.concat_ws(",", "final_states").alias("final_states"),
-        F.to_json("groups", {"ignoreNullFields": "false"}).alias("groups"),
-    )
-
-
-def timeline_rows(messages: DataFrame) -> DataFrame:
-    """Columns of the PostgreSQL timeline table's staging copy: one row per event of each message's timeline."""
-    return messages.select("message_id", F.explode("timeline").alias("e")).select(
-        "message_id", *[F.col(f"e.{c}").alias(c) for c in EVENT_FIELDS])

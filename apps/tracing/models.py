@@ -1,7 +1,7 @@
 """The tracing index as the UI reads it: one summary row per message and its timeline of events.
 
-The Spark job (spark_jobs.trace_index) fills these tables through their staging copies and a SQL
-merge (spark_jobs.pg_load); nothing in the control plane writes them. `IndexRun` records each build.
+The Spark job (spark_jobs.trace_index) fills these tables by COPY (spark_jobs.pg_load); nothing in the
+control plane writes them. `IndexRun` records each build.
 """
 
 from django.conf import settings

@@ -130,6 +130,32 @@ def test_a_copy_of_a_trace_file_adds_no_event(spark, trace_batch, tmp_path):
     assert TraceEvent.objects.count() == 2
 
 
+def test_an_index_built_again_over_loaded_tables_upserts_and_changes_nothing(spark, trace_batch, tmp_path):
+    """A message new to the index is COPYed straight into the lookup tables; when it is there already (a run
+    that failed after loading, or an index folder built again) the load upserts it instead."""
+    inputs = [str(tmp_path / "brokers")]
+    batch = trace_batch()
+    batch.emit("published", "m-1", 0, business_id="b-1")
+    batch.emit("stored", "m-1", 1)
+    batch.emit("delivered", "m-1", 5, group="billing", consumer="c1", attempt=1)
+    batch.close()
+    loads = []
+
+    def progress(stage, percent, **fields):
+        if "upserted_partitions" in fields:
+            loads.append((fields["message_rows"], fields["event_rows"], fields["upserted_partitions"]))
+
+    trace_index.run(spark, inputs, str(tmp_path / "index"), **database(), progress=progress)
+    before = snapshot()
+    assert (len(before[0]), len(before[1])) == (1, 3)
+
+    result = trace_index.run(spark, inputs, str(tmp_path / "another-index"), **database(), progress=progress)
+    assert (result["new_files"], result["new_events"], result["messages"]) == (1, 3, 1)
+    assert loads == [(1, 3, 0), (1, 3, 2)]  # the second load's two COPYs met rows already there: upserted
+    assert snapshot() == before
+    assert steps("m-1") == [("published", None, None), ("stored", None, None), ("delivered", "billing", 1)]
+
+
 def partitions(folder) -> dict[tuple[str, str], list[str]]:
     """(date, topic) of each `date=/topic=` folder → the message ids in its Parquet files (read without Spark)."""
     found = {}
