@@ -1,18 +1,19 @@
-"""Make the lookups servable: load the UI's tables (`tracing_message`, `tracing_event`) into PostgreSQL by COPY.
+"""Make the lookups servable: load the UI's table `tracing_message` into PostgreSQL by COPY.
 
-The tables belong to the control plane (apps/tracing models and migrations); this module only fills them.
-The executors COPY their partitions through psycopg2, each partition sorted by key (index pages are then
-touched in order) and written as CSV by pyarrow's C++ writer: no per-row Python.
+A row per message: its summary and its timeline (the index's timeline as JSON text: one row to write and to
+read per message, rather than a row per event). The table belongs to the control plane (apps/tracing
+models and migrations); this module only fills it. The executors COPY their partitions through psycopg2,
+each partition sorted by message id (index pages are then touched in order) and written as CSV by
+pyarrow's C++ writer: no per-row Python.
 
-- Messages the index did not hold before (all of them in a first build) go straight into the tables: no
+- Messages the index did not hold before (all of them in a first build) go straight into the table: no
   staging copy and no merge to pay. If a partition meets a row already there (a run that failed after
   loading, done again), its COPY is rolled back and the partition takes the way below.
 - Messages the run touched again go through a temporary table of the task's session, then one
-  `INSERT … ON CONFLICT` per table: summaries upserted (an unchanged row is left alone, `indexed_at`
-  included), events inserted unless (message_id, event_id) is there.
+  `INSERT … ON CONFLICT DO UPDATE`; a row that did not change is left alone (`indexed_at` included).
 
-So loading the same run twice leaves the same rows. Events are loaded before summaries: a message a search
-finds has its whole timeline. Each task commits its own rows; one load at a time (an advisory lock).
+So loading the same run twice leaves the same rows. Each task commits its own rows; one load at a time
+(an advisory lock).
 """
 
 from __future__ import annotations
@@ -28,12 +29,9 @@ import pyarrow.csv as pacsv
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from spark_jobs.trace_arrow import EVENT_FIELDS
-
 log = logging.getLogger("spark_jobs.pg_load")
 
 MESSAGE_TABLE = "tracing_message"
-EVENT_TABLE = "tracing_event"
 _LOCK_KEY = 0x5357_5452  # "SWTR": one loader at a time
 COPY_ROWS = 65536  # rows per COPY statement
 
@@ -41,24 +39,20 @@ _SUMMARY_COLUMNS = ["message_id", "topic", "message_type", "key", "business_id",
                     "broker", "size"]
 _TIMES = {"first_at": "first_ts_us", "last_at": "last_ts_us", "published_at": "published_ts_us",
           "stored_at": "stored_ts_us"}
-_STATES = ["transaction_state", "final_state", "final_states", "attempts", "event_count", "groups", "indexed_at"]
+_STATES = ["transaction_state", "final_state", "final_states", "attempts", "event_count", "groups", "timeline",
+           "indexed_at"]
 MESSAGE_COLUMNS = [*_SUMMARY_COLUMNS, *_TIMES, *_STATES]
-EVENT_COLUMNS = ["message_id", "event_id", "ts_us", "rank", "at", "event", "group_name", "attempt", "consumer",
-                 "client_host", "broker", "app_id", "detail", "size"]
 # a summary that did not change keeps its row untouched (indexed_at included): re-running changes nothing
 _COMPARED = [c for c in MESSAGE_COLUMNS if c not in ("message_id", "indexed_at")]
-_UPSERT = {
-    MESSAGE_TABLE: f"""ON CONFLICT (message_id) DO UPDATE SET
+_UPSERT = f"""ON CONFLICT (message_id) DO UPDATE SET
         {", ".join(f"{c} = EXCLUDED.{c}" for c in MESSAGE_COLUMNS if c != "message_id")}
         WHERE ({", ".join(f"{MESSAGE_TABLE}.{c}" for c in _COMPARED)})
-              IS DISTINCT FROM ({", ".join(f"EXCLUDED.{c}" for c in _COMPARED)})""",
-    EVENT_TABLE: "ON CONFLICT (message_id, event_id) DO NOTHING",
-}
-_KEYS = {MESSAGE_TABLE: ["message_id"], EVENT_TABLE: ["message_id", "event_id"]}
+              IS DISTINCT FROM ({", ".join(f"EXCLUDED.{c}" for c in _COMPARED)})"""
 
 
 def message_rows(messages: DataFrame) -> DataFrame:
-    """The columns of `tracing_message` (times as timestamps, final states as an array literal, groups as JSON)."""
+    """The columns of `tracing_message` (times as timestamps, final states as an array literal, groups and the
+    timeline as JSON: a timeline event's fields that are null are left out)."""
     return messages.select(
         *_SUMMARY_COLUMNS,
         *[F.timestamp_micros(us).alias(name) for name, us in _TIMES.items()],
@@ -66,17 +60,9 @@ def message_rows(messages: DataFrame) -> DataFrame:
         F.concat(F.lit("{"), F.concat_ws(",", "final_states"), F.lit("}")).alias("final_states"),
         "attempts", "event_count",
         F.to_json("groups", {"ignoreNullFields": "false"}).alias("groups"),
+        F.to_json("timeline").alias("timeline"),
         F.current_timestamp().alias("indexed_at"),
     )
-
-
-def event_rows(messages: DataFrame) -> DataFrame:
-    """The columns of `tracing_event`: one row per event of each message's timeline."""
-    events = messages.select("message_id", F.explode("timeline").alias("e")).select(
-        "message_id", *[F.col(f"e.{c}").alias(c) for c in EVENT_FIELDS])
-    return events.select(*[F.timestamp_micros("ts_us").alias("at") if c == "at" else
-                           F.col("group").alias("group_name") if c == "group_name" else F.col(c)
-                           for c in EVENT_COLUMNS])
 
 
 def libpq_dsn(jdbc_url: str, password: str | None = None) -> str:
@@ -108,30 +94,30 @@ def _copy_rows(cur, table: str, rows: pa.Table) -> None:
         cur.copy_expert(sql, buffer)
 
 
-def _upsert(cur, table: str, rows: pa.Table) -> None:
-    """Rows some of which may be in `table` already: through a temporary table, then INSERT … ON CONFLICT."""
-    cur.execute(f"CREATE TEMPORARY TABLE load_rows (LIKE {table}) ON COMMIT DROP")
+def _upsert(cur, rows: pa.Table) -> None:
+    """Rows some of which may be in the table already: through a temporary table, then INSERT … ON CONFLICT."""
+    cur.execute(f"CREATE TEMPORARY TABLE load_rows (LIKE {MESSAGE_TABLE}) ON COMMIT DROP")
     _copy_rows(cur, "load_rows", rows)
     columns = ", ".join(rows.column_names)
-    cur.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM load_rows ORDER BY {', '.join(_KEYS[table])} "
-                f"{_UPSERT[table]}")
+    cur.execute(f"INSERT INTO {MESSAGE_TABLE} ({columns}) SELECT {columns} FROM load_rows ORDER BY message_id "
+                f"{_UPSERT}")
 
 
-def copy_into(df: DataFrame, dsn: str, table: str, *, fresh: bool) -> dict:
-    """Load every partition of `df` (the columns of `table`) from the executors, one connection and one
-    transaction per task (a failed task leaves nothing behind; its retry loads it again). `fresh`: rows
-    not expected in the table, COPYed straight into it (upserted if one is there after all).
-    Returns the rows loaded and the partitions that were upserted."""
+def copy_into(df: DataFrame, dsn: str, *, fresh: bool) -> dict:
+    """Load every partition of `df` (message_rows) from the executors, one connection and one transaction per
+    task (a failed task leaves nothing behind; its retry loads it again). `fresh`: rows not expected in the
+    table, COPYed straight into it (upserted if one is there after all). Returns the rows loaded and the
+    partitions that were upserted."""
 
     def load(batches):
         batches = [b for b in batches if b.num_rows]
         upserted = rows = 0
         if batches:
-            table_rows = pa.Table.from_batches(batches).sort_by([(key, "ascending") for key in _KEYS[table]])
+            table_rows = pa.Table.from_batches(batches).sort_by("message_id")
             rows = table_rows.num_rows
             conn = psycopg2.connect(dsn)
             try:
-                upserted = int(_load(conn, table, table_rows, fresh))
+                upserted = int(_load(conn, table_rows, fresh))
                 conn.commit()
             finally:
                 conn.close()
@@ -142,17 +128,17 @@ def copy_into(df: DataFrame, dsn: str, table: str, *, fresh: bool) -> dict:
     return totals.first().asDict()
 
 
-def _load(conn, table: str, rows: pa.Table, fresh: bool) -> bool:
-    """COPY `rows` into `table` if `fresh`, else (or if one is there after all) upsert them. Returns whether
+def _load(conn, rows: pa.Table, fresh: bool) -> bool:
+    """COPY `rows` into the table if `fresh`, else (or if one is there after all) upsert them. Returns whether
     they were upserted."""
     with conn.cursor() as cur:
         if fresh:
             try:
-                _copy_rows(cur, table, rows)
+                _copy_rows(cur, MESSAGE_TABLE, rows)
                 return False
             except psycopg2.errors.UniqueViolation:
                 conn.rollback()
-        _upsert(cur, table, rows)
+        _upsert(cur, rows)
         return True
 
 
@@ -173,14 +159,13 @@ def load_lookup_tables(messages: DataFrame, jdbc_url: str, *, password: str | No
             cur.execute("SELECT pg_try_advisory_lock(%s)", [_LOCK_KEY])
             if not cur.fetchone()[0]:
                 raise RuntimeError("another trace index load is running")
-        loaded = {"event_rows": 0, "message_rows": 0, "upserted_partitions": 0}
-        for rows, table, what in ((event_rows, EVENT_TABLE, "event_rows"), (message_rows, MESSAGE_TABLE, "message_rows")):
-            for part, fresh in parts:
-                done = copy_into(rows(part), dsn, table, fresh=fresh)
-                loaded[what] += done["rows"]
-                loaded["upserted_partitions"] += done["upserted"]
+        loaded = {"message_rows": 0, "upserted_partitions": 0}
+        for part, fresh in parts:
+            done = copy_into(message_rows(part), dsn, fresh=fresh)
+            loaded["message_rows"] += done["rows"]
+            loaded["upserted_partitions"] += done["upserted"]
             if progress:
-                progress(f"loaded the {what.replace('_', ' ')}")
+                progress("loaded new messages" if fresh else "upserted the messages indexed before")
         return loaded
     finally:
         conn.close()  # ends the session, so its advisory lock too

@@ -121,7 +121,7 @@ def test_runtime_role_keeps_ordinary_dml_elsewhere(runtime_db, three_records):
         cur.execute("DELETE FROM clusters_cluster WHERE name = 'c1-east'")
         assert cur.rowcount == 1
         # what Spark's load does with rows it upserts
-        cur.execute("CREATE TEMPORARY TABLE load_rows (LIKE tracing_event) ON COMMIT DROP")
+        cur.execute("CREATE TEMPORARY TABLE load_rows (LIKE tracing_message) ON COMMIT DROP")
     runtime_db.rollback()
     assert refused(runtime_db, "TRUNCATE clusters_cluster") == INSUFFICIENT_PRIVILEGE
 
