@@ -2,8 +2,10 @@
 and `take()` turns the records since the last take into one Arrow record batch (schema.wire_schema()).
 
 A record's per-message values are taken when it is emitted, while the publish or delivery path has just
-touched its messages, as plain lists (C-level `map` passes); the batch is built column-wise once per
-shipment. A record whose messages the trace process already has names them instead of repeating their
+touched its messages, as plain lists (C-level `map` passes), or as a `Run` when they are all the same
+(a batch of one message type, first deliveries); the batch is built column-wise once per shipment, without
+a Python object per value where it can (ASCII strings are joined and cut by their lengths; runs repeat
+one value). A record whose messages the trace process already has names them instead of repeating their
 ids, types, keys and business ids: a publish batch's `stored` record its `published` record (the handle
 `emit_messages` returned), a delivery or ack frame the runs of published records its seqs make. Records
 are numbered across batches; a record may name records of its own batch and of the one taken before
@@ -13,7 +15,8 @@ are numbered across batches; a record may name records of its own batch and of t
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from itertools import chain, islice
+from itertools import chain, islice, repeat
+from typing import NamedTuple
 from operator import attrgetter, countOf, itemgetter, lt
 from time import time_ns
 
@@ -58,7 +61,7 @@ class RecordBuffer:
              client_host=None, group=None, consumer=None, attempt=None, detail=None, size=None,
              ts_us=None) -> None:
         self._add((ts_us or time_ns() // 1000, event, topic, app_id, client_host, group, consumer, detail), 1,
-                  [[message_id], [message_type], _one(key), _one(business_id), _one(attempt), _one(size)])
+                  [[message_id], Run(message_type, 1), _one(key), _one(business_id), _one(attempt), _one(size)])
 
     def emit_messages(self, event: str, topic: str, messages: list, *, app_id=None, client_host=None, ts_us=None,
                       same_as=None, arrays=None, sizes=None, ids=None, shared=None) -> int | None:
@@ -91,7 +94,7 @@ class RecordBuffer:
         if not n:
             return
         scalars = (ts_us or time_ns() // 1000, event, topic, None, client_host, group, consumer, None)
-        attempts = list(map(_row_attempt, rows)) if attempt is None else [attempt] * n
+        attempts = list(map(_row_attempt, rows)) if attempt is None else Run(attempt, n)
         self._framed(scalars, topic, list(map(_row_seq, rows)), lambda: list(map(_row_fields, rows)), attempts)
 
     def emit_attempts(self, event: str, topic: str, group: str, entries: list, *, consumer=None, client_host=None,
@@ -108,9 +111,9 @@ class RecordBuffer:
 
     # --- records ------------------------------------------------------------------------------
 
-    def _framed(self, scalars: tuple, topic: str, seqs: list, fields, attempts: list) -> None:
+    def _framed(self, scalars: tuple, topic: str, seqs: list, fields, attempts) -> None:
         """A delivery or ack frame: it names published records when its seqs are one run of theirs."""
-        n = len(attempts)
+        n = len(seqs)
         named = self._named(topic, seqs)
         if named is not None:
             self._add(scalars, n, [None, None, None, None, attempts, None], named)
@@ -184,20 +187,30 @@ class RecordBuffer:
                 self._runs[topic] = (starts[keep:], counts[keep:], numbers[keep:])
 
 
+class Run(NamedTuple):
+    """n messages' values that are all `value`."""
+
+    value: object
+    n: int
+
+    def __len__(self) -> int:
+        return self.n
+
+
 def _one(value) -> list | None:
     return None if value is None else [value]
 
 
 def _strings(fields: list, n: int, ids: list | None = None, shared: tuple | None = None) -> list:
-    """A record's (ids, types, keys, business ids): a list of n values each, or None when all are null. A
-    batch whose messages share type, key and business id (often: one type, no key, no business id) costs
-    one pass for the three."""
+    """A record's (ids, types, keys, business ids): a list of n values or a Run each, or None when all are
+    null. A batch whose messages share type, key and business id (often: one type, no key, no business
+    id) costs one pass for the three."""
     if shared is None and _SHARED(fields[-1]) == (first := _SHARED(fields[0])) and \
             countOf(map(_SHARED, fields), first) == n:
         shared = first
     parts = [list(ids) if ids is not None else list(map(_STRINGS[0], fields))]
     if shared is not None:
-        return parts + [None if value is None else [value] * n for value in shared]
+        return parts + [None if value is None else Run(value, n) for value in shared]
     for get in _STRINGS[1:]:
         values = list(map(get, fields))
         parts.append(None if countOf(values, None) == n else values)
@@ -205,16 +218,32 @@ def _strings(fields: list, n: int, ids: list | None = None, shared: tuple | None
 
 
 def _list_array(parts: list, kind: pa.DataType) -> pa.ListArray:
-    """One list per record (None: a null list) as a list array of `kind`."""
+    """One list per record (None: a null list; a list of values; a Run) as a list array of `kind`."""
     lengths = np.fromiter((0 if p is None else len(p) for p in parts), dtype=np.int32, count=len(parts))
     offsets = pa.array(np.concatenate(([0], np.cumsum(lengths, dtype=np.int32))))
-    values = _array(list(chain.from_iterable(p for p in parts if p is not None)), kind.value_type)
+    held = [p for p in parts if p is not None]
+    runs = [p for p in held if type(p) is Run]
+    if len(runs) == len(held):  # the values of runs only: each run's value repeated, no object per value
+        values = _array([r.value for r in runs], kind.value_type).take(
+            pa.array(np.repeat(np.arange(len(runs), dtype=np.int32), [r.n for r in runs])))
+    else:
+        values = _array(list(chain.from_iterable(repeat(p.value, p.n) if type(p) is Run else p for p in held)),
+                        kind.value_type)
     nulls = [p is None for p in parts]
     return pa.ListArray.from_arrays(offsets, values, type=kind, mask=pa.array(nulls) if any(nulls) else None)
 
 
 def _array(values: list, kind: pa.DataType) -> pa.Array:
     """An Arrow array of `kind`; values of another type (a UUID, a numeric string) become str() or int()."""
+    if kind == pa.string() and values:
+        try:
+            joined = "".join(values)
+        except TypeError:  # a null or not a string
+            joined = None
+        if joined is not None and joined.isascii():  # one UTF-8 copy, cut by the values' lengths
+            offsets = np.zeros(len(values) + 1, dtype=np.int32)
+            np.cumsum(np.fromiter(map(len, values), dtype=np.int32, count=len(values)), out=offsets[1:])
+            return pa.StringArray.from_buffers(len(values), pa.py_buffer(offsets), pa.py_buffer(joined.encode()))
     try:
         return pa.array(values, kind)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
