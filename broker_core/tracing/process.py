@@ -1,14 +1,15 @@
 """A trace sink that writes from a child process, so writing trace files never holds the broker's GIL.
 
 The broker side (`ProcessTraceSink`) adds records to a RecordBuffer; `ship_interval_s` after a first record
-it takes them as one Arrow record batch and writes it to the child's stdin through a non-blocking asyncio
-pipe, as a frame: the 4-byte big-endian length of an Arrow IPC stream holding the batch, then that stream.
-Tracing never blocks the broker: when the child is more than `max_buffer_bytes` behind, the batch is
-dropped and its events counted in `dropped`.
+it takes them and writes them to the child's stdin through a non-blocking asyncio pipe, as a frame: a
+4-byte big-endian length, then the records as msgpack (records.pack: plain lists, an explicit layout, no
+pickle). The broker builds no Arrow array: that is the child's work. Tracing never blocks the broker: when
+the child is more than `max_buffer_bytes` behind, the records are dropped and their events counted in
+`dropped`.
 
 The child (`python -m broker_core.tracing.process DIR NODE_ID CLUSTER [NICE] [ROLL_BYTES] [ROLL_SECONDS]`,
-at a lower priority: `nice`, default 10) hands each batch to a TraceFileWriter and rolls its file when due,
-also while no batch comes. It stops (closing its file) when its stdin closes, also after a kill -9 of the
+at a lower priority: `nice`, default 10) makes each frame one Arrow record batch (records.to_batch), hands
+it to a TraceFileWriter and rolls its file when due, also while no frame comes. It stops (closing its file) when its stdin closes, also after a kill -9 of the
 broker.
 """
 
@@ -23,9 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow as pa
-
-from broker_core.tracing.records import RecordBuffer
+from broker_core.tracing.records import RecordBuffer, Records, pack, to_batch, unpack
 from broker_core.tracing.writer import TraceFileWriter
 
 log = logging.getLogger("broker_core.trace")
@@ -33,13 +32,10 @@ log = logging.getLogger("broker_core.trace")
 LENGTH = struct.Struct(">I")
 
 
-def frame(batch: pa.RecordBatch) -> bytes:
-    """A batch as the child reads it: its length, then an Arrow IPC stream of it."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as stream:
-        stream.write_batch(batch)
-    data = sink.getvalue()
-    return LENGTH.pack(data.size) + data.to_pybytes()
+def frame(records: Records) -> bytes:
+    """Records as the child reads them: their length, then their msgpack."""
+    data = pack(records)
+    return LENGTH.pack(len(data)) + data
 
 
 class ProcessTraceSink:
@@ -96,7 +92,7 @@ class ProcessTraceSink:
         if transport is None or transport.is_closing() or transport.get_write_buffer_size() > self.max_buffer_bytes:
             self.dropped += self._buffer.drop()
             return
-        transport.write(frame(self._buffer.take()))
+        transport.write(frame(self._buffer.take_records()))
 
     def close(self) -> None:
         self.ship()
@@ -136,8 +132,7 @@ def serve(fd: int, writer: TraceFileWriter) -> None:
             data = head and _read_exactly(fd, LENGTH.unpack(head)[0])
             if data is None:
                 return
-            for batch in pa.ipc.open_stream(data):
-                writer.write(batch)
+            writer.write(to_batch(unpack(data)))
         writer.roll_if_due()
 
 

@@ -1,5 +1,7 @@
-"""The broker's side of tracing without I/O: the sink methods (TraceSink) add records to a `RecordBuffer`,
-and `take()` turns the records since the last take into one Arrow record batch (schema.wire_schema()).
+"""The broker's side of tracing without I/O: the sink methods (TraceSink) add records to a `RecordBuffer`;
+`take_records()` hands over the records since the last take as plain lists (`Records`), which `pack` turns
+into msgpack for the trace process, and `to_batch` (in the trace process) into one Arrow record batch of
+schema.wire_schema(); `take()` does both at once (for a writer in the same process).
 
 A record's per-message values are taken when it is emitted, while the publish or delivery path has just
 touched its messages, as plain lists (C-level `map` passes), or as a `Run` when they are all the same
@@ -16,10 +18,11 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from itertools import chain, islice, repeat
-from typing import NamedTuple
 from operator import attrgetter, countOf, itemgetter, lt
 from time import time_ns
+from typing import NamedTuple
 
+import msgpack
 import numpy as np
 import pyarrow as pa
 
@@ -37,7 +40,6 @@ _SHARED = itemgetter(M_TYPE, M_KEY, M_BUSINESS_ID)  # the values a batch's messa
 
 class RecordBuffer:
     def __init__(self) -> None:
-        self.schema = wire_schema()
         self._first = 0  # the number of the first record since the last take
         self._floor = 0  # the first record a new record may name
         self._start()
@@ -151,23 +153,20 @@ class RecordBuffer:
 
     # --- shipping -----------------------------------------------------------------------------
 
-    def take(self) -> pa.RecordBatch | None:
-        """The records since the last take (or drop) as one batch (None if there are none); they stay
-        nameable until the next take."""
+    def take_records(self) -> Records | None:
+        """The records since the last take (or drop), None if there are none; they stay nameable until the
+        next take."""
         k = len(self._counts)
         if not k:
             return None
-        columns = list(zip(*self._scalars, strict=True))
-        arrays = [pa.array(np.arange(self._first, self._first + k, dtype=np.int64)),
-                  pa.array(self._counts, pa.int32()),
-                  *[_array(list(values), self.schema.field(name).type) for name, values in zip(RECORD_VALUES, columns,
-                                                                                              strict=True)],
-                  pa.array(self._refs, self.schema.field("refs").type),
-                  *[_list_array(parts, self.schema.field(name).type)
-                    for name, parts in zip(MESSAGE_VALUES, self._parts, strict=True)]]
-        batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        records = Records(self._first, self._scalars, self._counts, self._refs, self._parts)
         self._restart(self._first, self._first + k)
-        return batch
+        return records
+
+    def take(self) -> pa.RecordBatch | None:
+        """take_records() as one Arrow record batch."""
+        records = self.take_records()
+        return None if records is None else to_batch(records)
 
     def drop(self) -> int:
         """Forget the records since the last take (they will never be written); returns their events."""
@@ -185,6 +184,47 @@ class RecordBuffer:
                 del self._runs[topic]
             elif keep:
                 self._runs[topic] = (starts[keep:], counts[keep:], numbers[keep:])
+
+
+class Records(NamedTuple):
+    """Records as the buffer holds them: the first one's number, then per record its RECORD_VALUES (a tuple),
+    its message count and its refs (None, or runs as dicts), and per MESSAGE_VALUES column one part per
+    record: None (all null), a list of its messages' values, or a Run."""
+
+    first: int
+    scalars: list
+    counts: list
+    refs: list
+    parts: list
+
+
+def pack(records: Records) -> bytes:
+    """Records as msgpack: an array of the five fields, a Run as the map {"v": value, "n": count}; a value
+    msgpack cannot hold (a UUID) as its str()."""
+    parts = [[{"v": p.value, "n": p.n} if type(p) is Run else p for p in column] for column in records.parts]
+    return msgpack.packb([records.first, records.scalars, records.counts, records.refs, parts], use_bin_type=True,
+                         default=str)
+
+
+def unpack(data: bytes) -> Records:
+    first, scalars, counts, refs, parts = msgpack.unpackb(data, raw=False)
+    return Records(first, scalars, counts, refs,
+                   [[Run(p["v"], p["n"]) if type(p) is dict else p for p in column] for column in parts])
+
+
+def to_batch(records: Records) -> pa.RecordBatch:
+    """Records as one Arrow record batch (schema.wire_schema())."""
+    schema = wire_schema()
+    k = len(records.counts)
+    columns = list(zip(*records.scalars, strict=True))
+    arrays = [pa.array(np.arange(records.first, records.first + k, dtype=np.int64)),
+              pa.array(records.counts, pa.int32()),
+              *[_array(list(values), schema.field(name).type) for name, values in zip(RECORD_VALUES, columns,
+                                                                                     strict=True)],
+              pa.array(records.refs, schema.field("refs").type),
+              *[_list_array(parts, schema.field(name).type)
+                for name, parts in zip(MESSAGE_VALUES, records.parts, strict=True)]]
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
 class Run(NamedTuple):

@@ -225,16 +225,16 @@ def test_the_process_sink_writes_batches_and_single_events_in_order(tmp_path):
 
 def test_the_trace_process_writes_the_frames_it_reads_and_stops_at_their_end(tmp_path):
     """The child process the broker starts (python -m broker_core.tracing.process), fed as the broker feeds
-    it: length-prefixed Arrow IPC streams of record batches."""
+    it: length-prefixed msgpack frames of records."""
     m1, m2 = _message(1, "m-1", key="k1"), _message(2, "m-2")
     shipper = RecordBuffer()
     published = shipper.emit_messages("published", "orders", [m1, m2], app_id="shop", ts_us=90)
-    first = frame(shipper.take())
+    first = frame(shipper.take_records())
     shipper.emit_messages("stored", "orders", [m1, m2], app_id="shop", ts_us=100, same_as=published)
     shipper.emit_attempts("acked", "orders", "billing", [(m2, 2, 0.0)], consumer="c-1", client_host="10.0.0.2:2",
                           ts_us=200)
     child = subprocess.run([sys.executable, "-m", "broker_core.tracing.process", str(tmp_path), "n1", "c", "0"],
-                           input=first + frame(shipper.take()), timeout=60)
+                           input=first + frame(shipper.take_records()), timeout=60)
     assert child.returncode == 0
     assert [(e["event"], e["message_id"], e.get("key"), e.get("group"), e.get("attempt"))
             for e in read_trace_events(tmp_path)] == [
