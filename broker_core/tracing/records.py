@@ -79,7 +79,9 @@ class RecordBuffer:
         fields = arrays if arrays is not None else list(map(_fields, messages))
         if sized and sizes is None:
             sizes = list(map(len, map(_body, fields)))
-        self._add(scalars, n, [*_strings(fields, n, ids, shared), None, list(sizes) if sized else None])
+        if sized:  # one value for a batch of equal bodies (counted without a list)
+            sizes = Run(sizes[0], n) if countOf(sizes, sizes[0]) == n else list(sizes)
+        self._add(scalars, n, [*_strings(fields, n, ids, shared), None, sizes if sized else None])
         if event == "published":
             starts, counts, numbers = self._runs.setdefault(topic, ([], [], []))
             first_seq = messages[0].seq  # a batch's seqs follow each other (the store appends it whole)
@@ -189,7 +191,7 @@ class RecordBuffer:
 class Records(NamedTuple):
     """Records as the buffer holds them: the first one's number, then per record its RECORD_VALUES (a tuple),
     its message count and its refs (None, or runs as dicts), and per MESSAGE_VALUES column one part per
-    record: None (all null), a list of its messages' values, or a Run."""
+    record: None (all null), a list of its messages' values, a Run, or Joined."""
 
     first: int
     scalars: list
@@ -199,9 +201,10 @@ class Records(NamedTuple):
 
 
 def pack(records: Records) -> bytes:
-    """Records as msgpack: an array of the five fields, a Run as the map {"v": value, "n": count}; a value
-    msgpack cannot hold (a UUID) as its str()."""
-    parts = [[{"v": p.value, "n": p.n} if type(p) is Run else p for p in column] for column in records.parts]
+    """Records as msgpack: an array of the five fields, a Run as the map {"v": value, "n": count}, Joined as
+    {"j": text, "n": count}; a value msgpack cannot hold (a UUID) as its str()."""
+    parts = [[{"v": p.value, "n": p.n} if type(p) is Run else {"j": p.text, "n": p.n} if type(p) is Joined else p
+              for p in column] for column in records.parts]
     return msgpack.packb([records.first, records.scalars, records.counts, records.refs, parts], use_bin_type=True,
                          default=str)
 
@@ -209,7 +212,8 @@ def pack(records: Records) -> bytes:
 def unpack(data: bytes) -> Records:
     first, scalars, counts, refs, parts = msgpack.unpackb(data, raw=False)
     return Records(first, scalars, counts, refs,
-                   [[Run(p["v"], p["n"]) if type(p) is dict else p for p in column] for column in parts])
+                   [[p if type(p) is not dict else Run(p["v"], p["n"]) if "v" in p else Joined(p["j"], p["n"])
+                     for p in column] for column in parts])
 
 
 def to_batch(records: Records) -> pa.RecordBatch:
@@ -237,6 +241,16 @@ class Run(NamedTuple):
         return self.n
 
 
+class Joined(NamedTuple):
+    """n strings without a NUL, joined by NUL: one object for the broker to keep and ship."""
+
+    text: str
+    n: int
+
+    def __len__(self) -> int:
+        return self.n
+
+
 def _one(value) -> list | None:
     return None if value is None else [value]
 
@@ -248,7 +262,12 @@ def _strings(fields: list, n: int, ids: list | None = None, shared: tuple | None
     if shared is None and _SHARED(fields[-1]) == (first := _SHARED(fields[0])) and \
             countOf(map(_SHARED, fields), first) == n:
         shared = first
-    parts = [list(ids) if ids is not None else list(map(_STRINGS[0], fields))]
+    ids = ids if ids is not None else list(map(_STRINGS[0], fields))
+    try:
+        joined = "\0".join(ids)
+    except TypeError:  # not all strings
+        joined = None
+    parts = [Joined(joined, n) if joined is not None and joined.count("\0") == n - 1 else list(ids)]
     if shared is not None:
         return parts + [None if value is None else Run(value, n) for value in shared]
     for get in _STRINGS[1:]:
@@ -267,7 +286,8 @@ def _list_array(parts: list, kind: pa.DataType) -> pa.ListArray:
         values = _array([r.value for r in runs], kind.value_type).take(
             pa.array(np.repeat(np.arange(len(runs), dtype=np.int32), [r.n for r in runs])))
     else:
-        values = _array(list(chain.from_iterable(repeat(p.value, p.n) if type(p) is Run else p for p in held)),
+        values = _array(list(chain.from_iterable(repeat(p.value, p.n) if type(p) is Run else
+                                                 p.text.split("\0") if type(p) is Joined else p for p in held)),
                         kind.value_type)
     nulls = [p is None for p in parts]
     return pa.ListArray.from_arrays(offsets, values, type=kind, mask=pa.array(nulls) if any(nulls) else None)
