@@ -3,7 +3,7 @@
     .venv/bin/python bench/broker_trace_ratio.py [--messages 50000] [--pairs 16] [--fsync batch] [--roll-mb 16]
 
 One ZooKeeper, two broker processes started once and kept for the whole run: one with `--trace` (its
-trace process writes Parquet files, broker_core.trace_writer.ParquetTraceWriter), one with `--no-trace`.
+trace process writes Parquet files, broker_core.tracing.writer.TraceFileWriter), one with `--no-trace`.
 The traced broker rolls its trace file every `--roll-mb` MiB of open file (`--trace-roll-mb`; about
 110,000 messages published at 16), so the conversion to Parquet that follows each roll happens, and is
 counted, within the run and spread over it, as under sustained load (by default a broker rolls at 256 MiB

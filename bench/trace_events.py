@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
-from broker_core.trace_writer import JsonlTraceWriter, ParquetTraceWriter
+from broker_core.tracing.writer import TraceFileWriter
 
 TOPICS = [f"topic-{i:02d}" for i in range(20)]
 
@@ -19,13 +19,12 @@ def business_id(n: int) -> str:
 
 
 def generate(folder: Path, target_events: int, *, seed: int = 7, start_us: int = 1_767_225_600_000_000,
-             nodes: int = 2, fmt: str = "parquet") -> tuple[int, int]:
-    """Write about `target_events` events (two broker nodes, ~5 per message) as Parquet trace files (what
-    brokers write) or JSON lines (older brokers); return (events, messages)."""
+             nodes: int = 2) -> tuple[int, int]:
+    """Write about `target_events` events (two broker nodes, ~5 per message) as trace files, one record per
+    event (the file format's worst case: no batch shares a record); return (events, messages)."""
     rng = random.Random(seed)
-    writer = {"parquet": ParquetTraceWriter, "jsonl": JsonlTraceWriter}[fmt]
-    writers = [writer(folder / f"node-{i}", node_id=f"node-{i}", cluster="bench", flush_interval_s=3600,
-                      max_bytes=64 * 1024 * 1024, max_age_s=10**9) for i in range(nodes)]
+    writers = [TraceFileWriter(folder / f"node-{i}", node_id=f"node-{i}", cluster="bench",
+                               max_bytes=64 * 1024 * 1024, max_age_s=10**9) for i in range(nodes)]
     events = messages = 0
     ts = start_us
     while events < target_events:
@@ -53,7 +52,7 @@ def generate(folder: Path, target_events: int, *, seed: int = 7, start_us: int =
                     w.emit("nacked", **common, group=group, consumer=f"c-{g}", attempt=attempt, ts_us=t)
                 events += 2
                 t += 1000
-                if len(w._pending) > 200_000:
+                if w.buffer.records > 200_000:
                     w.flush()
         messages += 1
     for w in writers:

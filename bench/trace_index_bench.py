@@ -1,15 +1,12 @@
-"""Trace index bench: build throughput on local[*], and lookup latency through the REST API.
+"""Trace index bench: the whole index job's rate on local[N], and lookup latency through the REST API.
 
-    source <state>/env.sh     # a stack from ./dev (PostgreSQL), e.g. /tmp/sy-trace/test/env.sh
-    .venv/bin/python bench/trace_index_bench.py [--events 5000000] [--format parquet|jsonl]
-                                                [--reader arrow|spark] [--web-port 27710]
+    . <state>/env.sh          # a stack from ./dev or devstack (PostgreSQL)
+    .venv/bin/python bench/trace_index_bench.py [--events 5000000] [--master local[2]] [--web-port 27710]
 
-1. writes N synthetic trace events with the broker's own trace writer (kept for the next run): Parquet
-   files as brokers write them, or with --format jsonl the JSON-lines files of older brokers
-   (--reader picks the JSON parser then),
-2. builds the index from nothing on local[*] (session start excluded) and loads PostgreSQL
-   (database `switchyard_bench`, migrated here): prints events/s for the Parquet build and for the
-   whole job including the load,
+1. writes N synthetic trace events with the broker's own trace writer (kept for the next run),
+2. builds the index from nothing (session start excluded) and makes the lookups servable: loads
+   PostgreSQL (database `switchyard_bench`, migrated here); prints events/s for the Parquet build and
+   for the whole job including the load,
 3. starts gunicorn on the bench database and times GET /api/v1/traces/messages/<id>/ and
    ?business_id=... for random messages: prints p50/p99,
 4. prints the broker throughput with tracing on vs off when the broker can be benched (bench/broker_trace_ratio.py).
@@ -19,6 +16,7 @@ Figures only, no assertions. The machine is shared: compare figures from one run
 from __future__ import annotations
 
 import argparse
+import http.client
 import os
 import random
 import shutil
@@ -31,8 +29,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import psycopg2  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+
 from bench.trace_events import business_id, generate, message_id  # noqa: E402
 from broker_core.secret_source import read_secret  # noqa: E402
+from spark_jobs import trace_index  # noqa: E402
+from spark_jobs.session import spark_session  # noqa: E402
+from spark_jobs.trace_read import read_events  # noqa: E402
 
 DB = "switchyard_bench"
 
@@ -45,8 +49,6 @@ def env_for_bench() -> dict[str, str]:
 
 def prepare_database(env) -> tuple[str, str]:
     """A fresh bench database; the JDBC URL (no password) and the password to load it as the owner."""
-    import psycopg2
-
     port = env.get("SWITCHYARD_DB_PORT", "27100")
     user = env.get("SWITCHYARD_DB_OWNER_USER", "switchyard_owner")
     password = read_secret("SWITCHYARD_DB_OWNER_PASSWORD", env)
@@ -61,11 +63,8 @@ def prepare_database(env) -> tuple[str, str]:
 
 
 def build(args, jdbc: tuple[str, str], events_dir: Path) -> tuple[int, int]:
-    from spark_jobs import trace_index
-    from spark_jobs.session import POSTGRES_JDBC_JAR, spark_session
-
-    spark = spark_session("local[*]", "trace-index-bench", shuffle_partitions=args.shuffle_partitions,
-                          driver_memory="2g", jars=[POSTGRES_JDBC_JAR])
+    spark = spark_session(args.master, "trace-index-bench", shuffle_partitions=args.shuffle_partitions,
+                          driver_memory="2g")
     spark.range(1000).count()  # JVM and session warm-up stays out of the figure
     out = Path(args.work) / "index"
     shutil.rmtree(out, ignore_errors=True)
@@ -77,15 +76,14 @@ def build(args, jdbc: tuple[str, str], events_dir: Path) -> tuple[int, int]:
         print(f"  {marks[stage]:7.1f}s  {stage} {fields if fields else ''}", flush=True)
 
     result = trace_index.run(spark, [str(events_dir)], str(out), jdbc_url=jdbc[0], jdbc_password=jdbc[1],
-                             reader=args.reader,
                              progress=progress)
     total = time.perf_counter() - start
     parquet = marks["wrote the message summaries and timelines"]
     n = result["new_events"]
     print(f"index build, Parquet (read + dedupe + summaries + write): {n:,} events in {parquet:.1f} s "
           f"= {n / parquet:,.0f} events/s")
-    print(f"PostgreSQL load (COPY into staging + merge): {total - parquet:.1f} s; whole job {total:.1f} s "
-          f"= {n / total:,.0f} events/s")
+    print(f"lookups made servable (PostgreSQL load): {total - parquet:.1f} s")
+    print(f"whole job ({args.master}): {n:,} events in {total:.1f} s = {n / total:,.0f} events/s")
     if args.baseline:
         baseline(spark, events_dir, Path(args.work) / "baseline")
     spark.stop()
@@ -93,18 +91,12 @@ def build(args, jdbc: tuple[str, str], events_dir: Path) -> tuple[int, int]:
 
 
 def baseline(spark, events_dir: Path, out: Path) -> None:
-    """performance-notes.md's reference in the same run: typed JSON (or Parquet) → groupBy message id → summary +
-    sorted timeline → Parquet partitioned by date and topic (no dedupe, no incremental bookkeeping)."""
-    from pyspark.sql import functions as F
-
-    from spark_jobs.trace_read import read_events
-    from spark_jobs.trace_schema import EVENT_SCHEMA
-
+    """performance-notes.md's reference in the same run: events → groupBy message id → summary + sorted
+    timeline → Parquet partitioned by date and topic (no dedupe, no incremental bookkeeping)."""
     shutil.rmtree(out, ignore_errors=True)
-    files = sorted(str(p) for p in events_dir.rglob("trace-*.*") if p.suffix in (".jsonl", ".parquet"))
+    files = sorted(str(p) for p in events_dir.rglob("trace-*.parquet"))
     start = time.perf_counter()
-    # Parquet trace files (format 2: a row per record) are read as events by the job's own reader
-    events = read_events(spark, files) if files[0].endswith(".parquet") else spark.read.schema(EVENT_SCHEMA).json(files)
+    events = read_events(spark, files)  # the trace files' records as events, by the job's own reader
     n = events.count()
     counted = time.perf_counter() - start
     start = time.perf_counter()
@@ -114,7 +106,7 @@ def baseline(spark, events_dir: Path, out: Path) -> None:
      .withColumn("date", F.date_format(F.timestamp_micros("first_ts_us"), "yyyy-MM-dd"))
      .write.partitionBy("date", "topic").parquet(str(out)))
     took = time.perf_counter() - start
-    print(f"baseline in the same run (typed {'Parquet' if files[0].endswith('.parquet') else 'JSON'} groupBy → Parquet): {n:,} events in {took:.1f} s "
+    print(f"baseline in the same run (groupBy → Parquet): {n:,} events in {took:.1f} s "
           f"= {n / took:,.0f} events/s (counting them first took {counted:.1f} s)")
 
 
@@ -132,8 +124,6 @@ def lookups(args, env, messages: int) -> None:
     web = subprocess.Popen([sys.executable, "-m", "gunicorn", "control_plane.wsgi", "-b",
                             f"127.0.0.1:{args.web_port}", "-w", "2", "--log-level", "warning"],
                            env=env, cwd=ROOT, start_new_session=True)
-    import http.client
-
     try:
         deadline = time.time() + 30
         while time.time() < deadline:
@@ -170,8 +160,7 @@ def lookups(args, env, messages: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=5_000_000)
-    parser.add_argument("--format", default="parquet", choices=["parquet", "jsonl"], help="trace files to index")
-    parser.add_argument("--reader", default="arrow", choices=["arrow", "spark"], help="JSON parser (jsonl files)")
+    parser.add_argument("--master", default="local[2]", help="Spark master URL (default local[2])")
     parser.add_argument("--shuffle-partitions", type=int, default=8)
     parser.add_argument("--work", default="/tmp/sy-bench")
     parser.add_argument("--web-port", type=int, default=27710)
@@ -183,11 +172,10 @@ def main() -> int:
     args = parser.parse_args()
     env = env_for_bench()
     os.environ.update({k: v for k, v in env.items() if k.startswith(("SWITCHYARD_", "DJANGO_"))})
-    events_dir = Path(args.work) / f"events-{args.events}" if args.format == "jsonl" else \
-        Path(args.work) / f"events-{args.events}-parquet"
+    events_dir = Path(args.work) / f"events-{args.events}-records"
     if not events_dir.exists():
         t = time.perf_counter()
-        n, m = generate(events_dir, args.events, fmt=args.format)
+        n, m = generate(events_dir, args.events)
         (events_dir / "messages.txt").write_text(str(m))
         print(f"generated {n:,} events of {m:,} messages in {time.perf_counter() - t:.0f} s")
     messages = int((events_dir / "messages.txt").read_text())

@@ -7,9 +7,8 @@
     <output>/_staging/<run id>/                                files written by a run before they are committed
 
 A run writes the rows of the messages it touches and rewrites only the files that held one of them
-(copy on write), so a message keeps exactly one row however many batches its events arrive in. An index
-of format 1 also had `<output>/events/` (every event apart); the next run folds it into the timelines. Paths are POSIX paths visible to
-the driver and the executors (local disk for local[*], a shared mount on a cluster).
+(copy on write), so a message keeps exactly one row however many batches its events arrive in. Paths are
+POSIX paths visible to the driver and the executors (local disk for local[*], a shared mount on a cluster).
 """
 
 from __future__ import annotations
@@ -22,6 +21,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote, urlparse
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 
 class IndexBusy(RuntimeError):
@@ -36,15 +40,11 @@ def partition_value(value: str) -> str:
     return "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in value)
 
 
-def write_partitioned(table, directory: str, name: str) -> int:
+def write_partitioned(table: pa.Table, directory: str, name: str) -> int:
     """Write a summary table (with `date` and `topic` columns) as `<directory>/date=D/topic=T/<name>.parquet`
     files, one per (date, topic), the two columns left to the folder names as Spark does. Each file is written
     under a hidden name and renamed, so a retried task replaces its own files and readers never see half of
     one. Returns the number of files."""
-    import numpy as np
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
     if table.num_rows == 0:
         return 0
     table = table.take(pc.sort_indices(table, sort_keys=[("date", "ascending"), ("topic", "ascending")]))
@@ -66,7 +66,6 @@ class IndexStore:
     def __init__(self, output: str | os.PathLike):
         self.root = Path(output).resolve()
         self.messages = self.root / "messages"
-        self.events = self.root / "events"  # format 1 only
         self.checkpoint_dir = self.root / "_checkpoint"
         self.checkpoint = self.checkpoint_dir / "indexed-files.txt"
         self.pending = self.checkpoint_dir / "pending.json"
@@ -92,36 +91,29 @@ class IndexStore:
 
     @staticmethod
     def trace_files(inputs: list[str]) -> list[str]:
-        """Closed trace files under each input folder: `trace-*.parquet` (what brokers write) and `*.jsonl`
-        (older brokers). Files still being written end in `.arrows.open`, `.parquet.tmp` or `.jsonl.open`."""
+        """Closed trace files under each input folder: `trace-*.parquet`. Files still being written end in
+        `.arrows.open` or `.parquet.tmp`."""
         found = set()
         for folder in inputs:
             for dirpath, _dirs, files in os.walk(Path(folder).resolve()):
                 found.update(os.path.join(dirpath, f) for f in files
-                             if f.endswith(".jsonl") or (f.startswith("trace-") and f.endswith(".parquet")))
+                             if f.startswith("trace-") and f.endswith(".parquet"))
         return sorted(found)
 
     def has_index(self) -> bool:
         return any(self.messages.rglob("*.parquet")) if self.messages.exists() else False
-
-    def has_legacy_events(self) -> bool:
-        return self.events.exists()
-
-    def summary_files(self) -> list[str]:
-        return sorted(str(p) for p in self.messages.rglob("*.parquet")) if self.messages.exists() else []
 
     # --- the commit ---------------------------------------------------------------------
 
     def staging(self, run_id: str) -> Path:
         return self.staging_root / run_id
 
-    def commit(self, run_id: str, replaced_files: list[str], indexed_files: list[str], *,
-               drop_legacy_events: bool = False) -> dict:
+    def commit(self, run_id: str, replaced_files: list[str], indexed_files: list[str]) -> dict:
         """Record what the run changes, then apply it: a crash in between is finished by `recover`."""
         staged = self.staging(run_id)
         added = sorted(str(p.relative_to(staged)) for p in staged.glob("*/*/*/*.parquet"))
         plan = {"run_id": run_id, "added": added, "replaced": sorted(map(local_path, replaced_files)),
-                "indexed_files": sorted(indexed_files), "drop_legacy_events": drop_legacy_events}
+                "indexed_files": sorted(indexed_files)}
         tmp = self.pending.with_suffix(".tmp")
         tmp.write_text(json.dumps(plan))
         _fsync_file(tmp)
@@ -147,8 +139,6 @@ class IndexStore:
                 os.replace(src, dst)
         for path in plan["replaced"]:
             Path(path).unlink(missing_ok=True)
-        if plan.get("drop_legacy_events"):
-            shutil.rmtree(self.events, ignore_errors=True)
         known = self.indexed_files()
         new = [f for f in plan["indexed_files"] if f not in known]
         if new:

@@ -6,7 +6,7 @@ import logging
 import os
 import sys
 
-POSTGRES_JDBC_JAR = "/usr/share/java/postgresql.jar"
+from pyspark.sql import SparkSession
 
 
 def spark_session(
@@ -22,7 +22,6 @@ def spark_session(
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Python workers run this interpreter (its pyarrow), unless the deployment chose another
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
 
     builder = (
         SparkSession.builder.master(master)

@@ -22,8 +22,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_jobs.trace_schema import EVENT_RANK, EVENT_SCHEMA, STATE_PRECEDENCE
+from broker_core.tracing.schema import event_schema
 
+# Order of kinds recorded in the same microsecond: the order in which they happen to one message.
+EVENT_RANK = {
+    "published": 0, "prepared": 1, "stored": 2, "committed": 3, "rolled_back": 4, "delivered": 5,
+    "nacked": 6, "timed_out": 7, "acked": 8, "dead_lettered": 9, "expired": 10, "redriven": 11,
+}
+# What a message is as a whole: the worst state of its groups comes first.
+STATE_PRECEDENCE = ("rolled_back", "dead_lettered", "expired", "retrying", "in_flight", "pending", "acked",
+                    "prepared", "stored", "published")
 RANK_BITS = 16  # an event's place as one number: ts_us * RANK_BITS + rank
 KINDS = np.array(sorted(EVENT_RANK, key=EVENT_RANK.get), dtype=object)  # kind by rank
 R = EVENT_RANK
@@ -57,8 +65,7 @@ SUMMARY_SCHEMA = pa.schema([
 EVENT_FIELDS = ["event_id", "ts_us", "rank", "event", "group", "attempt", "consumer", "client_host", "broker",
                 "app_id", "detail", "size"]
 CLEAN_COLUMNS = ["message_id", *MESSAGE_FIELDS, *EVENT_FIELDS]
-_KIND = {"long": _l, "integer": _i, "string": _s}
-RAW_SCHEMA = pa.schema([(f.name, _KIND[f.dataType.typeName()]) for f in EVENT_SCHEMA])
+RAW_SCHEMA = event_schema()
 CLEAN_SCHEMA = pa.schema([(c, _i if c == "rank" else RAW_SCHEMA.field(c).type) for c in CLEAN_COLUMNS])
 _REQUIRED = ("event_id", "message_id", "ts_us", "topic")
 
@@ -75,7 +82,8 @@ def clean_table(raw: pa.Table) -> pa.Table:
 
 
 def buckets(message_ids, count: int) -> np.ndarray:
-    """Each event's bucket 0..count-1 by its message id (crc32: the same in every task, run and machine)."""
+    """Each event's bucket 0..count-1 by its message id (crc32: the same in every task, run and machine, so
+    all events of a message, from any file, share a bucket)."""
     encoded = pc.dictionary_encode(message_ids)
     if isinstance(encoded, pa.ChunkedArray):
         encoded = encoded.combine_chunks() if encoded.num_chunks != 1 else encoded.chunk(0)

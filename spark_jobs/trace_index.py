@@ -21,15 +21,21 @@ import time
 import uuid
 from collections.abc import Callable
 
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import TaskContext
 from pyspark.sql import functions as F
 
 from broker_core.secret_source import read_secret
-from spark_jobs.index_store import IndexStore
-from spark_jobs.session import POSTGRES_JDBC_JAR, spark_session
-from spark_jobs.trace_read import READERS, file_buckets, read_events
+from broker_core.tracing.schema import event_count
+from spark_jobs.index_store import IndexStore, write_partitioned
+from spark_jobs.pg_load import load_lookup_tables
+from spark_jobs.session import spark_session
+from spark_jobs.trace_arrow import summarize_table
+from spark_jobs.trace_read import file_buckets
 from spark_jobs.trace_transforms import (
-    EVENT_COLUMNS,
-    clean_events,
+    bucket_count,
+    bucket_events,
     shuffle,
     summary_schema,
     timeline_events,
@@ -44,37 +50,28 @@ def print_progress(stage: str, percent: int, **fields) -> None:
 
 
 def run(spark, inputs: list[str], output: str, *, jdbc_url: str | None = None, jdbc_password: str | None = None,
-        full: bool = False, reader: str = "arrow", progress: Progress = print_progress) -> dict:
+        full: bool = False, progress: Progress = print_progress) -> dict:
     store = IndexStore(output)
     with store.locked():
         recovered = store.recover()
         if recovered:
             progress("finished the commit of an interrupted run", 2, run_id=recovered["run_id"])
         store.discard_staging()
-        legacy = store.has_legacy_events()
         done = set() if full else store.indexed_files()
         files = [f for f in store.trace_files(inputs) if f not in done]
         progress("listed trace files", 5, new_files=len(files), indexed_before=len(done))
-        if not files and not legacy:
+        if not files:
             return {"new_files": 0, "messages": 0, "new_events": 0, "replaced_files": 0}
         run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
         staging = store.staging(run_id)
 
         # read: the new events, plus the indexed timelines of the messages they touch (copy on write)
-        count = partition_count(spark, files)
-        if reader == "arrow":
-            blobs = file_buckets(spark, files, count)
-        else:
-            blobs = to_buckets(clean_events(read_events(spark, files, reader)), count)
+        partitions = partition_count(spark, files)
+        buckets = bucket_count(partitions)
+        blobs = file_buckets(spark, files, buckets)
         replaced: list[str] = []
         batch_ids = hits = untouched = None
-        if legacy:  # an index of format 1 kept its events apart: fold them in once, every summary is rewritten
-            legacy_events = spark.read.parquet(str(store.events)).select(*EVENT_COLUMNS)
-            blobs = blobs.unionByName(to_buckets(legacy_events, count))
-            replaced = store.summary_files()
-            progress("folding the events of an index of format 1 into its timelines", 10,
-                     summary_files_to_rewrite=len(replaced))
-        elif store.has_index() and files:
+        if store.has_index():
             blobs = blobs.persist()
             keys = blobs.mapInArrow(_message_keys, "message_id string, topic string").persist()
             batch_ids = keys.select("message_id").distinct().persist()
@@ -89,12 +86,12 @@ def run(spark, inputs: list[str], output: str, *, jdbc_url: str | None = None, j
                 indexed = spark.read.option("basePath", str(store.messages)).parquet(*replaced)
                 untouched = indexed.join(hits.select("message_id"), "message_id", "left_anti")
                 blobs = blobs.unionByName(to_buckets(timeline_events(
-                    indexed.join(hits.select("message_id"), "message_id", "left_semi")), count))
+                    indexed.join(hits.select("message_id"), "message_id", "left_semi")), buckets))
 
         # transform + write: one shuffle (by message id), one summary row with its timeline per message,
         # written by the task that made it; the untouched rows of rewritten files are copied as they are
         schema = summary_schema()
-        written = write_summaries(shuffle(blobs, count), str(staging / "messages"), run_id)
+        written = write_summaries(shuffle(blobs, partitions), str(staging / "messages"), run_id)
         if untouched is not None:
             (untouched.select(*schema.fieldNames()).write.partitionBy("date", "topic").mode("append")
              .parquet(str(staging / "messages")))
@@ -104,12 +101,13 @@ def run(spark, inputs: list[str], output: str, *, jdbc_url: str | None = None, j
         counts = {"new_events": written["events"] - events_before, "messages": written["messages"]}
         progress("wrote the message summaries and timelines", 60, **counts)
 
-        # load: summaries upserted, events inserted unless there (the touched messages' known ones are)
+        # load: new messages COPYed into the lookup tables, touched ones upserted (pg_load)
         if jdbc_url:
             loaded = load_lookup_tables(updated, jdbc_url, password=jdbc_password,
+                                        indexed_before=hits.select("message_id") if hits is not None else None,
                                         progress=lambda stage: progress(stage, 75))
-            progress("merged the lookup tables in PostgreSQL", 90, **loaded)
-        store.commit(run_id, replaced, files, drop_legacy_events=legacy)
+            progress("loaded the lookup tables into PostgreSQL", 90, **loaded)
+        store.commit(run_id, replaced, files)
         result = {"new_files": len(files), "replaced_files": len(replaced), "run_id": run_id, **counts}
         progress("committed", 100, **result)
         return result
@@ -117,24 +115,17 @@ def run(spark, inputs: list[str], output: str, *, jdbc_url: str | None = None, j
 
 # events per shuffle partition, at most: one partition's events are summarized in one Arrow table
 PARTITION_EVENTS = 1_000_000
-_JSONL_BYTES_PER_EVENT = 300  # about what a JSON-lines trace file holds per event
 
 
 def partition_count(spark, files: list[str]) -> int:
     """The shuffle's partitions: spark.sql.shuffle.partitions, more when the files hold more than
-    PARTITION_EVENTS events per partition (Parquet files: counted from their footers and record counts;
-    JSON lines: estimated from their sizes)."""
-    from broker_core.trace_records import event_count
-
-    estimate = sum(event_count(f) if f.endswith(".parquet") else os.path.getsize(f) // _JSONL_BYTES_PER_EVENT
-                   for f in files if os.path.exists(f))
+    PARTITION_EVENTS events per partition (counted from the files' record counts)."""
+    estimate = sum(event_count(f) for f in files if os.path.exists(f))
     return max(int(spark.conf.get("spark.sql.shuffle.partitions")), -(-estimate // PARTITION_EVENTS))
 
 
 def _message_keys(batches):
     """mapInArrow: the (message id, topic) pairs of bucket blobs."""
-    from spark_jobs.trace_transforms import bucket_events
-
     events = bucket_events(batches)
     if events is not None:
         yield from events.group_by(["message_id", "topic"]).aggregate([]).to_batches()
@@ -146,14 +137,6 @@ def write_summaries(blobs, directory: str, run_id: str) -> dict:
     Returns the files, messages and events written."""
 
     def write(batches):
-        import pyarrow as pa
-        import pyarrow.compute as pc
-        from pyspark import TaskContext
-
-        from spark_jobs.index_store import write_partitioned
-        from spark_jobs.trace_arrow import summarize_table
-        from spark_jobs.trace_transforms import bucket_events
-
         events = bucket_events(batches)
         table = summarize_table(events) if events is not None else None
         files = messages = count = 0
@@ -168,12 +151,6 @@ def write_summaries(blobs, directory: str, run_id: str) -> dict:
     return totals.asDict()
 
 
-def load_lookup_tables(*args, **kwargs):
-    from spark_jobs.pg_load import load_lookup_tables as load
-
-    return load(*args, **kwargs)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m spark_jobs.trace_index", description=__doc__.split("\n")[0])
     parser.add_argument("--input", nargs="+", required=True, help="trace folders (each broker's <data dir>/trace)")
@@ -182,15 +159,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jdbc-url", help="jdbc:postgresql://host:port/db?user=..: load the lookup tables there "
                                            "(the password from SWITCHYARD_JDBC_PASSWORD_FILE, never here)")
     parser.add_argument("--full", action="store_true", help="read every trace file again (the result is the same)")
-    parser.add_argument("--reader", choices=READERS, default="arrow", help="JSON parser (default arrow)")
     parser.add_argument("--shuffle-partitions", type=int, default=8)
     parser.add_argument("--driver-memory", default="1g")
     args = parser.parse_args(argv)
     spark = spark_session(args.master, "switchyard-trace-index", shuffle_partitions=args.shuffle_partitions,
-                          driver_memory=args.driver_memory, jars=[POSTGRES_JDBC_JAR] if args.jdbc_url else None)
+                          driver_memory=args.driver_memory)
     try:
         run(spark, args.input, args.output, jdbc_url=args.jdbc_url, jdbc_password=read_secret("SWITCHYARD_JDBC_PASSWORD"),
-            full=args.full, reader=args.reader)
+            full=args.full)
     except Exception as exc:
         print_progress("failed", 100, error=f"{type(exc).__name__}: {exc}")
         raise

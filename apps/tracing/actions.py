@@ -1,6 +1,7 @@
 """Writes of the tracing section: start an index build, change its schedule. Atomic, permission-checked, audited.
 
-The trace index itself is written only by the Spark job; auditors hold no permission used here.
+The trace index itself is written only by the Spark job; auditors hold no permission used here. A build is
+queued on commit by its task's name (tasks import this module, never the other way round).
 """
 
 from __future__ import annotations
@@ -16,12 +17,14 @@ from apps.audit.recorder import record
 from apps.tracing import schedule
 from apps.tracing.choices import RunState, RunTrigger
 from apps.tracing.models import IndexRun
+from control_plane.celery import app
 from control_plane.errors import ActionError, require_perm
 
 MIN_EVERY_MINUTES, MAX_EVERY_MINUTES = 1, 24 * 60
 STALE_AFTER = timedelta(hours=3)
 log = logging.getLogger("apps.tracing.actions")
 _RUNS_LOCK_KEY = 0x5357_5452_554E  # one decision at a time about starting a run
+BUILD_TASK = "apps.tracing.tasks.build_trace_index"
 
 
 def active_run() -> IndexRun | None:
@@ -53,10 +56,18 @@ def request_index_build(*, actor, trigger: str = RunTrigger.MANUAL) -> IndexRun:
         raise ActionError(f"index run #{busy.pk} is {busy.state}; wait for it to finish")
     run = IndexRun.objects.create(trigger=trigger, requested_by=actor if getattr(actor, "pk", None) else None)
     record(actor=actor, action="trace_index.build", obj=run, after={"trigger": trigger})
-    from apps.tracing.tasks import build_trace_index
-
-    transaction.on_commit(lambda: build_trace_index.delay(run.pk))
+    transaction.on_commit(lambda: app.send_task(BUILD_TASK, args=[run.pk]))
     return run
+
+
+@transaction.atomic
+def claim_scheduled_build() -> IndexRun | None:
+    """A schedule tick's run, to be built by the caller; None while another is queued or running (the
+    tick is skipped)."""
+    lock_runs()
+    if active_run() is not None:
+        return None
+    return IndexRun.objects.create(trigger=RunTrigger.SCHEDULE)
 
 
 @transaction.atomic

@@ -1,14 +1,12 @@
-"""The tracing index as the UI reads it: one summary row per message and its timeline of events.
+"""The tracing index as the UI reads it: one row per message, its summary and its timeline of events.
 
-The Spark job (spark_jobs.trace_index) fills these tables through their staging copies and a SQL
-merge (spark_jobs.pg_load); nothing in the control plane writes them. `IndexRun` records each build.
+The Spark job (spark_jobs.trace_index) fills the table by COPY (spark_jobs.pg_load); nothing in the
+control plane writes it. `IndexRun` records each build.
 """
 
 from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
-from django.db.models import Value
-from django.db.models.functions import Coalesce
 
 from apps.tracing.choices import RunState, RunTrigger, TraceState
 
@@ -34,6 +32,10 @@ class TracedMessage(models.Model):
     attempts = models.IntegerField(default=0)
     event_count = models.IntegerField(default=0)
     groups = models.JSONField(default=list)
+    # its events as a JSON array of objects (the index's timeline fields, nulls left out), read with
+    # queries.timeline_of: text, not jsonb, since nothing in the database looks inside it and a load
+    # would parse millions of events for nothing
+    timeline = models.TextField(default="[]")
     indexed_at = models.DateTimeField()
 
     class Meta:
@@ -47,38 +49,6 @@ class TracedMessage(models.Model):
 
     def __str__(self) -> str:
         return self.message_id
-
-
-# A message's timeline: by time; within one microsecond by attempt (a step of no attempt, like published or
-# redriven, as 0), so attempt n's outcome comes before attempt n+1's delivery; then by the kind's rank.
-TIMELINE_ORDER = ("ts_us", Coalesce("attempt", Value(0)).asc(), "rank", "event_id")
-
-
-class TraceEvent(models.Model):
-    """One step of a message; a message's timeline is its events in TIMELINE_ORDER."""
-
-    pk = models.CompositePrimaryKey("message_id", "event_id")
-    message_id = models.CharField(max_length=64)
-    event_id = models.CharField(max_length=64)
-    ts_us = models.BigIntegerField()
-    rank = models.SmallIntegerField()
-    at = models.DateTimeField()
-    event = models.CharField(max_length=16)
-    group_name = models.CharField(max_length=255, null=True, blank=True)
-    attempt = models.IntegerField(null=True, blank=True)
-    consumer = models.CharField(max_length=255, null=True, blank=True)
-    client_host = models.CharField(max_length=255, null=True, blank=True)
-    broker = models.CharField(max_length=255, null=True, blank=True)
-    app_id = models.CharField(max_length=255, null=True, blank=True)
-    detail = models.TextField(null=True, blank=True)
-    size = models.BigIntegerField(null=True, blank=True)
-
-    class Meta:
-        db_table = "tracing_event"
-        ordering = ["message_id", *TIMELINE_ORDER]
-
-    def __str__(self) -> str:
-        return f"{self.message_id} {self.event}"
 
 
 class IndexRun(models.Model):

@@ -23,7 +23,7 @@ class TraceSearchView(LoginRequiredMixin, PermissionRequiredMixin, TemplateView)
     template_name = "tracing/search.html"
 
     def get_context_data(self, **kwargs):
-        filterset = TracedMessageFilterSet(self.request.GET or None, queryset=TracedMessage.objects.all())
+        filterset = TracedMessageFilterSet(self.request.GET or None, queryset=TracedMessage.objects.defer("timeline"))
         results = None
         if filterset.has_criteria and filterset.is_valid():
             results = list(filterset.qs.order_by("-first_at", "-message_id")[: SEARCH_LIMIT + 1])
@@ -37,7 +37,7 @@ class TraceExportView(LoginRequiredMixin, PermissionRequiredMixin, View):
     raise_exception = True
 
     def get(self, request):
-        filterset = TracedMessageFilterSet(request.GET, queryset=TracedMessage.objects.all())
+        filterset = TracedMessageFilterSet(request.GET, queryset=TracedMessage.objects.defer("timeline"))
         queryset = filterset.qs if filterset.is_valid() else TracedMessage.objects.none()
         return export_messages(queryset.order_by("-first_at", "-message_id"))
 
@@ -51,7 +51,7 @@ class MessageTraceView(LoginRequiredMixin, PermissionRequiredMixin, DetailView):
     context_object_name = "message"
 
     def get_context_data(self, **kwargs):
-        events = timeline_of(self.object.message_id)
+        events = timeline_of(self.object)
         state_by_group = group_states(self.object)
         message_state = self.object.transaction_state or ("stored" if self.object.stored_at else "published")
         return super().get_context_data(

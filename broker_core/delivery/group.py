@@ -25,7 +25,7 @@ from broker_core.cluster.state import Backoff, Binding
 from broker_core.delivery.lanes import Lane, Subscription
 from broker_core.protocol import M_BODY, M_TTL_MS
 from broker_core.storage.store import StoredMessage, TopicStore
-from broker_core.trace import TraceSink
+from broker_core.tracing.sink import TraceSink
 
 log = logging.getLogger("broker_core.group")
 

@@ -19,7 +19,7 @@ from broker_core.cluster.state import Binding, ClusterState
 from broker_core.delivery.group import Group
 from broker_core.protocol import M_ID, M_TYPE
 from broker_core.storage.store import DeadLetter, StoredMessage, TopicStore, TxEntry
-from broker_core.trace import TraceSink
+from broker_core.tracing.sink import TraceSink
 
 log = logging.getLogger("broker_core.topic")
 

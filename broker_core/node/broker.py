@@ -34,8 +34,8 @@ from broker_core.storage.file_dead_letters import safe_name
 from broker_core.storage.file_store import FileStore
 from broker_core.storage.memory_store import MemoryStore
 from broker_core.storage.store import TopicStore
-from broker_core.trace import NullTraceSink, TraceSink
-from broker_core.trace_process import ProcessTraceSink
+from broker_core.tracing.process import ProcessTraceSink
+from broker_core.tracing.sink import NullTraceSink, TraceSink
 
 try:
     import uvloop
@@ -131,7 +131,6 @@ class Broker:
     async def _open_trace_writer(self) -> TraceSink:
         directory = self.options.trace_dir or self.options.data_dir / "trace"
         return await ProcessTraceSink(directory, node_id=self.node_id, cluster=self.options.cluster,
-                                      file_format=self.options.trace_format,
                                       roll_bytes=self.options.trace_roll_mb and self.options.trace_roll_mb * 1024 * 1024,
                                       roll_s=self.options.trace_roll_s).start()
 

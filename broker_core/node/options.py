@@ -65,9 +65,8 @@ class Options:
     zk_start_timeout_s: float = 15.0
     trace: bool = True  # write trace events to trace_dir (the tracing index reads them); --no-trace: off
     trace_dir: Path | None = None  # default: <data_dir>/trace
-    trace_format: str = "parquet"  # trace files: "parquet" (default) or "jsonl" (the older format)
-    # roll (close, and for Parquet convert) the open trace file at this size or age; None: the writer's
-    # default (Parquet: 256 MiB of open file, about 3.5 million events, or 60 s; JSON lines: 64 MiB or 60 s)
+    # roll (close and convert to Parquet) the open trace file at this size or age; None: the writer's
+    # default (256 MiB of open file, about 3.5 million events, or 60 s)
     trace_roll_mb: int | None = None
     trace_roll_s: float | None = None
     # bearer token of the HTTP side (all but /healthz and /metrics); empty: those refuse every call (403).
@@ -83,8 +82,6 @@ class Options:
             raise ValueError("--zk is required (host:port[/chroot])")
         if self.storage not in ("file", "memory"):
             raise ValueError("storage must be 'file' or 'memory'")
-        if self.trace_format not in ("parquet", "jsonl"):
-            raise ValueError("trace_format must be 'parquet' or 'jsonl'")
         if self.trace_roll_mb is not None and self.trace_roll_mb <= 0:
             raise ValueError("trace_roll_mb must be a positive number of MiB")
         if self.trace_roll_s is not None and self.trace_roll_s <= 0:

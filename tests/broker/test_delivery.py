@@ -10,7 +10,7 @@ import pytest
 
 from broker_core import protocol as p
 from broker_core.client import BrokerError, Consumer, Message, Producer
-from broker_core.trace_writer import read_trace_events
+from broker_core.tracing.schema import read_trace_events
 from tests.broker.conftest import APP, SECRET, wait_for
 from tests.broker.helpers import RawConsumer, Received
 

@@ -1,8 +1,7 @@
-"""What the broker ships to its trace process and what comes out: a column as one bytes object per chunk
-(null rows apart, a list when it cannot be joined), records naming the messages of earlier records (a
+"""What the broker ships to its trace process and what comes out: a batch of records (a row per publish
+batch or frame, its messages' values as lists), records naming the messages of earlier records (a
 publish batch's `stored` its `published` record, a delivery or ack frame runs of published records, in
-the same chunk or the one before), the open file's compact batches, and a real broker's rows for every
-step of a batch."""
+the same batch or the one before), the open file, and a real broker's rows for every step of a batch."""
 
 from __future__ import annotations
 
@@ -12,9 +11,10 @@ import pyarrow as pa
 
 from broker_core.client import Consumer, Message, Producer
 from broker_core.storage.store import StoredMessage
-from broker_core.trace_process import ChunkShipper, ProcessTraceSink
-from broker_core.trace_records import read_parquet_events
-from broker_core.trace_writer import OPEN_FORMAT, ParquetTraceWriter, read_trace_events
+from broker_core.tracing.process import ProcessTraceSink
+from broker_core.tracing.records import RecordBuffer
+from broker_core.tracing.schema import read_events, read_trace_events
+from broker_core.tracing.writer import OPEN_FORMAT, TraceFileWriter
 from tests.broker.conftest import APP, wait_for
 from tests.broker.helpers import Received
 
@@ -30,10 +30,18 @@ def _rows(folder):
     return rows
 
 
+def _runs(*runs):
+    return [{"record": r, "offset": o, "count": c} for r, o, c in runs]
+
+
+def _column(batch, name):
+    return batch.column(name).to_pylist()
+
+
 def _written(tmp_path, *chunks, **writer_options):
-    writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60, **writer_options)
+    writer = TraceFileWriter(tmp_path, node_id="n1", cluster="c", **writer_options)
     for chunk in chunks:
-        writer.add_chunk(chunk)
+        writer.write(chunk)
     writer.close()
     return writer
 
@@ -41,16 +49,16 @@ def _written(tmp_path, *chunks, **writer_options):
 def test_a_stored_record_naming_a_published_one_of_the_chunk_before_gets_its_fields(tmp_path):
     batch = [_message(1, "m-1", key="k1", business_id="b1", message_type="order.created"),
              _message(2, "m-22", body=b"1234567", business_id="b2")]
-    shipper = ChunkShipper()
+    shipper = RecordBuffer()
     handle = shipper.emit_messages("published", "orders", batch, app_id="shop", client_host="h:1", ts_us=100)
     published = shipper.take()
     shipper.emit_messages("stored", "orders", batch, app_id="shop", client_host="h:1", ts_us=150, same_as=handle)
     stored = shipper.take()
-    assert stored[3] == [(0, [(0, 0, 2)])] and not any(stored[4:8])  # names record 0, no values of its own
-    writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60)
-    writer.add_chunk(published)
-    writer.flush()  # the name is resolved in a later flush too
-    writer.add_chunk(stored)
+    assert _column(stored, "refs") == [_runs((0, 0, 2))]  # names record 0, no values of its own
+    assert [_column(stored, c) for c in ("message_id", "message_type", "key", "business_id")] == [[None]] * 4
+    writer = TraceFileWriter(tmp_path, node_id="n1", cluster="c")
+    writer.write(published)
+    writer.write(stored)
     writer.close()
     common = {"v": 1, "topic": "orders", "cluster": "c", "broker": "n1", "app_id": "shop", "client_host": "h:1"}
     m1 = {"message_id": "m-1", "message_type": "order.created", "key": "k1", "business_id": "b1"}
@@ -64,27 +72,27 @@ def test_a_stored_record_naming_a_published_one_of_the_chunk_before_gets_its_fie
     assert writer.dropped == 0
 
 
-def test_a_handle_older_than_the_chunk_before_is_not_named(tmp_path):
+def test_a_handle_older_than_the_batch_before_is_not_named(tmp_path):
     batch = [_message(1, "m-1", key="k1")]
-    shipper = ChunkShipper()
+    shipper = RecordBuffer()
     handle = shipper.emit_messages("published", "t", batch, ts_us=1)
     chunks = [shipper.take()]
     shipper.emit("nacked", message_id="m-0", topic="t", message_type="normal", ts_us=2)
-    chunks.append(shipper.take())  # the child keeps one chunk back: record 0 is gone by now
+    chunks.append(shipper.take())  # the writer keeps one batch back: record 0 is gone by now
     shipper.emit_messages("stored", "t", batch, ts_us=3, same_as=handle)
     chunks.append(shipper.take())
-    assert chunks[2][3] == [] and chunks[2][4] == b"m-1"
+    assert _column(chunks[2], "refs") == [None] and _column(chunks[2], "message_id") == [["m-1"]]
     _written(tmp_path, *chunks)
     assert [(e["event"], e["message_id"], e.get("key")) for e in _rows(tmp_path)] == [
         ("published", "m-1", "k1"), ("nacked", "m-0", None), ("stored", "m-1", "k1")]
 
 
 def test_delivery_and_ack_frames_of_published_seq_runs_name_those_records(tmp_path):
-    """A frame whose seqs are a run of published messages (across batches, and across chunks) ships only
+    """A frame whose seqs are a run of published messages (across batches, and across shipments) ships only
     its attempts; any other frame ships its messages' values."""
     batches = [[_message(1, "m-1", key="k1"), _message(2, "m-2", message_type="order.paid")],
                [_message(3, "m-3", business_id="b3"), _message(4, "m-4")]]
-    shipper = ChunkShipper()
+    shipper = RecordBuffer()
     for i, batch in enumerate(batches):  # the broker passes the batch's arrays along (fewer passes)
         shipper.emit_messages("published", "t", batch, app_id="shop", client_host="h:1", ts_us=10 + i,
                               arrays=[m.fields for m in batch] if i else None)
@@ -98,8 +106,10 @@ def test_delivery_and_ack_frames_of_published_seq_runs_name_those_records(tmp_pa
     shipper.emit_group("delivered", "t", "g", [(4, 2, everything[3].fields), (3, 2, everything[2].fields)],
                        consumer="c-2", client_host="h:2", ts_us=40)  # not in seq order: its own values
     frames = shipper.take()
-    assert frames[3] == [(0, [(0, 1, 1), (1, 0, 2)]), (1, [(0, 1, 1), (1, 0, 1)])]  # record 0 from 1 on, then 1
-    assert frames[4] == b"m-4\0m-3" and frames[8] == [1, 1, 1, 1, 1, 2, 2]
+    # record 0 from 1 on, then record 1
+    assert _column(frames, "refs") == [_runs((0, 1, 1), (1, 0, 2)), _runs((0, 1, 1), (1, 0, 1)), None]
+    assert _column(frames, "message_id") == [None, None, ["m-4", "m-3"]]
+    assert _column(frames, "attempt") == [[1, 1, 1], [1, 1], [2, 2]]
     _written(tmp_path, published, frames)
     got = [(e["event"], e["message_id"], e["message_type"], e.get("key"), e.get("business_id"), e.get("attempt"),
             e.get("consumer")) for e in _rows(tmp_path) if e["event"] != "published"]
@@ -115,12 +125,13 @@ def test_delivery_and_ack_frames_of_published_seq_runs_name_those_records(tmp_pa
 def test_a_frame_out_of_seq_order_spanning_a_run_is_not_named(tmp_path):
     """Seqs 1, 3, 2, 4 span exactly four published seqs, yet are not one run: the frame ships its values."""
     batch = [_message(i, f"m-{i}", key=f"k{i}") for i in range(1, 5)]
-    shipper = ChunkShipper()
+    shipper = RecordBuffer()
     shipper.emit_messages("published", "t", batch, ts_us=1)
     order = [batch[0], batch[2], batch[1], batch[3]]
     shipper.emit_group("delivered", "t", "g", [(m.seq, 1, m.fields) for m in order], consumer="c-1", ts_us=2)
     chunk = shipper.take()
-    assert chunk[3] == [] and chunk[4] == b"m-1\0m-2\0m-3\0m-4\0m-1\0m-3\0m-2\0m-4"
+    assert _column(chunk, "refs") == [None, None]
+    assert _column(chunk, "message_id") == [["m-1", "m-2", "m-3", "m-4"], ["m-1", "m-3", "m-2", "m-4"]]
     _written(tmp_path, chunk)
     assert [(e["event"], e["message_id"], e["key"]) for e in _rows(tmp_path) if e["event"] == "delivered"] == [
         ("delivered", "m-1", "k1"), ("delivered", "m-3", "k3"), ("delivered", "m-2", "k2"), ("delivered", "m-4", "k4")]
@@ -130,7 +141,7 @@ def test_what_callers_hand_over_sizes_and_first_attempts_is_what_the_rows_say(tm
     """The server's body sizes (`sizes=`) and a group's "all first deliveries" (`attempt=1`) stand in for
     the sink's own passes over the messages."""
     batch = [_message(1, "m-1", body=b"123"), _message(2, "m-2", body=b"1234567")]
-    shipper = ChunkShipper()
+    shipper = RecordBuffer()
     shipper.emit_messages("published", "t", batch, ts_us=1, arrays=[m.fields for m in batch], sizes=[3, 7])
     shipper.emit_group("delivered", "t", "g", [(m.seq, 1, m.fields) for m in batch], consumer="c-1", ts_us=2,
                        attempt=1)
@@ -145,20 +156,21 @@ def test_what_callers_hand_over_sizes_and_first_attempts_is_what_the_rows_say(tm
 
 def test_ids_and_a_shared_type_the_server_took_in_passing_stand_in_for_the_sinks_passes(tmp_path):
     """The server's ids (`ids=`) and, for a batch of one type without keys or business ids, `shared=`: the
-    ids ship joined, the type once per row, no key column; an id holding a NUL ships as a list; without
-    `shared` each column is looked at as before."""
+    type repeated, null key and business id lists; an id holding a NUL ships as it is; without `shared`
+    each column is looked at."""
     plain = [_message(i, f"p-{i}", message_type="order.paid") for i in (1, 2, 3)]
     odd = [_message(4, "o\0-4", message_type="order.paid"), _message(5, "o-5", message_type="order.paid")]
     mixed = [_message(6, "x-6", key="k"), _message(7, "x-7", message_type="order.paid")]
-    shipper = ChunkShipper()
+    shipper = RecordBuffer()
     for batch, shared in ((plain, ("order.paid", None, None)), (odd, ("order.paid", None, None)), (mixed, None)):
         shipper.emit_messages("published", "t", batch, ts_us=1, arrays=[m.fields for m in batch],
                               ids=[m.fields[0] for m in batch], shared=shared)
         chunk = shipper.take()
         if batch is plain:
-            assert chunk[4:8] == (b"p-1\0p-2\0p-3", b"order.paid\0order.paid\0order.paid", None, None)
+            assert [_column(chunk, c) for c in ("message_id", "message_type", "key", "business_id")] == [
+                [["p-1", "p-2", "p-3"]], [["order.paid"] * 3], [None], [None]]
         if batch is odd:
-            assert chunk[4] == ["o\0-4", "o-5"]
+            assert _column(chunk, "message_id") == [["o\0-4", "o-5"]]
         _written(tmp_path / str(batch[0].seq), chunk)
     rows = [(e["message_id"], e["message_type"], e.get("key"), e.get("business_id"))
             for seq in (1, 4, 6) for e in _rows(tmp_path / str(seq))]
@@ -169,27 +181,29 @@ def test_ids_and_a_shared_type_the_server_took_in_passing_stand_in_for_the_sinks
 
 def test_a_batch_sharing_type_key_and_business_id_ships_them_once_each_and_comes_back_whole(tmp_path):
     """One pass finds that all messages share type, key and business id; each column then ships the one
-    value (or nothing for no key); a batch where only the last differs takes the column-by-column way."""
+    value repeated (or a null list for no key); a batch where only the last differs takes the
+    column-by-column way."""
     shared = [_message(i, f"s-{i}", message_type="order.paid", business_id="b-7") for i in (1, 2, 3)]
     last_differs = [_message(4, "d-4", key="k"), _message(5, "d-5", key="k"), _message(6, "d-6", key="other")]
-    shipper = ChunkShipper()
+    shipper = RecordBuffer()
     shipper.emit_messages("published", "t", shared, ts_us=1)
     one = shipper.take()
-    assert one[4:8] == (b"s-1\0s-2\0s-3", b"order.paid\0order.paid\0order.paid", None, b"b-7\0b-7\0b-7")
+    assert [_column(one, c) for c in ("message_id", "message_type", "key", "business_id")] == [
+        [["s-1", "s-2", "s-3"]], [["order.paid"] * 3], [None], [["b-7"] * 3]]
     shipper.emit_messages("published", "t", last_differs, ts_us=2)
     two = shipper.take()
-    assert two[6] == b"k\0k\0other"
+    assert _column(two, "key") == [["k", "k", "other"]]
     _written(tmp_path, one, two)
     assert [(e["message_id"], e["message_type"], e.get("key"), e.get("business_id")) for e in _rows(tmp_path)] == [
         ("s-1", "order.paid", None, "b-7"), ("s-2", "order.paid", None, "b-7"), ("s-3", "order.paid", None, "b-7"),
         ("d-4", "normal", "k", None), ("d-5", "normal", "k", None), ("d-6", "normal", "other", None)]
 
 
-def test_records_naming_a_chunk_the_writer_never_got_are_dropped_and_counted(tmp_path):
+def test_records_naming_a_batch_the_writer_never_got_are_dropped_and_counted(tmp_path):
     batch = [_message(1, "m-1"), _message(2, "m-2")]
-    shipper = ChunkShipper()
+    shipper = RecordBuffer()
     handle = shipper.emit_messages("published", "t", batch, ts_us=100)
-    shipper.take()  # chunk 0 is lost on its way; the next one names it, then goes on
+    shipper.take()  # batch 0 is lost on its way; the next one names it, then goes on
     shipper.emit_messages("stored", "t", batch, ts_us=150, same_as=handle)
     shipper.emit_attempts("acked", "t", "g", [(batch[0], 3, 0.0)], consumer="c-1", client_host="h:2", ts_us=155)
     shipper.emit_group("delivered", "t", "g", [(9, 2, _message(9, "m-9").fields)], consumer="c-1",
@@ -199,17 +213,18 @@ def test_records_naming_a_chunk_the_writer_never_got_are_dropped_and_counted(tmp
     assert [(e["event"], e["message_id"], e["attempt"]) for e in _rows(tmp_path)] == [("delivered", "m-9", 2)]
 
 
-def test_a_dropped_chunk_is_never_named(tmp_path):
+def test_a_dropped_batch_is_never_named(tmp_path):
     first, second = [_message(1, "m-1")], [_message(2, "m-2")]
-    shipper = ChunkShipper()
+    shipper = RecordBuffer()
     handle = shipper.emit_messages("published", "t", first, ts_us=1)
-    assert shipper.drop() == 1  # the child fell behind: never sent
+    assert shipper.drop() == 1  # the trace process fell behind: never sent
     shipper.emit_messages("stored", "t", first, ts_us=2, same_as=handle)
     shipper.emit_group("delivered", "t", "g", [(1, 1, first[0].fields)], ts_us=3)
     shipper.emit_messages("published", "t", second, ts_us=4)
     shipper.emit_group("delivered", "t", "g", [(2, 1, second[0].fields)], ts_us=5)
     chunk = shipper.take()
-    assert chunk[3] == [(3, [(3, 0, 1)])]  # only the delivery of a published record the child gets
+    # only the delivery of a published record the writer gets names it
+    assert _column(chunk, "refs") == [None, None, None, _runs((3, 0, 1))]
     _written(tmp_path, chunk)
     assert [(e["event"], e["message_id"]) for e in _rows(tmp_path)] == [
         ("stored", "m-1"), ("delivered", "m-1"), ("published", "m-2"), ("delivered", "m-2")]
@@ -217,29 +232,31 @@ def test_a_dropped_chunk_is_never_named(tmp_path):
 
 def test_an_ack_frames_in_flight_entries_become_rows_with_their_attempts(tmp_path):
     """`emit_attempts` takes a subscription's in-flight entries (message, attempt, deadline) as they are,
-    in the shipper and in a writer's own events."""
+    in a shipped batch and in a writer's own records."""
     m1, m2 = _message(1, "m-1", key="k1"), _message(2, "m-2", business_id="b2")
     entries = [(m1, 1, 1000.5), (m2, 3, 1000.7)]
-    shipper = ChunkShipper()
+    shipper = RecordBuffer()
     shipper.emit_attempts("acked", "t", "g", entries, consumer="c-1", client_host="h:2", ts_us=5)
-    writer = ParquetTraceWriter(tmp_path, node_id="n1", cluster="c", flush_interval_s=60)
-    writer.add_chunk(shipper.take())
+    _written(tmp_path / "shipped", shipper.take())
+    writer = TraceFileWriter(tmp_path / "own", node_id="n1", cluster="c")
     writer.emit_attempts("acked", "t", "g", entries, consumer="c-2", client_host="h:3", ts_us=6)
     writer.close()
     common = {"v": 1, "event": "acked", "topic": "t", "message_type": "normal", "group": "g", "cluster": "c",
               "broker": "n1"}
     one = {"message_id": "m-1", "key": "k1", "attempt": 1}
     two = {"message_id": "m-2", "business_id": "b2", "attempt": 3}
-    assert _rows(tmp_path) == [
-        {**common, **one, "ts_us": 6, "consumer": "c-2", "client_host": "h:3"},  # a writer's events come first
-        {**common, **two, "ts_us": 6, "consumer": "c-2", "client_host": "h:3"},
+    assert _rows(tmp_path / "shipped") == [
         {**common, **one, "ts_us": 5, "consumer": "c-1", "client_host": "h:2"},
         {**common, **two, "ts_us": 5, "consumer": "c-1", "client_host": "h:2"},
     ]
+    assert _rows(tmp_path / "own") == [
+        {**common, **one, "ts_us": 6, "consumer": "c-2", "client_host": "h:3"},
+        {**common, **two, "ts_us": 6, "consumer": "c-2", "client_host": "h:3"},
+    ]
 
 
-def test_string_columns_ship_in_every_form_and_come_back_as_they_were(tmp_path):
-    shipper = ChunkShipper()
+def test_string_columns_come_back_as_they_were_empty_null_non_ascii_or_holding_a_nul(tmp_path):
+    shipper = RecordBuffer()
     shipper.emit_messages("published", "t", [
         _message(1, "id-1", message_type="ab", key="", business_id="z1"),
         _message(2, "id-2", message_type="c", key="", business_id="z2"),
@@ -248,15 +265,14 @@ def test_string_columns_ship_in_every_form_and_come_back_as_they_were(tmp_path):
         _message(3, "id-3", message_type="def", key=None), _message(4, "id-4", message_type="gh", key="k4"),
     ], ts_us=2)
     chunk = shipper.take()
-    ids, types, keys, bids = chunk[4:8]
-    assert ids == b"id-1\0id-2\0id-3\0id-4"  # equal widths
-    assert types == b"ab\0c\0def\0gh"  # as long as four of width 2, but split by the separators
-    assert keys == (b"\0\0\0k4", [2]) and bids == (b"z1\0z2\0\0", [2, 3])  # null rows apart
+    assert _column(chunk, "message_id") == [["id-1", "id-2"], ["id-3", "id-4"]]
+    assert _column(chunk, "key") == [["", ""], [None, "k4"]]
+    assert _column(chunk, "business_id") == [["z1", "z2"], None]  # all null: a null list
     shipper.emit_messages("published", "t", [_message(5, "id-5", message_type="zahlung.eingegangen-ü")], ts_us=3)
     shipper.emit_messages("published", "t", [_message(6, "id-6", business_id="x\0y")], ts_us=4)
     odd = shipper.take()
-    assert odd[5] == "zahlung.eingegangen-ü\0normal".encode() and odd[6] is None  # all null
-    assert odd[7] == [None, "x\0y"]  # a NUL inside: a list
+    assert _column(odd, "message_type") == [["zahlung.eingegangen-ü"], ["normal"]]
+    assert _column(odd, "key") == [None, None] and _column(odd, "business_id") == [None, ["x\0y"]]
     _written(tmp_path, chunk, odd)
     got = [(e["message_id"], e["message_type"], e.get("key"), e.get("business_id")) for e in _rows(tmp_path)]
     assert got == [("id-1", "ab", "", "z1"), ("id-2", "c", "", "z2"), ("id-3", "def", None, None),
@@ -265,19 +281,19 @@ def test_string_columns_ship_in_every_form_and_come_back_as_they_were(tmp_path):
 
 
 def test_a_key_column_of_empty_strings_only(tmp_path):
-    shipper = ChunkShipper()
+    shipper = RecordBuffer()
     shipper.emit_messages("stored", "t", [_message(1, "m-1", key=""), _message(2, "m-2", key=""),
                                           _message(3, "m-3", key="")], ts_us=1)
     chunk = shipper.take()
-    assert chunk[6] == b"\0\0"
+    assert _column(chunk, "key") == [["", "", ""]]
     _written(tmp_path, chunk)
     assert [(e["message_id"], e["key"]) for e in _rows(tmp_path)] == [("m-1", ""), ("m-2", ""), ("m-3", "")]
 
 
-def test_the_sink_names_published_records_across_intervals_and_not_after_a_dropped_chunk(tmp_path):
+def test_the_sink_names_published_records_across_intervals_and_not_after_a_dropped_batch(tmp_path):
     """The real sink and trace process: a `stored` batch and a delivery frame shipped an interval after
-    their `published` batch name it; once the child fell behind and a chunk was dropped, nothing names
-    that chunk's records."""
+    their `published` batch name it; once the child fell behind and a batch was dropped, nothing names
+    that batch's records."""
     first = [_message(1, "m-1", key="k1", business_id="b1"), _message(2, "m-2")]
     second = [_message(3, "m-3", business_id="b3"), _message(4, "m-4", key="k4")]
 
@@ -321,7 +337,7 @@ def test_the_sink_names_published_records_across_intervals_and_not_after_a_dropp
 
 
 def test_an_open_file_left_by_a_killed_writer_keeps_its_ids_cluster_and_broker(tmp_path):
-    writer = ParquetTraceWriter(tmp_path / "a", node_id="n1", cluster="prod-a", flush_interval_s=60)
+    writer = TraceFileWriter(tmp_path / "a", node_id="n1", cluster="prod-a")
     writer.emit("stored", message_id="m-1", topic="t", message_type="normal", key="k1", ts_us=1)
     writer.flush()
     writer.emit("stored", message_id="m-2", topic="t", message_type="normal", ts_us=2)
@@ -331,14 +347,14 @@ def test_an_open_file_left_by_a_killed_writer_keeps_its_ids_cluster_and_broker(t
     torn = left.read_bytes()[:-40]  # the second batch torn, as a kill leaves it
     writer.close()
     (written,) = (tmp_path / "a").glob("*.parquet")
-    first_id = read_parquet_events(str(written)).column("event_id")[0].as_py()
+    first_id = read_events(str(written)).column("event_id")[0].as_py()
     assert first_id.endswith("0000000000000001")
 
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / left.name).write_bytes(torn)
-    ParquetTraceWriter(tmp_path / "b", node_id="n1", cluster="other", flush_interval_s=60).close()
+    TraceFileWriter(tmp_path / "b", node_id="n1", cluster="other").close()
     (recovered,) = (tmp_path / "b").glob("*.parquet")
-    assert read_parquet_events(str(recovered)).to_pylist() == [
+    assert read_events(str(recovered)).to_pylist() == [
         {"v": 1, "event_id": first_id, "ts_us": 1, "event": "stored", "message_id": "m-1", "topic": "t",
          "message_type": "normal", "key": "k1", "business_id": None, "cluster": "prod-a", "broker": "n1",
          "app_id": None, "client_host": None, "group": None, "consumer": None, "attempt": None, "detail": None,

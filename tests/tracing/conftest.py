@@ -4,27 +4,24 @@ from __future__ import annotations
 
 import pytest
 
-from broker_core.trace_writer import JsonlTraceWriter, ParquetTraceWriter
+from broker_core.tracing.writer import TraceFileWriter
+from spark_jobs.session import spark_session
 
 T0 = 1_767_225_600_000_000  # 2026-01-01T00:00:00Z in microseconds
 
 
 @pytest.fixture(scope="session")
 def spark():
-    from spark_jobs.session import POSTGRES_JDBC_JAR, spark_session
-
-    session = spark_session("local[2]", "switchyard-tests", shuffle_partitions=2, jars=[POSTGRES_JDBC_JAR])
+    session = spark_session("local[2]", "switchyard-tests", shuffle_partitions=2)
     yield session
     session.stop()
 
 
 class TraceBatch:
-    """Write one batch of trace files (one closed file per call of `close`) as a broker node would:
-    Parquet (what brokers write) or JSON lines (older brokers)."""
+    """Write one batch of trace files (one closed file per call of `close`) as a broker node would."""
 
-    def __init__(self, folder, node: str = "node-1", cluster: str = "prod-a", fmt: str = "parquet"):
-        writer = {"parquet": ParquetTraceWriter, "jsonl": JsonlTraceWriter}[fmt]
-        self.writer = writer(folder, node_id=node, cluster=cluster, flush_interval_s=3600)
+    def __init__(self, folder, node: str = "node-1", cluster: str = "prod-a"):
+        self.writer = TraceFileWriter(folder, node_id=node, cluster=cluster)
 
     def emit(self, event: str, message_id: str, at_ms: float, topic: str = "orders", **fields):
         self.writer.emit(event, message_id=message_id, topic=topic, message_type=fields.pop("message_type", "normal"),
@@ -37,7 +34,7 @@ class TraceBatch:
 
 @pytest.fixture
 def trace_batch(tmp_path):
-    def make(node: str = "node-1", fmt: str = "parquet"):
-        return TraceBatch(tmp_path / "brokers" / node / "trace", node=node, fmt=fmt)
+    def make(node: str = "node-1"):
+        return TraceBatch(tmp_path / "brokers" / node / "trace", node=node)
 
     return make

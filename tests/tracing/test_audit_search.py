@@ -5,6 +5,7 @@ import io
 from datetime import timedelta
 
 import pytest
+from django.http import HttpRequest
 from django.utils import timezone
 
 from apps.audit.models import AuditRecord
@@ -59,8 +60,6 @@ def test_csv_export_and_read_only(make_user, api_for, history):
 
 
 def test_web_search_and_export(client, make_user, history):
-    from django.http import HttpRequest
-
     make_user("aud-web", "auditor")
     # a password login goes through the login guard (django-axes), which needs the request it counts against
     client.login(request=HttpRequest(), username="aud-web", password="pw-for-tests-1")

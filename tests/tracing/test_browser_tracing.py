@@ -4,6 +4,7 @@ import csv
 import io
 
 import pytest
+from django.db import connections
 from django.http import HttpRequest
 
 from apps.audit.models import AuditRecord
@@ -18,8 +19,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def request_threads_close_their_connections():
     """The live server answers each request on a new thread; with CONN_MAX_AGE its connection would
     outlive the thread and keep the test database from being dropped."""
-    from django.db import connections
-
     saved = connections.settings["default"].get("CONN_MAX_AGE")
     connections.settings["default"]["CONN_MAX_AGE"] = 0
     yield

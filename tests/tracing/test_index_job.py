@@ -1,9 +1,10 @@
 """The index job end to end on real Spark and PostgreSQL: incremental, idempotent, one summary per message."""
 
+import pyarrow.parquet as pq
 import pytest
 from django.db import connection
 
-from apps.tracing.models import TracedMessage, TraceEvent
+from apps.tracing.models import TracedMessage
 from apps.tracing.queries import timeline_of
 from apps.tracing.runner import jdbc_password, jdbc_url
 from spark_jobs import trace_index
@@ -23,13 +24,15 @@ def quiet(*args, **kwargs):
 def snapshot():
     with connection.cursor() as cur:
         cur.execute("SELECT * FROM tracing_message ORDER BY message_id")
-        messages = cur.fetchall()
-        cur.execute("SELECT * FROM tracing_event ORDER BY message_id, event_id")
-        return messages, cur.fetchall()
+        return cur.fetchall()
+
+
+def loaded_events() -> int:
+    return sum(len(timeline_of(m)) for m in TracedMessage.objects.all())
 
 
 def steps(message_id):
-    return [(e.event, e.group_name, e.attempt) for e in timeline_of(message_id)]
+    return [(e.event, e.group_name, e.attempt) for e in timeline_of(TracedMessage.objects.get(message_id=message_id))]
 
 
 def timeline_steps(spark, output, message_id):
@@ -45,7 +48,7 @@ def test_batches_update_messages_in_place_and_rerunning_changes_nothing(spark, t
     inputs, output = [str(tmp_path / "brokers")], str(tmp_path / "index")
     run = lambda **kw: trace_index.run(spark, inputs, output, **database(), progress=quiet, **kw)  # noqa: E731
 
-    first = trace_batch(fmt="jsonl")  # written by an older broker; the next file is Parquet
+    first = trace_batch()
     first.emit("published", "m-ack", 0, app_id="shop", business_id="order-1", key="cust-1")
     first.emit("stored", "m-ack", 1)
     first.emit("delivered", "m-ack", 10, group="billing", consumer="c1", attempt=1)
@@ -91,7 +94,7 @@ def test_batches_update_messages_in_place_and_rerunning_changes_nothing(spark, t
         ("delivered", "billing", 1), ("nacked", "billing", 1),
         ("delivered", "billing", 2), ("nacked", "billing", 2),
         ("delivered", "billing", 3), ("acked", "billing", 3)]
-    assert TraceEvent.objects.count() == 19
+    assert loaded_events() == 19
 
     # the Parquet index holds one row per message, with every event once in its ordered timeline
     summaries = spark.read.parquet(f"{output}/messages")
@@ -113,27 +116,50 @@ def test_batches_update_messages_in_place_and_rerunning_changes_nothing(spark, t
     assert indexed_event_count(spark, output) == 19
 
 
-@pytest.mark.parametrize(("fmt", "reader"), [("parquet", "arrow"), ("jsonl", "arrow"), ("jsonl", "spark")])
-def test_a_copy_of_a_trace_file_adds_no_event(spark, trace_batch, tmp_path, fmt, reader):
-    batch = trace_batch(fmt=fmt)
+def test_a_copy_of_a_trace_file_adds_no_event(spark, trace_batch, tmp_path):
+    batch = trace_batch()
     batch.emit("published", "m-1", 0, business_id="b-1")
     batch.emit("stored", "m-1", 1)
     batch.close()
-    [original] = (tmp_path / "brokers").rglob(f"*.{fmt}")
+    [original] = (tmp_path / "brokers").rglob("*.parquet")
     copy = tmp_path / "brokers" / "copied" / original.name
     copy.parent.mkdir()
     copy.write_bytes(original.read_bytes())
     result = trace_index.run(spark, [str(tmp_path / "brokers")], str(tmp_path / "index"), **database(),
-                             reader=reader, progress=quiet)
+                             progress=quiet)
     assert (result["new_files"], result["new_events"]) == (2, 2)
     assert TracedMessage.objects.get().event_count == 2
-    assert TraceEvent.objects.count() == 2
+    assert loaded_events() == 2
+
+
+def test_an_index_built_again_over_loaded_tables_upserts_and_changes_nothing(spark, trace_batch, tmp_path):
+    """A message new to the index is COPYed straight into the lookup tables; when it is there already (a run
+    that failed after loading, or an index folder built again) the load upserts it instead."""
+    inputs = [str(tmp_path / "brokers")]
+    batch = trace_batch()
+    batch.emit("published", "m-1", 0, business_id="b-1")
+    batch.emit("stored", "m-1", 1)
+    batch.emit("delivered", "m-1", 5, group="billing", consumer="c1", attempt=1)
+    batch.close()
+    loads = []
+
+    def progress(stage, percent, **fields):
+        if "upserted_partitions" in fields:
+            loads.append((fields["message_rows"], fields["upserted_partitions"]))
+
+    trace_index.run(spark, inputs, str(tmp_path / "index"), **database(), progress=progress)
+    before = snapshot()
+    assert len(before) == 1 and loaded_events() == 3
+
+    result = trace_index.run(spark, inputs, str(tmp_path / "another-index"), **database(), progress=progress)
+    assert (result["new_files"], result["new_events"], result["messages"]) == (1, 3, 1)
+    assert loads == [(1, 0), (1, 1)]  # the second load's COPY met the row already there: upserted
+    assert snapshot() == before
+    assert steps("m-1") == [("published", None, None), ("stored", None, None), ("delivered", "billing", 1)]
 
 
 def partitions(folder) -> dict[tuple[str, str], list[str]]:
     """(date, topic) of each `date=/topic=` folder → the message ids in its Parquet files (read without Spark)."""
-    import pyarrow.parquet as pq
-
     found = {}
     for date_dir in sorted(folder.glob("date=*")):
         for topic_dir in sorted(date_dir.glob("topic=*")):
@@ -143,8 +169,6 @@ def partitions(folder) -> dict[tuple[str, str], list[str]]:
 
 
 def summary_rows(folder) -> dict[str, dict]:
-    import pyarrow.parquet as pq
-
     return {row["message_id"]: row for part in folder.glob("date=*/topic=*") for row in pq.read_table(part).to_pylist()}
 
 
@@ -193,37 +217,3 @@ def test_the_index_is_partitioned_by_date_and_topic_and_a_batch_leaves_other_sum
     # the partition no new event touched is not even rewritten
     assert file_bytes(output / "messages" / "date=2026-01-01" / "topic=payments") == payments_before
     assert list(TracedMessage.objects.filter(message_id__in=["m-b", "m-c"]).order_by("message_id").values()) == db_before
-
-
-def test_an_index_of_format_1_has_its_events_folded_into_the_timelines(spark, trace_batch, tmp_path):
-    """Format 1 kept every event apart in events/date=/topic=/ and summaries without timelines."""
-    from spark_jobs.trace_read import read_events
-    from spark_jobs.trace_transforms import EVENT_COLUMNS, clean_events
-
-    old = trace_batch(node="old")
-    old.emit("published", "m-old", 0, app_id="shop")
-    old.emit("stored", "m-old", 1)
-    old.emit("delivered", "m-old", 10, group="billing", consumer="c1", attempt=1)
-    old.close()
-    old_files = [str(p) for p in (tmp_path / "brokers" / "old").rglob("*.parquet")]
-    output = tmp_path / "index"
-    # the format-1 index of those files: its events apart, a summary row without a timeline, its checkpoint
-    clean_events(read_events(spark, old_files)).select(*EVENT_COLUMNS).write.partitionBy("date", "topic") \
-        .parquet(str(output / "events"))
-    spark.createDataFrame([("m-old", "orders", "2026-01-01", 3)], "message_id string, topic string, date string, "
-                          "event_count int").write.partitionBy("date", "topic").parquet(str(output / "messages"))
-    (output / "_checkpoint").mkdir()
-    (output / "_checkpoint" / "indexed-files.txt").write_text("".join(f + "\n" for f in old_files))
-
-    new = trace_batch(node="new")
-    new.emit("acked", "m-old", 12, group="billing", consumer="c1", attempt=1)
-    new.emit("published", "m-new", 20, app_id="shop")
-    new.close()
-    trace_index.run(spark, [str(tmp_path / "brokers")], str(output), **database(), progress=quiet)
-
-    assert not (output / "events").exists()
-    assert timeline_steps(spark, str(output), "m-old") == [
-        ("published", None, None), ("stored", None, None), ("delivered", "billing", 1), ("acked", "billing", 1)]
-    assert dict(TracedMessage.objects.values_list("message_id", "final_state")) == {
-        "m-old": "acked", "m-new": "published"}
-    assert spark.read.parquet(str(output / "messages")).count() == 2

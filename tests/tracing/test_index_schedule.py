@@ -11,11 +11,16 @@ from pathlib import Path
 
 import psycopg2
 import pytest
+from django.apps import apps
 from django.core import serializers
 from django.db import connection
+from django_celery_beat.models import IntervalSchedule, PeriodicTask, PeriodicTasks
+from django_celery_beat.schedulers import DatabaseScheduler
 
 from apps.audit.models import AuditRecord
 from apps.tracing.models import IndexRun, TracedMessage
+from apps.tracing.tasks import scheduled_trace_index_build
+from control_plane.celery import app
 from tests.tracing.conftest import TraceBatch
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -27,14 +32,10 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def migrated_schedule():
     """The schedule as the data migration leaves it (transactional tests empty the tables it filled)."""
-    from django.apps import apps
-
     importlib.import_module("apps.tracing.migrations.0002_index_schedule").create(apps, None)
 
 
 def beat_rows() -> str:
-    from django_celery_beat.models import IntervalSchedule, PeriodicTask, PeriodicTasks
-
     return serializers.serialize("json", [*PeriodicTask.objects.order_by("pk"), *IntervalSchedule.objects.order_by("pk"),
                                           *PeriodicTasks.objects.all()])
 
@@ -61,10 +62,6 @@ def test_a_fresh_migrate_schedules_the_build():
 
 
 def test_reading_the_schedule_writes_nothing(migrated_schedule, make_user, api_for, client):
-    from django_celery_beat.models import PeriodicTask
-
-    from apps.tracing.tasks import scheduled_trace_index_build
-
     assert scheduled_trace_index_build.name == TASK
     auditor = make_user("aud-sched", "auditor")
     before = beat_rows()
@@ -92,10 +89,6 @@ def test_reading_the_schedule_writes_nothing(migrated_schedule, make_user, api_f
 
 
 def test_an_sre_schedule_change_through_rest_is_what_beat_sees(migrated_schedule, make_user, api_for):
-    from django_celery_beat.schedulers import DatabaseScheduler
-
-    from control_plane.celery import app
-
     beat = DatabaseScheduler(app=app)  # reads the schedule from the database, as `celery beat` does
     entry = beat.schedule[TASK_NAME]
     assert (entry.task, entry.schedule.run_every) == (TASK, timedelta(minutes=10))
@@ -119,8 +112,6 @@ def test_an_sre_schedule_change_through_rest_is_what_beat_sees(migrated_schedule
 
 
 def test_the_scheduled_build_runs_on_the_worker_and_skips_while_another_run_is_active(celery_worker, trace_dirs):
-    from apps.tracing.tasks import scheduled_trace_index_build
-
     batch = TraceBatch(trace_dirs["inputs"] / "node-sched" / "trace", node="node-sched")
     batch.emit("published", "sched-ack", 0, business_id="sched-1")
     batch.emit("stored", "sched-ack", 1)

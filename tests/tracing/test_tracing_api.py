@@ -2,12 +2,15 @@
 
 import csv
 import io
-from datetime import UTC, datetime
+from datetime import timedelta
+from unittest import mock
 
 import pytest
+from django.utils import timezone
 
 from apps.audit.models import AuditRecord
-from apps.tracing.models import IndexRun, TraceEvent
+from apps.tracing.actions import BUILD_TASK
+from apps.tracing.models import IndexRun
 from tests.tracing.factories import BASE_US, message
 from tests.tracing.pages import RenderedLane, rendered_message
 
@@ -66,9 +69,6 @@ def test_message_record_has_its_groups_and_timeline_in_order(auditor_api, indexe
 def test_steps_of_the_same_microsecond_are_in_attempt_order(auditor_api, client, make_user):
     """Attempt n's outcome before attempt n+1's delivery, a re-drive before the fresh delivery it causes;
     the event ids run against that order, so they cannot be what sorts it."""
-    message("m-tie", steps=[], groups=[{"group": "billing", "state": "acked", "attempts": 4, "deliveries": 4,
-                                         "nacks": 2, "timeouts": 1, "first_delivered_us": None, "ended_us": None,
-                                         "latency_us": None, "last_consumer": "c1", "detail": None}])
     rows = [  # (event id, µs after BASE, event, rank of its kind, attempt)
         ("e99", 0, "published", 0, None), ("e98", 0, "stored", 2, None),
         ("e97", 0, "delivered", 5, 1), ("e96", 0, "nacked", 6, 1), ("e95", 0, "delivered", 5, 2),
@@ -76,11 +76,16 @@ def test_steps_of_the_same_microsecond_are_in_attempt_order(auditor_api, client,
         ("e91", 0, "dead_lettered", 9, 3),
         ("e90", 1000, "redriven", 11, None), ("e89", 1000, "delivered", 5, 1), ("e88", 1000, "acked", 8, 1),
     ]
+    timeline = []
     for event_id, us, event, rank, attempt in reversed(rows):
-        TraceEvent.objects.create(message_id="m-tie", event_id=event_id, ts_us=BASE_US + us, rank=rank,
-                                  at=datetime.fromtimestamp((BASE_US + us) / 1e6, UTC), event=event,
-                                  group_name="billing" if rank >= 5 else None, attempt=attempt,
-                                  consumer="c1" if event in ("delivered", "nacked", "timed_out", "acked") else None)
+        e = {"event_id": event_id, "ts_us": BASE_US + us, "rank": rank, "event": event,
+             "group": "billing" if rank >= 5 else None, "attempt": attempt,
+             "consumer": "c1" if event in ("delivered", "nacked", "timed_out", "acked") else None}
+        timeline.append({k: v for k, v in e.items() if v is not None})
+    message("m-tie", timeline=timeline, groups=[{"group": "billing", "state": "acked", "attempts": 4, "deliveries": 4,
+                                                 "nacks": 2, "timeouts": 1, "first_delivered_us": None,
+                                                 "ended_us": None, "latency_us": None, "last_consumer": "c1",
+                                                 "detail": None}])
     expected = [("published", None, None), ("stored", None, None),
                 ("delivered", "billing", 1), ("nacked", "billing", 1),
                 ("delivered", "billing", 2), ("timed_out", "billing", 2),
@@ -124,21 +129,15 @@ def test_people_without_a_tracing_role_see_no_trace(make_user, api_for, indexed)
 
 
 def test_rebuild_now_is_refused_while_a_run_is_under_way_and_a_stale_run_does_not_block(make_user, api_for):
-    from datetime import timedelta
-
-    from django.utils import timezone
-
     sre = api_for(make_user("sre-2", "sre"))
     running = IndexRun.objects.create(trigger="schedule", state="running")
     refused = sre.post("/api/v1/traces/index-runs/")
     assert refused.status_code == 409 and f"#{running.pk}" in refused.json()["detail"]
     IndexRun.objects.filter(pk=running.pk).update(created_at=timezone.now() - timedelta(hours=4))
-    from unittest import mock
-
-    with mock.patch("apps.tracing.tasks.build_trace_index.delay") as delay:
+    with mock.patch("apps.tracing.actions.app.send_task") as send_task:  # queued on commit, by the task's name
         accepted = sre.post("/api/v1/traces/index-runs/")
     assert accepted.status_code == 202 and accepted.json()["state"] == "queued"
-    delay.assert_called_once_with(accepted.json()["id"])
+    send_task.assert_called_once_with(BUILD_TASK, args=[accepted.json()["id"]])
     running.refresh_from_db()
     assert (running.state, running.stage) == ("failed", "abandoned")
     assert AuditRecord.objects.filter(action="trace_index.build", actor_name="sre-2").count() == 1

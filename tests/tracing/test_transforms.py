@@ -1,11 +1,13 @@
 """The index's pure transforms on small hand-made events, against hand-written expected rows."""
 
+import pyarrow as pa
+from pyspark import TaskContext
 from pyspark.sql import Row
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from spark_jobs.trace_schema import EVENT_SCHEMA
-from spark_jobs.trace_transforms import bucket_labels, clean_events, shuffle, summarize, timeline_events
+from spark_jobs.trace_read import EVENT_SCHEMA
+from spark_jobs.trace_transforms import bucket_events, by_message, clean_events, summarize, timeline_events
 
 FIELDS = [f.name for f in EVENT_SCHEMA]
 
@@ -145,8 +147,23 @@ def test_summaries_keep_real_clock_times_exact(spark):
         "rolled_back", "rolled_back", t, t + 7)
 
 
-def test_the_shuffle_sends_each_bucket_to_its_own_partition(spark):
-    labels = bucket_labels(8)
-    moved = shuffle(spark.createDataFrame([(label,) for label in labels], "part int"), 8)
-    placed = sorted((labels.index(r.part), r.p) for r in moved.select("part", F.spark_partition_id().alias("p")).collect())
-    assert placed == [(b, b) for b in range(8)]
+def test_the_shuffle_brings_every_event_of_a_message_to_one_partition(spark):
+    """Events of 40 messages in 4 input partitions, shuffled into 3: each message's 3 events end in one."""
+    rows = [ev(f"e-{m}-{k}", f"m-{m:02d}", 1000 * m + k, "published" if k == 0 else "stored")
+            for k in range(3) for m in range(40)]
+    cleaned = clean_events(events(spark, *rows).repartition(4))
+    moved = by_message(cleaned, 3).mapInArrow(_messages_of_partition, "partition long, message_id string, events long")
+    placed = {}
+    for r in moved.collect():
+        placed.setdefault(r.message_id, []).append((r.partition, r.events))
+    assert sorted(placed) == [f"m-{m:02d}" for m in range(40)]
+    assert all(len(where) == 1 and where[0][1] == 3 for where in placed.values())
+
+
+def _messages_of_partition(batches):
+    table = bucket_events(batches)
+    if table is not None:
+        counts = table.group_by("message_id").aggregate([("message_id", "count")])
+        yield pa.RecordBatch.from_pydict({"partition": [TaskContext.get().partitionId()] * counts.num_rows,
+                                          "message_id": counts["message_id"].to_pylist(),
+                                          "events": counts["message_id_count"].to_pylist()})

@@ -1,7 +1,7 @@
 from rest_framework import serializers
 
 from apps.tracing.actions import MAX_EVERY_MINUTES, MIN_EVERY_MINUTES
-from apps.tracing.models import IndexRun, TracedMessage, TraceEvent
+from apps.tracing.models import IndexRun, TracedMessage
 
 
 class GroupStateSerializer(serializers.Serializer):
@@ -29,14 +29,19 @@ class TracedMessageSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class TraceEventSerializer(serializers.ModelSerializer):
+class TraceEventSerializer(serializers.Serializer):
+    event_id = serializers.CharField()
+    at = serializers.DateTimeField()
+    ts_us = serializers.IntegerField()
+    event = serializers.CharField()
     group = serializers.CharField(source="group_name", allow_null=True)
-
-    class Meta:
-        model = TraceEvent
-        fields = ["event_id", "at", "ts_us", "event", "group", "attempt", "consumer", "client_host", "broker",
-                  "app_id", "detail", "size"]
-        read_only_fields = fields
+    attempt = serializers.IntegerField(allow_null=True)
+    consumer = serializers.CharField(allow_null=True)
+    client_host = serializers.CharField(allow_null=True)
+    broker = serializers.CharField(allow_null=True)
+    app_id = serializers.CharField(allow_null=True)
+    detail = serializers.CharField(allow_null=True)
+    size = serializers.IntegerField(allow_null=True)
 
 
 class TracedMessageDetailSerializer(TracedMessageSerializer):

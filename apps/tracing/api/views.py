@@ -33,7 +33,7 @@ class NewestFirst(CursorPagination):
 class TracedMessageViewSet(viewsets.ReadOnlyModelViewSet):
     """Traced messages: search by message_id, business_id, key, or topic + since/until + state; read-only."""
 
-    queryset = TracedMessage.objects.all()
+    queryset = TracedMessage.objects.defer("timeline")  # a search lists summaries; retrieve reads the timeline
     serializer_class = TracedMessageSerializer
     permission_classes = [CachedRolePermission]
     filterset_class = TracedMessageFilterSet
@@ -45,7 +45,7 @@ class TracedMessageViewSet(viewsets.ReadOnlyModelViewSet):
     def retrieve(self, request, message_id=None):
         message = get_object_or_404(TracedMessage, message_id=message_id)
         serializer = TracedMessageDetailSerializer(message, context={"request": request,
-                                                                      "timeline": timeline_of(message_id)})
+                                                                      "timeline": timeline_of(message)})
         return Response(serializer.data)
 
     @extend_schema(responses={(200, "text/csv"): str})

@@ -1,0 +1,151 @@
+"""A trace sink that writes from a child process, so writing trace files never holds the broker's GIL.
+
+The broker side (`ProcessTraceSink`) adds records to a RecordBuffer; `ship_interval_s` after a first record
+it takes them and writes them to the child's stdin through a non-blocking asyncio pipe, as a frame: a
+4-byte big-endian length, then the records as msgpack (records.pack: plain lists, an explicit layout, no
+pickle). The broker builds no Arrow array: that is the child's work. Tracing never blocks the broker: when
+the child is more than `max_buffer_bytes` behind, the records are dropped and their events counted in
+`dropped`.
+
+The child (`python -m broker_core.tracing.process DIR NODE_ID CLUSTER [NICE] [ROLL_BYTES] [ROLL_SECONDS]`,
+at a lower priority: `nice`, default 10) makes each frame one Arrow record batch (records.to_batch), hands
+it to a TraceFileWriter and rolls its file when due, also while no frame comes. It stops (closing its file) when its stdin closes, also after a kill -9 of the
+broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import select
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+from broker_core.tracing.records import RecordBuffer, Records, pack, to_batch, unpack
+from broker_core.tracing.writer import TraceFileWriter
+
+log = logging.getLogger("broker_core.trace")
+
+LENGTH = struct.Struct(">I")
+
+
+def frame(records: Records) -> bytes:
+    """Records as the child reads them: their length, then their msgpack."""
+    data = pack(records)
+    return LENGTH.pack(len(data)) + data
+
+
+class ProcessTraceSink:
+    def __init__(self, directory: Path, *, node_id: str, cluster: str, ship_interval_s: float = 0.2,
+                 max_buffer_bytes: int = 64 * 1024 * 1024, nice: int = 10, roll_bytes: int | None = None,
+                 roll_s: float | None = None):
+        self.ship_interval_s = ship_interval_s
+        self.max_buffer_bytes = max_buffer_bytes
+        self.dropped = 0
+        self._buffer = RecordBuffer()
+        self._scheduled = False
+        self._transport: asyncio.WriteTransport | None = None
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "broker_core.tracing.process", str(directory), node_id, cluster, str(nice),
+             str(roll_bytes or ""), str(roll_s or "")],
+            stdin=subprocess.PIPE, start_new_session=False)
+        self.loop = asyncio.get_running_loop()
+
+    async def start(self) -> ProcessTraceSink:
+        self._transport, _ = await self.loop.connect_write_pipe(asyncio.BaseProtocol, self._proc.stdin)
+        return self
+
+    def emit(self, event: str, **fields) -> None:
+        self._buffer.emit(event, **fields)
+        if not self._scheduled:
+            self._schedule()
+
+    def emit_messages(self, event: str, topic: str, messages: list, **fields) -> int | None:
+        handle = self._buffer.emit_messages(event, topic, messages, **fields)
+        if not self._scheduled:
+            self._schedule()
+        return handle
+
+    def emit_group(self, event: str, topic: str, group: str, rows: list, **fields) -> None:
+        self._buffer.emit_group(event, topic, group, rows, **fields)
+        if not self._scheduled:
+            self._schedule()
+
+    def emit_attempts(self, event: str, topic: str, group: str, entries: list, **fields) -> None:
+        self._buffer.emit_attempts(event, topic, group, entries, **fields)
+        if not self._scheduled:
+            self._schedule()
+
+    def _schedule(self) -> None:
+        self._scheduled = True
+        self.loop.call_later(self.ship_interval_s, self.ship)
+
+    def ship(self) -> None:
+        """Send what was recorded to the child now (the timer does, `ship_interval_s` after a first record)."""
+        self._scheduled = False
+        if not self._buffer.records:
+            return
+        transport = self._transport
+        if transport is None or transport.is_closing() or transport.get_write_buffer_size() > self.max_buffer_bytes:
+            self.dropped += self._buffer.drop()
+            return
+        transport.write(frame(self._buffer.take_records()))
+
+    def close(self) -> None:
+        self.ship()
+        if self._transport is not None:
+            self._transport.close()
+        else:
+            self._proc.stdin.close()
+
+    async def wait_closed(self, timeout: float = 10.0) -> None:
+        """Wait for the child to finish writing (call after close())."""
+        for _ in range(int(timeout / 0.05)):
+            if self._proc.poll() is not None:
+                return
+            await asyncio.sleep(0.05)
+        log.warning("trace writer process did not stop in %.0fs; killing it", timeout)
+        self._proc.kill()
+
+
+def _read_exactly(fd: int, n: int) -> bytes | None:
+    """n bytes from a pipe; None at its end (a torn frame counts as the end)."""
+    parts, left = [], n
+    while left:
+        part = os.read(fd, left)
+        if not part:
+            return None
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
+
+
+def serve(fd: int, writer: TraceFileWriter) -> None:
+    """Write the frames read from `fd` until it ends, rolling the file when due in between."""
+    while True:
+        ready, _, _ = select.select([fd], [], [], writer.roll_due_in())
+        if ready:
+            head = _read_exactly(fd, LENGTH.size)
+            data = head and _read_exactly(fd, LENGTH.unpack(head)[0])
+            if data is None:
+                return
+            writer.write(to_batch(unpack(data)))
+        writer.roll_if_due()
+
+
+def main(directory: str, node_id: str, cluster: str, nice: str = "0", roll_bytes: str = "", roll_s: str = "") -> None:
+    if int(nice):
+        os.nice(int(nice))  # the broker and its clients come first; the writer catches up when they idle
+    roll = {**({"max_bytes": int(roll_bytes)} if roll_bytes else {}), **({"max_age_s": float(roll_s)} if roll_s else {})}
+    writer = TraceFileWriter(directory, node_id=node_id, cluster=cluster, **roll)
+    try:
+        serve(sys.stdin.fileno(), writer)
+    finally:
+        writer.close()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:7])
