@@ -5,12 +5,28 @@ import os
 
 from celery import Celery
 from celery.signals import setup_logging
+from django.db import transaction
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "control_plane.settings")
 
 app = Celery("switchyard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+log = logging.getLogger("control_plane.celery")
+
+
+def send_on_commit(name: str, *args) -> None:
+    """Queue the task registered as `name` once the current transaction commits. By name, so that actions
+    never import the tasks modules (which call them). Redis down: logged; each queue's periodic sweep
+    re-drives what is left (pending provisioning, a queued re-drive, a move without a worker)."""
+    def send():
+        try:
+            app.send_task(name, args=list(args))
+        except Exception:
+            log.exception("could not queue %s%r; its periodic sweep will re-drive it", name, args)
+
+    transaction.on_commit(send)
 
 
 @setup_logging.connect

@@ -17,24 +17,17 @@ from apps.audit.recorder import audited, record
 from apps.provisioning.desired import META, Desired, holder_ids, load, path_of, revision_of, wanted_on
 from apps.provisioning.models import ObjectKind, SyncState, SyncStatus
 from apps.provisioning.status import Observation
+from apps.provisioning.units import units_of
+from control_plane.celery import send_on_commit
 from control_plane.errors import require_perm
 
 log = logging.getLogger(__name__)
 
 RECONCILE_TASK_NAME = "Reconcile every cluster with ZooKeeper"
 RECONCILE_TASK = "provisioning.reconcile_all"
+PROVISION_APPLICATION_TASK = "provisioning.provision_application"
+PROVISION_OBJECTS_TASK = "provisioning.provision_objects"
 RECONCILE_EVERY_SECONDS = (10, 86400)
-
-
-def units_of(application) -> list[tuple[str, int]]:
-    """The objects an approved application puts into ZooKeeper, in the order they are written."""
-    if application.kind == "topic":
-        return [(ObjectKind.TOPIC, application.topic_id), (ObjectKind.ROUTE, application.topic_id)]
-    if application.kind == "binding":
-        return [(ObjectKind.APP, application.app_id), (ObjectKind.BINDING, application.binding_id)]
-    if application.kind == "grant":
-        return [(ObjectKind.APP, application.app_id), (ObjectKind.GRANT, application.grant_id)]
-    raise ValueError(application.kind)
 
 
 def expect(kind: str, obj, cluster) -> SyncState:
@@ -51,24 +44,14 @@ def expect(kind: str, obj, cluster) -> SyncState:
     return state
 
 
-def _enqueue(task, *args) -> None:
-    try:
-        task.delay(*args)
-    except Exception:  # Redis down: the periodic sweep re-drives what is still pending
-        log.exception("could not queue %s%r; the periodic reconcile will re-drive it", task.name, args)
-
-
 def schedule_application(application) -> None:
     """Expect the application's objects on its cluster and push them once the transaction commits; a topic
     being moved gets them on the other cluster that holds it too."""
-    from apps.provisioning import tasks
-
     cluster = application.target_cluster()
     units = units_of(application)
     for kind, object_id in units:
         expect(kind, load(kind, object_id), cluster)
-    kind, pk = application.kind, application.pk
-    transaction.on_commit(lambda: _enqueue(tasks.provision_application, kind, pk))
+    send_on_commit(PROVISION_APPLICATION_TASK, application.kind, application.pk)
     topic = application.topic if application.kind in ("binding", "grant") else None
     if topic is not None and topic.placements.exists():
         others = [c for c in holder_ids(topic) if c != cluster.pk]
@@ -76,10 +59,7 @@ def schedule_application(application) -> None:
 
 
 def schedule_objects(cluster, units: list[tuple[str, int]]) -> None:
-    from apps.provisioning import tasks
-
-    cluster_id, plain = cluster.pk, [[k, int(i)] for k, i in units]
-    transaction.on_commit(lambda: _enqueue(tasks.provision_objects, cluster_id, plain))
+    send_on_commit(PROVISION_OBJECTS_TASK, cluster.pk, [[k, int(i)] for k, i in units])
 
 
 def schedule_on_clusters(cluster_ids, units: list[tuple[str, int]]) -> None:
