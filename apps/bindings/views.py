@@ -45,13 +45,11 @@ class BindingApplicationFormView(governance.ApplicationFormView):
     model = BindingApplication
     form_class = BindingApplicationForm
     noun = "binding"
-    detail_url = "bindings:application-detail"
 
 
 class BindingApplicationDetailView(governance.ApplicationDetailView):
     model = BindingApplication
     noun = "Binding"
-    url_prefix = "bindings:application"
 
     def fields(self, a):
         return [
@@ -67,11 +65,6 @@ class BindingApplicationDetailView(governance.ApplicationDetailView):
         ]
 
 
-class BindingApplicationVerbView(governance.ApplicationVerbView):
-    model = BindingApplication
-    detail_url = "bindings:application-detail"
-
-
 # --- producer grant applications ---------------------------------------------------------------
 
 
@@ -79,13 +72,11 @@ class GrantApplicationFormView(governance.ApplicationFormView):
     model = GrantApplication
     form_class = GrantApplicationForm
     noun = "producer grant"
-    detail_url = "bindings:grant-application-detail"
 
 
 class GrantApplicationDetailView(governance.ApplicationDetailView):
     model = GrantApplication
     noun = "Producer grant"
-    url_prefix = "bindings:grant-application"
 
     def fields(self, a):
         return [
@@ -93,8 +84,3 @@ class GrantApplicationDetailView(governance.ApplicationDetailView):
             ("Topic owner", a.topic.team.name), ("Producer app", f"{a.app.app_id} ({a.app.team.name})"),
             ("Description", a.description or "—"), ("Reason", a.reason),
         ]
-
-
-class GrantApplicationVerbView(governance.ApplicationVerbView):
-    model = GrantApplication
-    detail_url = "bindings:grant-application-detail"

@@ -103,13 +103,12 @@ class LifecycleFormView(LoginRequiredMixin, PermissionRequiredMixin, View):
                 form.add_error(None, exc.message)
             else:
                 messages.success(request, "Submitted for approval." if submit else "Draft saved.")
-                return redirect("lifecycle:application-detail", pk=application.pk)
+                return redirect(application)
         return self._render(form, draft, kind, operation, target, status=400)
 
 
 class LifecycleDetailView(governance.ApplicationDetailView):
     model = LifecycleApplication
-    url_prefix = "lifecycle:application"
 
     def noun_of(self, application) -> str:
         return application.kind_label.capitalize()
@@ -130,11 +129,6 @@ def _target_url(application) -> str:
     if application.target_kind == Target.APP:
         return f"/apps/{target.app_id}/"
     return target.get_absolute_url()
-
-
-class LifecycleVerbView(governance.ApplicationVerbView):
-    model = LifecycleApplication
-    detail_url = "lifecycle:application-detail"
 
 
 class DropBacklogView(LoginRequiredMixin, PermissionRequiredMixin, View):

@@ -138,13 +138,11 @@ class TopicApplicationFormView(governance.ApplicationFormView):
     model = TopicApplication
     form_class = TopicApplicationForm
     noun = "topic"
-    detail_url = "topics:application-detail"
 
 
 class TopicApplicationDetailView(governance.ApplicationDetailView):
     model = TopicApplication
     noun = "Topic"
-    url_prefix = "topics:application"
 
     def fields(self, a):
         return [
@@ -156,8 +154,3 @@ class TopicApplicationDetailView(governance.ApplicationDetailView):
             ("Transactional", "yes" if a.transactional else "no"), ("Ordered", "yes" if a.ordered else "no"),
             ("Description", a.description or "—"), ("Reason", a.reason),
         ]
-
-
-class TopicApplicationVerbView(governance.ApplicationVerbView):
-    model = TopicApplication
-    detail_url = "topics:application-detail"
