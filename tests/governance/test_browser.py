@@ -5,8 +5,9 @@ import pytest
 
 from apps.bindings.models import BindingApplication
 from apps.topics.models import TopicApplication
-from tests.governance.conftest import read_node, wait_for
+from tests.governance.conftest import read_node
 from tests.support.browser import login
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

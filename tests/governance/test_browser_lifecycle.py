@@ -5,9 +5,10 @@ application page, approves, and the new revision lands in ZooKeeper."""
 import pytest
 
 from apps.lifecycle.models import LifecycleApplication
-from tests.governance.conftest import read_node, wait_for
+from tests.governance.conftest import read_node
 from tests.governance.test_browser import reload_until
 from tests.support.browser import login
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

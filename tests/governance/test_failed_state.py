@@ -8,8 +8,9 @@ from apps.audit.models import AuditRecord
 from apps.governance.workflow import State
 from apps.provisioning.models import SyncState
 from apps.topics.models import TopicApplication
-from tests.governance.conftest import read_node, wait_for
+from tests.governance.conftest import read_node
 from tests.support.stack import ports
+from tests.support.waiting import wait_for
 
 BODY = {"name": "payments.order-paid", "team": "payments", "environment": "dev", "cluster": "dev-a",
         "message_types": ["paid"], "expected_peak_mps": 10, "max_message_bytes": 1024, "retention_hours": 24,

@@ -19,8 +19,9 @@ from apps.provisioning.models import SyncState
 from apps.topics.models import Topic
 from control_plane import actors
 from control_plane.errors import ActionError
-from tests.governance.conftest import read_node, wait_for
+from tests.governance.conftest import read_node
 from tests.governance.lifecycle_helpers import apply, bind
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

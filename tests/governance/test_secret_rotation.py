@@ -14,7 +14,8 @@ from apps.provisioning.models import SyncState
 from broker_core import protocol as p
 from broker_core.client import AuthError, Producer
 from tests.broker.conftest import cluster, zk, zk_hosts  # noqa: F401  (the broker fixtures)
-from tests.governance.conftest import read_node, wait_for
+from tests.governance.conftest import read_node
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

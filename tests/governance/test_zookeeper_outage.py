@@ -6,8 +6,8 @@ import pytest
 from apps.governance.workflow import State
 from apps.provisioning.models import SyncState
 from apps.topics.models import TopicApplication
-from tests.governance.conftest import wait_for
 from tests.support.stack import ports, state_dir
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,8 +14,8 @@ from tests.governance.conftest import (  # noqa: F401  (fixtures)
     fast_password_hashing,
     people,
     topic_fields,
-    wait_for,
 )
+from tests.support.waiting import wait_for  # noqa: F401  (the integration tests import it from here)
 
 TOPIC = "payments.order-paid"  # tests.governance.conftest.TOPIC's name: message types created and paid
 PRODUCER_APP = "checkout"

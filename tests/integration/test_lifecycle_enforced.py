@@ -6,7 +6,6 @@ backlog, then gone with the topic once consumed and past retention (the sweep re
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import pytest
@@ -25,6 +24,7 @@ from tests.broker.helpers import RawConsumer, Received
 from tests.broker.tx_helpers import drain
 from tests.governance.lifecycle_helpers import bind
 from tests.integration.conftest import CONSUMER_APP, TOPIC, wait_for
+from tests.support.waiting import holds_within
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -129,12 +129,7 @@ def bound(broker, group: str = "shipping") -> bool:
 
 def _within(predicate, seconds: float) -> bool:
     """Whether `predicate` holds within `seconds` (polled every 20 ms)."""
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+    return holds_within(predicate, seconds)
 
 
 def test_a_retired_topic_refuses_publishes_drains_its_binding_then_is_deleted(governed, api_for):

@@ -13,7 +13,7 @@ from broker_core.layout import LAYOUT
 from tests.broker.conftest import APP, cluster, zk, zk_hosts  # noqa: F401  (the broker fixtures)
 from tests.broker.helpers import Received
 from tests.conftest import admin_token
-from tests.governance.conftest import wait_for
+from tests.support.waiting import wait_for
 
 RETENTION_S = 12
 
