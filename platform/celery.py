@@ -2,9 +2,11 @@
 
 import logging
 import os
+from logging.config import dictConfig
 
 from celery import Celery
 from celery.signals import setup_logging
+from django.conf import settings
 from django.db import transaction
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "control_plane.settings")
@@ -33,10 +35,6 @@ def send_on_commit(name: str, *args) -> None:
 def _use_project_logging(loglevel=None, **kwargs):
     """Workers log through settings.LOGGING (structured JSON lines, alerts with their fields), not Celery's
     own format, which drops a record's extra fields; `-l` still sets the level."""
-    from logging.config import dictConfig
-
-    from django.conf import settings
-
     dictConfig(settings.LOGGING)
     if loglevel:
         logging.getLogger().setLevel(loglevel)

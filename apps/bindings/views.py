@@ -38,6 +38,12 @@ class BindingDetailView(LoginRequiredMixin, PermissionRequiredMixin, View):
                       {"object": binding, "sync": live_status_of("binding", binding)})
 
 
+def _topic_rows(a) -> list[tuple[str, object]]:
+    """The first rows of an application on a topic: the topic and the team that owns (and approves) it."""
+    return [("Topic", f"{a.topic.name} ({a.topic.get_environment_display()}, cluster {a.topic.cluster.name})"),
+            ("Topic owner", a.topic.team.name)]
+
+
 # --- binding applications -------------------------------------------------------------------
 
 
@@ -53,9 +59,7 @@ class BindingApplicationDetailView(governance.ApplicationDetailView):
 
     def fields(self, a):
         return [
-            ("Topic", f"{a.topic.name} ({a.topic.get_environment_display()}, cluster {a.topic.cluster.name})"),
-            ("Topic owner", a.topic.team.name), ("Consumer app", f"{a.app.app_id} ({a.app.team.name})"),
-            ("Consumer group", a.group),
+            *_topic_rows(a), ("Consumer app", f"{a.app.app_id} ({a.app.team.name})"), ("Consumer group", a.group),
             ("Selector", f"{a.get_selector_kind_display()}: {a.selector_pattern}"),
             ("Delivery mode", a.get_mode_display()), ("Delivery limit", a.delivery_limit),
             ("TTL", f"{a.ttl_s} s"),
@@ -79,8 +83,5 @@ class GrantApplicationDetailView(governance.ApplicationDetailView):
     noun = "Producer grant"
 
     def fields(self, a):
-        return [
-            ("Topic", f"{a.topic.name} ({a.topic.get_environment_display()}, cluster {a.topic.cluster.name})"),
-            ("Topic owner", a.topic.team.name), ("Producer app", f"{a.app.app_id} ({a.app.team.name})"),
-            ("Description", a.description or "—"), ("Reason", a.reason),
-        ]
+        return [*_topic_rows(a), ("Producer app", f"{a.app.app_id} ({a.app.team.name})"),
+                ("Description", a.description or "—"), ("Reason", a.reason)]

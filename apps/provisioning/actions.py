@@ -10,14 +10,19 @@ import json
 import logging
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
+from psycopg2.extras import Json, execute_values
 
 from apps.audit.recorder import audited, record
+from apps.clusters.models import Cluster
 from apps.provisioning.desired import META, Desired, holder_ids, load, path_of, revision_of, wanted_on
 from apps.provisioning.models import ObjectKind, SyncState, SyncStatus
 from apps.provisioning.status import Observation
 from apps.provisioning.units import units_of
+from apps.tracing import actions as tracing_actions
+from apps.tracing import schedule as trace_schedule
 from control_plane.celery import send_on_commit
 from control_plane.errors import require_perm
 
@@ -65,8 +70,6 @@ def schedule_objects(cluster, units: list[tuple[str, int]]) -> None:
 def schedule_on_clusters(cluster_ids, units: list[tuple[str, int]]) -> None:
     """Push `units` to each cluster once the transaction commits: written where wanted (expected there at
     their current revision), deleted where no longer wanted (docs/routing.md)."""
-    from apps.clusters.models import Cluster
-
     for cluster in Cluster.objects.filter(pk__in=set(cluster_ids)).order_by("pk"):
         for kind, object_id in units:
             obj = load(kind, object_id)
@@ -155,9 +158,6 @@ def _bulk_update(records: list[SyncState], now) -> None:
     seconds for ten thousand rows."""
     if not records:
         return
-    from django.db import connection
-    from psycopg2.extras import Json, execute_values
-
     table = SyncState._meta.db_table
     columns = [SyncState._meta.get_field(f).column for f in _UPDATED]
     types = ["integer", "varchar", "varchar", "integer", "integer", "varchar", "jsonb", "integer", "text",
@@ -244,15 +244,11 @@ def record_secure(*, actor, cluster, nodes: int, changed: int, failed: list[str]
 
 
 def reconcile_schedule():
-    from django_celery_beat.models import PeriodicTask
-
     return PeriodicTask.objects.filter(name=RECONCILE_TASK_NAME).select_related("interval").first()
 
 
 def ensure_reconcile_schedule(every_seconds: int = 60):
     """Create the periodic reconcile when it is missing (migrations call this); never overwrite edits."""
-    from django_celery_beat.models import IntervalSchedule, PeriodicTask
-
     existing = reconcile_schedule()
     if existing is not None:
         return existing
@@ -265,8 +261,6 @@ def ensure_reconcile_schedule(every_seconds: int = 60):
 
 @audited
 def set_reconcile_schedule(*, actor, every_seconds: int, enabled: bool, repair: bool = False):
-    from django_celery_beat.models import IntervalSchedule
-
     require_perm(actor, "provisioning.repair_drift")
     low, high = RECONCILE_EVERY_SECONDS
     if not isinstance(every_seconds, int) or not low <= every_seconds <= high:
@@ -290,9 +284,6 @@ _PERIOD_SECONDS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
 
 def check_schedule(task, every, period: str) -> int:
     """The interval in seconds, or a ValidationError naming the field (forms call this before saving)."""
-    from apps.tracing import actions as tracing_actions
-    from apps.tracing import schedule as trace_schedule
-
     if period not in _PERIOD_SECONDS:
         raise ValidationError({"period": f"Choose one of {', '.join(_PERIOD_SECONDS)}."})
     if not isinstance(every, int) or isinstance(every, bool) or every < 1:
@@ -312,11 +303,6 @@ def check_schedule(task, every, period: str) -> int:
 def update_schedule(*, actor, task, every: int, period: str, enabled: bool):
     """Change one periodic task's interval and on/off. The reconcile and the trace index go through their own
     action (permission, audit record); any other task is permission-checked and recorded here."""
-    from django_celery_beat.models import IntervalSchedule, PeriodicTask
-
-    from apps.tracing import actions as tracing_actions
-    from apps.tracing import schedule as trace_schedule
-
     seconds = check_schedule(task, every, period)
     if task.name == RECONCILE_TASK_NAME:
         repair = bool(json.loads(task.kwargs or "{}").get("repair", False))

@@ -3,6 +3,8 @@ from rest_framework import serializers
 from apps.bindings.actions import BINDING_FIELDS, GRANT_FIELDS
 from apps.bindings.models import Binding, BindingApplication, GrantApplication, ProducerGrant
 from apps.governance.api import ApplicationSerializer
+from apps.provisioning.api.serializers import SyncStateSerializer
+from apps.provisioning.models import SyncState
 from apps.topics.models import App, Topic
 
 
@@ -27,9 +29,6 @@ class SyncMixin(serializers.Serializer):
     kind_name = ""
 
     def get_sync(self, obj) -> list[dict]:
-        from apps.provisioning.api.serializers import SyncStateSerializer
-        from apps.provisioning.models import SyncState
-
         return SyncStateSerializer(SyncState.objects.filter(kind=self.kind_name, object_id=obj.pk)
                                    .select_related("cluster"), many=True).data
 

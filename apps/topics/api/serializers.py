@@ -3,6 +3,8 @@ from rest_framework import serializers
 from apps.accounts.models import Team
 from apps.clusters.models import Cluster
 from apps.governance.api import ApplicationSerializer
+from apps.provisioning.api.serializers import SyncStateSerializer
+from apps.provisioning.models import SyncState
 from apps.topics.actions import APPLICATION_FIELDS
 from apps.topics.models import App, Topic, TopicApplication
 
@@ -61,9 +63,6 @@ class TopicSerializer(serializers.ModelSerializer):
                   "created_at", "updated_at"]
 
     def get_sync(self, obj) -> list[dict]:
-        from apps.provisioning.api.serializers import SyncStateSerializer
-        from apps.provisioning.models import SyncState
-
         return SyncStateSerializer(SyncState.objects.filter(kind="topic", object_id=obj.pk)
                                    .select_related("cluster"), many=True).data
 
