@@ -18,7 +18,7 @@ from apps.governance.queue import awaiting_keys, find, load, of_applicant
 from apps.governance.workflow import State, decidable_slots, slot_summary, why_not_approver
 from apps.provisioning.status import live_statuses, recorded_sync
 from control_plane.errors import ActionError
-from control_plane.web import apply_validation_error
+from control_plane.web import errors_on
 
 
 class ApplicationFormView(LoginRequiredMixin, PermissionRequiredMixin, View):
@@ -57,7 +57,7 @@ class ApplicationFormView(LoginRequiredMixin, PermissionRequiredMixin, View):
         submit = request.POST.get("intent", "submit") != "draft"
         if form.is_valid():
             data = form.action_data()
-            try:
+            with errors_on(form):
                 if instance is None:
                     application = workflow.create(actor=request.user, application=self.model(**data), submit=submit)
                 else:
@@ -65,11 +65,6 @@ class ApplicationFormView(LoginRequiredMixin, PermissionRequiredMixin, View):
                                                   allowed=self.model.fields_asked)
                     if submit:
                         application = workflow.submit(actor=request.user, application=application)
-            except ValidationError as exc:
-                apply_validation_error(form, exc)
-            except ActionError as exc:
-                form.add_error(exc.field if exc.field in form.fields else None, exc.message)
-            else:
                 messages.success(request, "Submitted for approval." if submit else "Draft saved.")
                 return redirect(application)
         return render(request, self.template_name, self._context(form, instance), status=400)
