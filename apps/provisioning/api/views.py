@@ -23,9 +23,9 @@ from apps.provisioning.status import live_status_of
 from apps.topics.models import Topic
 
 
+# `GET <object>/sync/` on a viewset of objects provisioned into ZooKeeper (their `sync_kind`). A comment, not a
+# docstring: the API schema would show a docstring as the description of every viewset using it.
 class LiveSyncMixin:
-    """`GET <object>/sync/` on a viewset of objects provisioned into ZooKeeper (its `sync_kind`)."""
-
     sync_kind = ""
 
     @extend_schema(responses=LiveStatusSerializer(many=True))
