@@ -23,36 +23,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from broker_core.secret_source import read_secret  # noqa: E402
+from bench.stack import drop_database, stack_zookeeper, use_database  # noqa: E402
 
 BENCH_DB = "switchyard_bench"
-
-
-def recreate_database() -> None:
-    import psycopg2
-
-    conn = psycopg2.connect(host=os.environ.get("SWITCHYARD_DB_HOST", "127.0.0.1"),
-                            port=os.environ.get("SWITCHYARD_DB_PORT", "27100"),
-                            user=os.environ.get("SWITCHYARD_DB_OWNER_USER", "switchyard_owner"), dbname="postgres",
-                            password=read_secret("SWITCHYARD_DB_OWNER_PASSWORD"))
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
-        cur.execute(f'CREATE DATABASE "{BENCH_DB}"')
-    conn.close()
-
-
-def drop_database() -> None:
-    import psycopg2
-
-    conn = psycopg2.connect(host=os.environ.get("SWITCHYARD_DB_HOST", "127.0.0.1"),
-                            port=os.environ.get("SWITCHYARD_DB_PORT", "27100"),
-                            user=os.environ.get("SWITCHYARD_DB_OWNER_USER", "switchyard_owner"), dbname="postgres",
-                            password=read_secret("SWITCHYARD_DB_OWNER_PASSWORD"))
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{BENCH_DB}" WITH (FORCE)')
-    conn.close()
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -180,18 +153,9 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=200, help="approvals timed for the latency figures")
     parser.add_argument("--keep", action="store_true", help="keep the bench database and znodes")
     args = parser.parse_args()
-    zk_connect = os.environ.get("SWITCHYARD_ZK")
-    if not zk_connect:
-        raise SystemExit("SWITCHYARD_ZK is not set: source the env.sh that ./dev writes into its state folder")
+    zk_connect = stack_zookeeper()
 
-    recreate_database()
-    os.environ["SWITCHYARD_DB_NAME"] = BENCH_DB
-    os.environ["SWITCHYARD_DB_ROLE"] = "owner"  # the bench migrates its database
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "control_plane.settings")
-    import django
-
-    django.setup()
-    from django.core.management import call_command
+    use_database(BENCH_DB)
     from kazoo.client import KazooClient
 
     from apps.audit.context import action_context
@@ -199,7 +163,6 @@ def main() -> int:
     from broker_core.cluster.zk_acl import control_credential
     from control_plane import actors
 
-    call_command("migrate", verbosity=0)
     chroot = f"/bench-{uuid.uuid4().hex[:8]}"
     zk = KazooClient(hosts=zk_connect, timeout=10, auth_data=control_credential().auth_data)  # its nodes have ACLs
     zk.start(timeout=10)
@@ -244,12 +207,9 @@ def main() -> int:
     finally:
         if worker is not None:
             stop_worker(worker)
-        from django.db import connections
-
-        connections.close_all()
         if not args.keep:
             zk.delete(chroot, recursive=True)
-            drop_database()
+            drop_database(BENCH_DB)
         zk.stop()
         zk.close()
     return 0

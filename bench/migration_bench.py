@@ -25,7 +25,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 import uuid
@@ -35,8 +34,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from kazoo.client import KazooClient  # noqa: E402
 
-from bench.tx_sweep_bench import free_port_pair, recreate_database, start, stop, wait  # noqa: E402
+from bench.stack import drop_database, scratch, stack_zookeeper, use_database  # noqa: E402
+from bench.tx_sweep_bench import free_port_pair, start, stop  # noqa: E402
 from broker_core.cluster.zk_acl import control_credential  # noqa: E402
+from devstack.waiting import wait_for  # noqa: E402
 
 BENCH_DB = "switchyard_movebench"
 TEAM, TOPIC, GROUP = "bench", "bench.moving", "movers"
@@ -220,20 +221,11 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))  # clean up when stopped
-    zk_connect = os.environ.get("SWITCHYARD_ZK")
-    if not zk_connect:
-        raise SystemExit("SWITCHYARD_ZK is not set: source the env.sh that ./dev writes into its state folder")
+    zk_connect = stack_zookeeper()
     os.environ.setdefault("SWITCHYARD_BROKER_ADMIN_TOKEN", "move-bench-" + uuid.uuid4().hex)
 
-    recreate_database(name=BENCH_DB)
-    os.environ["SWITCHYARD_DB_NAME"] = BENCH_DB
-    os.environ["SWITCHYARD_DB_ROLE"] = "owner"  # the bench migrates its database
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "control_plane.settings")
-    import django
-
-    django.setup()
+    use_database(BENCH_DB)
     from django.contrib.auth.models import User
-    from django.core.management import call_command
 
     from apps.accounts.models import Team
     from apps.bindings.models import Binding, ProducerGrant
@@ -245,11 +237,8 @@ def main() -> int:
     from broker_core.auth import hash_secret
     from control_plane.celery import app as celery_app
 
-    call_command("migrate", verbosity=0)
     root = f"/move-bench-{uuid.uuid4().hex[:8]}"
-    state = Path(tempfile.mkdtemp(prefix="sy-move-bench-"))
-    logs = Path(os.environ.get("SWITCHYARD_STATE", state)) / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    state, logs = scratch("sy-move-bench-")
     procs: list[subprocess.Popen] = []
     try:
         admin = User.objects.create_superuser("bench-admin", "", "x")
@@ -280,14 +269,15 @@ def main() -> int:
         zk = KazooClient(hosts=zk_connect, timeout=10)
         zk.start(timeout=15)
         for name in clusters:
-            wait(lambda n=name: zk.exists(f"{root}/{n}/brokers/{n}-b0"), 30, f"the broker of {name}")
+            wait_for(lambda n=name: zk.exists(f"{root}/{n}/brokers/{n}-b0"), 30, f"the broker of {name}",
+                     error=SystemExit)
         zk.stop()
         celery_app.control.purge()
         procs.append(start("move-bench-worker", [sys.executable, "-m", "celery", "-A", "control_plane", "worker",
                                                  "--pool=solo", "-l", "warning", "-n", f"movebench-{os.getpid()}@%h",
                                                  "--without-gossip", "--without-mingle", "--without-heartbeat"],
                            {**os.environ}, logs))
-        wait(lambda: celery_app.control.ping(timeout=0.5), 60, "the worker")
+        wait_for(lambda: celery_app.control.ping(timeout=0.5), 60, "the worker", error=SystemExit)
         client = {role: {"app_id": f"bench-{role}", "secret": secrets[role], "cache_dir": str(state / f"sdk-{role}")}
                   for role in secrets}
         results = [run_case("steady", topic=topic, source=clusters["bench-a"], target=clusters["bench-b"],
@@ -319,11 +309,8 @@ def main() -> int:
                 pass
             zk.stop()
             shutil.rmtree(state, ignore_errors=True)
-        from django.db import connections
-
-        connections.close_all()
         if not args.keep:
-            recreate_database(drop_only=True, name=BENCH_DB)
+            drop_database(BENCH_DB)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ import django
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from bench.governance_bench import BENCH_DB, drop_database, percentile, recreate_database  # noqa: E402
+from bench.governance_bench import BENCH_DB, percentile  # noqa: E402
+from bench.stack import drop_database, recreate_database  # noqa: E402
 from devstack.ldap import start_slapd, stop_slapd  # noqa: E402
 from devstack.services import Ports  # noqa: E402
 
@@ -37,7 +38,7 @@ def main() -> None:
 
     state = Path(os.environ["SWITCHYARD_STATE"])
     directory = start_slapd(state, Ports(int(os.environ["SWITCHYARD_PORT_BASE"])).ldap, fresh=True)
-    recreate_database()
+    recreate_database(BENCH_DB)
     os.environ.update({**directory.control_plane_environment(), "SWITCHYARD_LDAP_START_TLS": "1",
                        "SWITCHYARD_DB_NAME": BENCH_DB, "SWITCHYARD_DB_ROLE": "owner",
                        "DJANGO_SETTINGS_MODULE": "control_plane.settings"})
@@ -45,7 +46,7 @@ def main() -> None:
         run(directory, args)
     finally:
         stop_slapd(state)
-        drop_database()
+        drop_database(BENCH_DB)
 
 
 def run(directory, args) -> None:

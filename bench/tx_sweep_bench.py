@@ -22,7 +22,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import textwrap
 import threading
 import time
@@ -32,7 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from broker_core.secret_source import read_secret  # noqa: E402
+from bench.stack import drop_database, scratch, stack_zookeeper, use_database  # noqa: E402
+from devstack.waiting import wait_for  # noqa: E402
 
 BENCH_DB = "switchyard_txbench"
 APP, SECRET, TOPIC = "bench-tx", "bench-tx-secret", "bench.tx"
@@ -66,26 +66,6 @@ PREPARER = textwrap.dedent("""
 """)
 
 
-def db_conn():
-    import psycopg2
-
-    conn = psycopg2.connect(host=os.environ.get("SWITCHYARD_DB_HOST", "127.0.0.1"),
-                            port=os.environ.get("SWITCHYARD_DB_PORT", "27100"),
-                            user=os.environ.get("SWITCHYARD_DB_OWNER_USER", "switchyard_owner"), dbname="postgres",
-                            password=read_secret("SWITCHYARD_DB_OWNER_PASSWORD"))
-    conn.autocommit = True
-    return conn
-
-
-def recreate_database(drop_only: bool = False, name: str = BENCH_DB) -> None:
-    conn = db_conn()
-    with conn.cursor() as cur:
-        cur.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        if not drop_only:
-            cur.execute(f'CREATE DATABASE "{name}"')
-    conn.close()
-
-
 def free_port_pair() -> int:
     for _ in range(200):
         with socket.socket() as s:
@@ -117,17 +97,6 @@ def stop(proc: subprocess.Popen | None) -> None:
         proc.wait()
 
 
-def wait(predicate, timeout: float, what: str, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise SystemExit(f"gave up waiting for {what} after {timeout:.0f}s")
-        time.sleep(interval)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=10_000)
@@ -135,20 +104,11 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true")
     args = parser.parse_args()
     signal.signal(signal.SIGTERM, lambda *a: sys.exit(143))  # clean up (broker, worker, database) when stopped
-    zk_connect = os.environ.get("SWITCHYARD_ZK")
-    if not zk_connect:
-        raise SystemExit("SWITCHYARD_ZK is not set: source the env.sh that ./dev writes into its state folder")
+    zk_connect = stack_zookeeper()
     os.environ.setdefault("SWITCHYARD_BROKER_ADMIN_TOKEN", "tx-bench-" + uuid.uuid4().hex)
 
-    recreate_database()
-    os.environ["SWITCHYARD_DB_NAME"] = BENCH_DB
-    os.environ["SWITCHYARD_DB_ROLE"] = "owner"  # the bench migrates its database
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "control_plane.settings")
-    import django
-
-    django.setup()
+    use_database(BENCH_DB)
     from django.contrib.auth.models import User
-    from django.core.management import call_command
     from kazoo.client import KazooClient
 
     from apps.accounts.models import Team
@@ -161,11 +121,8 @@ def main() -> int:
     from broker_core.layout import LAYOUT
     from control_plane.celery import app as celery_app
 
-    call_command("migrate", verbosity=0)
     chroot = f"/tx-bench-{uuid.uuid4().hex[:8]}"
-    state = Path(tempfile.mkdtemp(prefix="sy-tx-bench-"))
-    logs = Path(os.environ.get("SWITCHYARD_STATE", state)) / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
+    state, logs = scratch("sy-tx-bench-")
     zk = KazooClient(hosts=zk_connect, timeout=10)
     zk.start(timeout=15)
     broker = worker = listener = server = None
@@ -189,7 +146,8 @@ def main() -> int:
                                            f"{zk_connect}{chroot}", "--data-dir", str(state / "broker"), "--port",
                                            str(port), "--metrics-port", str(port + 1), "--node-id", "txbench-b0"],
                        env, logs)  # the admin token travels in env (SWITCHYARD_BROKER_ADMIN_TOKEN), never argv
-        wait(lambda: zk.exists(f"{chroot}{LAYOUT.broker('txbench-b0')}"), 30, "the broker to register")
+        wait_for(lambda: zk.exists(f"{chroot}{LAYOUT.broker('txbench-b0')}"), 30, "the broker to register",
+                 error=SystemExit)
         client = {"app_id": APP, "secret": SECRET, "zk": f"{zk_connect}{chroot}", "cache_dir": str(state / "sdk")}
 
         t0 = time.monotonic()
@@ -232,7 +190,7 @@ def main() -> int:
                                            "--pool=solo", "-l", "warning", "-n", f"txbench-{os.getpid()}@%h",
                                            "--without-gossip", "--without-mingle", "--without-heartbeat"],
                        {**env, "SWITCHYARD_DB_NAME": BENCH_DB}, logs)
-        wait(lambda: celery_app.control.ping(timeout=0.5), 60, "the worker")
+        wait_for(lambda: celery_app.control.ping(timeout=0.5), 60, "the worker", error=SystemExit)
 
         def resolved() -> int:
             return PreparedMessage.objects.filter(cluster=cluster).exclude(state="prepared").count()
@@ -272,11 +230,8 @@ def main() -> int:
             shutil.rmtree(state, ignore_errors=True)
         zk.stop()
         zk.close()
-        from django.db import connections
-
-        connections.close_all()
         if not args.keep:
-            recreate_database(drop_only=True)
+            drop_database(BENCH_DB)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from broker_core.secret_source import read_secret_file, write_secret_file
+from devstack.waiting import wait_for
 
 log = logging.getLogger("devstack")
 
@@ -98,12 +99,7 @@ def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.2) -> bool:
 
 
 def wait_until(predicate, timeout: float, what: str, interval: float = 0.1) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(interval)
-    raise ServiceError(f"{what} did not become ready within {timeout:.0f}s")
+    wait_for(predicate, timeout, f"{what} to be ready", interval, error=ServiceError)
 
 
 def pid_alive(pid: int) -> bool:

@@ -12,6 +12,7 @@ import logging
 
 from django.conf import settings
 from django.core.management.base import CommandError
+from django.db import connections
 
 log = logging.getLogger("control_plane.db_roles")
 
@@ -69,8 +70,6 @@ def revoke_runtime_dml(schema_editor) -> None:
 
 def refuse_migrate_as_runtime(sender, using="default", **kwargs) -> None:
     """pre_migrate: migrations run as the owner role; the runtime role has no DDL and would fail half-way."""
-    from django.db import connections
-
     user = connections[using].settings_dict["USER"]
     if user == settings.SWITCHYARD_DB_RUNTIME_USER and user != settings.SWITCHYARD_DB_OWNER_USER:
         raise CommandError(f"migrate connects as the runtime role {user!r}, which may not change the schema: run it "

@@ -6,6 +6,8 @@ import logging
 import re
 from datetime import UTC, datetime
 
+from django.conf import settings
+
 from broker_core.log_scrub import Scrubber, secrets_in_environment
 
 SECRET_SETTING = re.compile(r"(PASSWORD|SECRET|TOKEN|_KEY|_AUTH|CREDENTIALS?)$")
@@ -14,8 +16,6 @@ _RESERVED = set(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {"mess
 
 def secrets_in_settings() -> set[str]:
     """Database passwords, SECRET_KEY and every string setting named like a secret (tokens, keys, credentials)."""
-    from django.conf import settings
-
     found = {db.get("PASSWORD") or "" for db in getattr(settings, "DATABASES", {}).values()}
     for name in dir(settings):
         # names that end like a secret (SECRET_KEY, ..._TOKEN, ..._PASSWORD); not the settings that only name a

@@ -185,6 +185,10 @@ CELERY_TIMEZONE = TIME_ZONE
 
 # ZooKeeper session timeout and the bound on every control-plane call into ZooKeeper.
 SWITCHYARD_ZK_TIMEOUT = float(os.environ.get("SWITCHYARD_ZK_TIMEOUT", "3"))
+# Provisioning retries: Celery's retry_backoff, in whole seconds (at least 1), doubling from the base up to the cap.
+SWITCHYARD_PROVISION_BACKOFF_BASE = max(1, int(float(os.environ.get("SWITCHYARD_PROVISION_BACKOFF_BASE", "1"))))
+SWITCHYARD_PROVISION_BACKOFF_MAX = max(1, int(float(os.environ.get("SWITCHYARD_PROVISION_BACKOFF_MAX", "60"))))
+SWITCHYARD_PROVISION_MAX_ATTEMPTS = int(os.environ.get("SWITCHYARD_PROVISION_MAX_ATTEMPTS", "50"))
 
 # bound on each broker /stats read behind the cluster page (brokers are read in parallel)
 SWITCHYARD_BROKER_STATS_TIMEOUT = float(os.environ.get("SWITCHYARD_BROKER_STATS_TIMEOUT", "2"))

@@ -1,14 +1,14 @@
 from django.contrib.auth.decorators import login_required
 from django.http import JsonResponse
 from django.shortcuts import render
+from django.views import defaults
 
 from apps.accounts.roles import roles_of
+from apps.clusters.models import Cluster
 
 
 @login_required
 def home(request):
-    from apps.clusters.models import Cluster
-
     return render(request, "home.html", {"clusters": Cluster.objects.all()[:20], "roles": roles_of(request.user)})
 
 
@@ -17,9 +17,7 @@ def not_found(request, exception=None):
     if request.path.startswith("/api/"):
         return JsonResponse({"detail": f"No API endpoint or object at {request.path}; see /api/v1/docs/."},
                             status=404)
-    from django.views.defaults import page_not_found
-
-    return page_not_found(request, exception)
+    return defaults.page_not_found(request, exception)
 
 
 def server_error(request):
@@ -28,9 +26,7 @@ def server_error(request):
         request_id = getattr(request, "request_id", "")
         return JsonResponse({"detail": f"Server error; quote request id {request_id or '-'} when reporting it."},
                             status=500)
-    from django.views.defaults import server_error as page
-
-    return page(request)
+    return defaults.server_error(request)
 
 
 def forbidden(request, exception=None):

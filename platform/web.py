@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from django.contrib import admin
 from django.core.exceptions import ValidationError
+
+from control_plane.errors import ActionError
 
 
 def apply_validation_error(form, error: ValidationError) -> None:
@@ -13,6 +17,18 @@ def apply_validation_error(form, error: ValidationError) -> None:
             form.add_error(field if field in form.fields else None, errors)
     else:
         form.add_error(None, error)
+
+
+@contextmanager
+def errors_on(form):
+    """Around an action called with a form's data: its refusal lands on the form and the view goes on to show the
+    form again (a ValidationError on its fields, an ActionError on its field or the form as a whole)."""
+    try:
+        yield
+    except ValidationError as exc:
+        apply_validation_error(form, exc)
+    except ActionError as exc:
+        form.add_error(exc.field if exc.field in form.fields else None, exc.message)
 
 
 class ActionAdmin(admin.ModelAdmin):

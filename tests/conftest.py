@@ -151,7 +151,7 @@ def worker_environment(test_db: str, trace_dirs: dict, **extra: str) -> dict[str
     return {**os.environ, "SWITCHYARD_DB_ROLE": "runtime", "SWITCHYARD_DB_NAME": test_db,
             "SWITCHYARD_STATE": str(trace_dirs["state"]),
             "SWITCHYARD_TRACE_INPUTS": str(trace_dirs["inputs"]), "SWITCHYARD_TRACE_INDEX_DIR": str(trace_dirs["index"]),
-            "SWITCHYARD_SPARK_MASTER": "local[2]", "SWITCHYARD_PROVISION_BACKOFF_BASE": "0.5",
+            "SWITCHYARD_SPARK_MASTER": "local[2]", "SWITCHYARD_PROVISION_BACKOFF_BASE": "1",
             "SWITCHYARD_PROVISION_BACKOFF_MAX": "2", "SWITCHYARD_ZK_TIMEOUT": "2",
             # back-checks: the test process's admin token, short waits for answers that never come
             "SWITCHYARD_BROKER_ADMIN_TOKEN": admin_token(), "SWITCHYARD_TX_CHECK_TIMEOUT_MS": "1000",

@@ -5,6 +5,10 @@ Apps add their permissions here so that one table says who may do what.
 
 from __future__ import annotations
 
+from django.apps import apps
+from django.contrib.auth.models import Group, Permission
+from django.utils.module_loading import autodiscover_modules
+
 DEVELOPER = "developer"
 APPROVER = "approver"
 SRE = "sre"
@@ -41,17 +45,11 @@ def sync_role_groups(sender=None, **kwargs) -> None:
     As a post_migrate receiver it runs once per migrate or flush: Django sends post_migrate once per app, and
     only the last app's signal comes after every app's permissions exist (a flush in each transactional test
     otherwise syncs the groups once per app)."""
-    from django.apps import apps
-    from django.contrib.auth.models import Group, Permission
-
-    # Apps register their role permissions on import.
-    from django.utils.module_loading import autodiscover_modules
-
     if sender is not None:
         with_models = [c for c in apps.get_app_configs() if c.models_module is not None]
         if with_models and sender is not with_models[-1]:
             return
-    autodiscover_modules("roles")
+    autodiscover_modules("roles")  # apps register their role permissions on import
     every = {(p.content_type.app_label, p.codename): p for p in Permission.objects.select_related("content_type")}
     for role, perms in ROLE_PERMISSIONS.items():
         group, _ = Group.objects.get_or_create(name=role)

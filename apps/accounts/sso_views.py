@@ -7,7 +7,7 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import views as auth_views
 from django.contrib.auth.mixins import LoginRequiredMixin, PermissionRequiredMixin
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 
@@ -15,7 +15,7 @@ from apps.accounts import sso_actions
 from apps.accounts.forms import SsoMappingForm
 from apps.accounts.models import ExternalIdentity, SsoGroupMapping
 from apps.accounts.sso_backends import password_login_enabled
-from control_plane.web import apply_validation_error
+from control_plane.web import errors_on
 
 
 class LoginView(auth_views.LoginView):
@@ -55,12 +55,10 @@ class SsoMappingsView(LoginRequiredMixin, PermissionRequiredMixin, View):
             raise PermissionDenied("Only admins edit the SSO group mapping.")
         form = SsoMappingForm(request.POST)
         if form.is_valid():
-            try:
+            with errors_on(form):
                 mapping = sso_actions.create_mapping(actor=request.user, **form.cleaned_data)
                 messages.success(request, f"Rule added: {mapping}.")
                 return redirect("accounts:sso-mappings")
-            except ValidationError as error:
-                apply_validation_error(form, error)
         return self.get(request, form=form)
 
 

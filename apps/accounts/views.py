@@ -6,7 +6,7 @@ from axes.models import AccessAttempt
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.mixins import LoginRequiredMixin, PermissionRequiredMixin
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 
@@ -15,7 +15,7 @@ from apps.accounts.forms import ServiceAccountEditForm, ServiceAccountForm, Toke
 from apps.accounts.models import ApiToken, ServiceAccount, Team
 from apps.accounts.roles import ADMIN, APPROVER, ROLES, has_role
 from control_plane.errors import ActionError
-from control_plane.web import apply_validation_error
+from control_plane.web import errors_on
 
 
 class TokensView(LoginRequiredMixin, View):
@@ -29,11 +29,9 @@ class TokensView(LoginRequiredMixin, View):
     def post(self, request):
         form = TokenForm(request.POST)
         if form.is_valid():
-            try:
+            with errors_on(form):
                 _, secret = token_actions.issue_token(actor=request.user, owner=request.user, **form.cleaned_data)
                 return self.get(request, secret=secret)
-            except ValidationError as error:
-                apply_validation_error(form, error)
         return self.get(request, form=form)
 
 
@@ -65,12 +63,10 @@ class ServiceAccountListView(LoginRequiredMixin, View):
     def post(self, request):
         form = ServiceAccountForm(request.POST, teams=_manageable_teams(request.user))
         if form.is_valid():
-            try:
+            with errors_on(form):
                 account = token_actions.create_service_account(actor=request.user, **form.cleaned_data)
                 messages.success(request, f"Service account {account.user.username} created.")
                 return redirect("accounts:service-account", account.pk)
-            except ValidationError as error:
-                apply_validation_error(form, error)
         return self.get(request, form=form)
 
 
@@ -94,21 +90,17 @@ class ServiceAccountView(LoginRequiredMixin, View):
         if request.POST.get("do") == "token":
             token_form = TokenForm(request.POST)
             if token_form.is_valid():
-                try:
+                with errors_on(token_form):
                     _, secret = token_actions.issue_token(actor=request.user, owner=account.user,
                                                           **token_form.cleaned_data)
                     return self.get(request, pk, secret=secret)
-                except ValidationError as error:
-                    apply_validation_error(token_form, error)
             return self.get(request, pk, token_form=token_form)
         form = ServiceAccountEditForm(request.POST)
         if form.is_valid():
-            try:
+            with errors_on(form):
                 token_actions.update_service_account(actor=request.user, account=account, **form.cleaned_data)
                 messages.success(request, "Service account saved.")
                 return redirect("accounts:service-account", account.pk)
-            except ValidationError as error:
-                apply_validation_error(form, error)
         return self.get(request, pk, form=form)
 
 

@@ -1,6 +1,9 @@
 from django.apps import AppConfig
 from django.db.models.signals import pre_migrate
 
+from apps.audit import checks  # noqa: F401  (registers the system checks)
+from control_plane.db_roles import refuse_migrate_as_runtime
+
 
 class AuditConfig(AppConfig):
     name = "apps.audit"
@@ -8,7 +11,4 @@ class AuditConfig(AppConfig):
     verbose_name = "Audit log"
 
     def ready(self):
-        from apps.audit import checks  # noqa: F401  (registers the system checks)
-        from control_plane.db_roles import refuse_migrate_as_runtime
-
         pre_migrate.connect(refuse_migrate_as_runtime, sender=self, dispatch_uid="audit.refuse_migrate_as_runtime")

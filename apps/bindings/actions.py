@@ -5,8 +5,6 @@ The workflow itself (submit, withdraw, approve, reject) is shared: apps/governan
 
 from __future__ import annotations
 
-from apps.audit.recorder import record
-from apps.audit.snapshot import snapshot
 from apps.bindings.models import Binding, BindingApplication, GrantApplication, ProducerGrant
 from apps.governance import actions as workflow
 from apps.provisioning import actions as provisioning
@@ -49,19 +47,10 @@ def materialize_binding(actor, application: BindingApplication) -> None:
                       backoff_initial_ms=application.backoff_initial_ms, backoff_max_ms=application.backoff_max_ms,
                       backoff_multiplier=application.backoff_multiplier, max_in_flight=application.max_in_flight,
                       description=application.description)
-    binding.full_clean()
-    binding.save()
-    application.binding = binding
-    application.save(update_fields=["binding"])
-    record(actor=actor, action="binding.create", obj=binding, after=snapshot(binding))
+    workflow.save_created(actor, application, binding)
     provisioning.schedule_application(application)
 
 
 def materialize_grant(actor, application: GrantApplication) -> None:
-    grant = ProducerGrant(topic=application.topic, app=application.app)
-    grant.full_clean()
-    grant.save()
-    application.grant = grant
-    application.save(update_fields=["grant"])
-    record(actor=actor, action="grant.create", obj=grant, after=snapshot(grant))
+    workflow.save_created(actor, application, ProducerGrant(topic=application.topic, app=application.app))
     provisioning.schedule_application(application)

@@ -111,31 +111,15 @@ class Binding(SubscriptionSettings):
         return reverse("bindings:detail", args=[self.pk])
 
 
-class BindingApplication(SubscriptionSettings, ApplicationBase):
-    """A request to subscribe a consumer group to a topic; the topic owner's team approves."""
+class AppOnTopicApplication(ApplicationBase):
+    """An application of an app's team for something on another team's topic (a binding, a producer grant):
+    the app's team applies, the topic owner's team approves, it lands on the topic's cluster."""
 
-    kind = "binding"
-    prefix = "B"
-    approve_perm = "bindings.approve_bindingapplication"
     team_lookup = "topic__team_id"
     list_related = ("topic__team", "topic__cluster", "app", "applicant")
-    fields_asked = ("topic", "app", "group", "selector_kind", "selector_pattern", "mode", "delivery_limit", "ttl_s",
-                    "backoff_initial_ms", "backoff_max_ms", "backoff_multiplier", "max_in_flight", "description",
-                    "reason")
-    materializer = "apps.bindings.actions.materialize_binding"
-
-    binding = models.OneToOneField(Binding, null=True, blank=True, on_delete=models.PROTECT,
-                                   related_name="application", editable=False)
 
     class Meta(ApplicationBase.Meta):
-        permissions = [("approve_bindingapplication", "Approve or reject bindings to one's team's topics")]
-
-    def summary(self) -> str:
-        topic = self.topic.name if self.topic_id else "?"
-        return f"binding {topic} → {self.group}"
-
-    def get_absolute_url(self):
-        return reverse("bindings:application-detail", args=[self.pk])
+        abstract = True
 
     def applying_teams(self):
         return [self.app.team], "app"
@@ -145,6 +129,29 @@ class BindingApplication(SubscriptionSettings, ApplicationBase):
 
     def target_cluster(self):
         return self.topic.cluster
+
+
+class BindingApplication(SubscriptionSettings, AppOnTopicApplication):
+    """A request to subscribe a consumer group to a topic; the topic owner's team approves."""
+
+    kind = "binding"
+    prefix = "B"
+    approve_perm = "bindings.approve_bindingapplication"
+    fields_asked = ("topic", "app", "group", "selector_kind", "selector_pattern", "mode", "delivery_limit", "ttl_s",
+                    "backoff_initial_ms", "backoff_max_ms", "backoff_multiplier", "max_in_flight", "description",
+                    "reason")
+    materializer = "apps.bindings.actions.materialize_binding"
+    url_name = "bindings:application"
+
+    binding = models.OneToOneField(Binding, null=True, blank=True, on_delete=models.PROTECT,
+                                   related_name="application", editable=False)
+
+    class Meta(AppOnTopicApplication.Meta):
+        permissions = [("approve_bindingapplication", "Approve or reject bindings to one's team's topics")]
+
+    def summary(self) -> str:
+        topic = self.topic.name if self.topic_id else "?"
+        return f"binding {topic} → {self.group}"
 
     def provisioned_object(self):
         return self.binding
@@ -173,41 +180,28 @@ class ProducerGrant(models.Model):
         return f"{self.app.app_id} → {self.topic.name}"
 
 
-class GrantApplication(ApplicationBase):
+class GrantApplication(AppOnTopicApplication):
     """A request that a producing app may publish on a topic; the topic owner's team approves."""
 
     kind = "grant"
     prefix = "G"
     approve_perm = "bindings.approve_grantapplication"
-    team_lookup = "topic__team_id"
-    list_related = ("topic__team", "topic__cluster", "app", "applicant")
     fields_asked = ("topic", "app", "description", "reason")
     materializer = "apps.bindings.actions.materialize_grant"
+    url_name = "bindings:grant-application"
 
     topic = models.ForeignKey(Topic, on_delete=models.PROTECT, related_name="+")
     app = models.ForeignKey(App, on_delete=models.PROTECT, related_name="+", verbose_name="producer app")
     grant = models.OneToOneField(ProducerGrant, null=True, blank=True, on_delete=models.PROTECT,
                                  related_name="application", editable=False)
 
-    class Meta(ApplicationBase.Meta):
+    class Meta(AppOnTopicApplication.Meta):
         permissions = [("approve_grantapplication", "Approve or reject producer grants on one's team's topics")]
 
     def summary(self) -> str:
         app = self.app.app_id if self.app_id else "?"
         topic = self.topic.name if self.topic_id else "?"
         return f"grant {app} → {topic}"
-
-    def get_absolute_url(self):
-        return reverse("bindings:grant-application-detail", args=[self.pk])
-
-    def applying_teams(self):
-        return [self.app.team], "app"
-
-    def approving_team(self):
-        return self.topic.team
-
-    def target_cluster(self):
-        return self.topic.cluster
 
     def provisioned_object(self):
         return self.grant

@@ -38,6 +38,12 @@ class BindingDetailView(LoginRequiredMixin, PermissionRequiredMixin, View):
                       {"object": binding, "sync": live_status_of("binding", binding)})
 
 
+def _topic_rows(a) -> list[tuple[str, object]]:
+    """The first rows of an application on a topic: the topic and the team that owns (and approves) it."""
+    return [("Topic", f"{a.topic.name} ({a.topic.get_environment_display()}, cluster {a.topic.cluster.name})"),
+            ("Topic owner", a.topic.team.name)]
+
+
 # --- binding applications -------------------------------------------------------------------
 
 
@@ -45,19 +51,15 @@ class BindingApplicationFormView(governance.ApplicationFormView):
     model = BindingApplication
     form_class = BindingApplicationForm
     noun = "binding"
-    detail_url = "bindings:application-detail"
 
 
 class BindingApplicationDetailView(governance.ApplicationDetailView):
     model = BindingApplication
     noun = "Binding"
-    url_prefix = "bindings:application"
 
     def fields(self, a):
         return [
-            ("Topic", f"{a.topic.name} ({a.topic.get_environment_display()}, cluster {a.topic.cluster.name})"),
-            ("Topic owner", a.topic.team.name), ("Consumer app", f"{a.app.app_id} ({a.app.team.name})"),
-            ("Consumer group", a.group),
+            *_topic_rows(a), ("Consumer app", f"{a.app.app_id} ({a.app.team.name})"), ("Consumer group", a.group),
             ("Selector", f"{a.get_selector_kind_display()}: {a.selector_pattern}"),
             ("Delivery mode", a.get_mode_display()), ("Delivery limit", a.delivery_limit),
             ("TTL", f"{a.ttl_s} s"),
@@ -67,11 +69,6 @@ class BindingApplicationDetailView(governance.ApplicationDetailView):
         ]
 
 
-class BindingApplicationVerbView(governance.ApplicationVerbView):
-    model = BindingApplication
-    detail_url = "bindings:application-detail"
-
-
 # --- producer grant applications ---------------------------------------------------------------
 
 
@@ -79,22 +76,12 @@ class GrantApplicationFormView(governance.ApplicationFormView):
     model = GrantApplication
     form_class = GrantApplicationForm
     noun = "producer grant"
-    detail_url = "bindings:grant-application-detail"
 
 
 class GrantApplicationDetailView(governance.ApplicationDetailView):
     model = GrantApplication
     noun = "Producer grant"
-    url_prefix = "bindings:grant-application"
 
     def fields(self, a):
-        return [
-            ("Topic", f"{a.topic.name} ({a.topic.get_environment_display()}, cluster {a.topic.cluster.name})"),
-            ("Topic owner", a.topic.team.name), ("Producer app", f"{a.app.app_id} ({a.app.team.name})"),
-            ("Description", a.description or "—"), ("Reason", a.reason),
-        ]
-
-
-class GrantApplicationVerbView(governance.ApplicationVerbView):
-    model = GrantApplication
-    detail_url = "bindings:grant-application-detail"
+        return [*_topic_rows(a), ("Producer app", f"{a.app.app_id} ({a.app.team.name})"),
+                ("Description", a.description or "—"), ("Reason", a.reason)]

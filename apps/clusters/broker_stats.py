@@ -9,12 +9,10 @@ broker costs the page at most one timeout; nothing here writes.
 
 from __future__ import annotations
 
-import json
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import httpx
 from django.conf import settings
 
 from apps.clusters.zookeeper import BrokerNode, ClusterHealth
@@ -66,18 +64,17 @@ def fetch_node_stats(node: BrokerNode, timeout: float | None = None) -> NodeStat
         return NodeStats(node, error="the broker registered no metrics port")
     timeout = timeout or settings.SWITCHYARD_BROKER_STATS_TIMEOUT
     url = f"http://{node.host}:{node.metrics_port}/stats"
-    request = urllib.request.Request(url)
+    headers = {}
     if settings.SWITCHYARD_BROKER_ADMIN_TOKEN:  # /stats is behind the brokers' admin token
-        request.add_header("Authorization", f"Bearer {settings.SWITCHYARD_BROKER_ADMIN_TOKEN}")
+        headers["Authorization"] = f"Bearer {settings.SWITCHYARD_BROKER_ADMIN_TOKEN}"
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return NodeStats(node, stats=json.loads(response.read()))
-    except urllib.error.HTTPError as exc:
-        return NodeStats(node, error=f"{url} refused the read ({exc.code} {exc.reason}): the control plane's "
-                                     "SWITCHYARD_BROKER_ADMIN_TOKEN must be the broker's admin token")
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return NodeStats(node, error=f"{url} did not answer within {timeout:g}s: {reason}")
+        response = httpx.get(url, headers=headers, timeout=timeout, follow_redirects=False, trust_env=False)
+        if response.is_success:
+            return NodeStats(node, stats=response.json())
+    except (httpx.HTTPError, ValueError) as exc:
+        return NodeStats(node, error=f"{url} did not answer within {timeout:g}s: {exc or type(exc).__name__}")
+    return NodeStats(node, error=f"{url} refused the read ({response.status_code} {response.reason_phrase}): the "
+                                 "control plane's SWITCHYARD_BROKER_ADMIN_TOKEN must be the broker's admin token")
 
 
 def summarize(nodes: list[NodeStats]) -> ClusterStats:

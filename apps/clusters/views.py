@@ -1,5 +1,4 @@
 from django.contrib.auth.mixins import LoginRequiredMixin, PermissionRequiredMixin
-from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 from django.views.generic import DetailView, ListView
@@ -11,7 +10,7 @@ from apps.clusters.forms import ClusterForm
 from apps.clusters.models import Cluster
 from apps.clusters.zookeeper import read_health
 from apps.provisioning.reconcile import latest_run
-from control_plane.web import apply_validation_error
+from control_plane.web import errors_on
 
 
 class ClusterListView(LoginRequiredMixin, PermissionRequiredMixin, ListView):
@@ -61,13 +60,10 @@ class ClusterFormView(LoginRequiredMixin, PermissionRequiredMixin, View):
         form = ClusterForm(request.POST, instance=instance)
         if form.is_valid():
             data = {f: form.cleaned_data[f] for f in form.Meta.fields}
-            try:
+            with errors_on(form):
                 if instance is None:
                     cluster = actions.create_cluster(actor=request.user, **data)
                 else:
                     cluster = actions.update_cluster(actor=request.user, cluster=instance, **data)
-            except ValidationError as exc:
-                apply_validation_error(form, exc)
-            else:
                 return redirect("clusters:detail", name=cluster.name)
         return render(request, self.template_name, {"form": form, "object": instance}, status=400)

@@ -175,6 +175,16 @@ def approve(*, actor, application, comment: str = ""):
     return application
 
 
+def save_created(actor, application, obj) -> None:
+    """What every kind's materializer ends with: the object the approved application made is validated, saved,
+    linked to the application (in the field named after the kind) and audited as `<kind>.create`."""
+    obj.full_clean()
+    obj.save()
+    setattr(application, application.kind, obj)
+    application.save(update_fields=[application.kind])
+    record(actor=actor, action=f"{application.kind}.create", obj=obj, after=snapshot(obj))
+
+
 @audited
 def reject(*, actor, application, comment: str):
     application = _lock(application)

@@ -11,11 +11,15 @@ from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import exceptions, mixins, serializers, status, views
 from rest_framework.decorators import action
 from rest_framework.response import Response
+from rest_framework.reverse import reverse
 from rest_framework.settings import api_settings
 
 from apps.governance import actions as workflow
 from apps.governance import policy
+from apps.governance.queue import awaiting_filter, awaiting_keys, find, load
 from apps.governance.workflow import Membership, State, decidable_slots, slot_summary
+from apps.provisioning.api.serializers import SyncStateSerializer
+from apps.provisioning.status import recorded_sync
 from control_plane.api import ActionViewSet, _field_errors
 
 
@@ -74,9 +78,6 @@ class ApplicationSerializer(serializers.ModelSerializer):
 
     def get_sync(self, obj) -> list[dict]:
         """The recorded read-back of what the application put into ZooKeeper (GET …/sync/ reads it live)."""
-        from apps.provisioning.api.serializers import SyncStateSerializer
-        from apps.provisioning.status import recorded_sync
-
         # A list loads every row's records at once (ApplicationListSerializer); a single object reads its own.
         records = getattr(self, "recorded_sync", None)
         if records is None:
@@ -96,8 +97,6 @@ class ApplicationListSerializer(serializers.ListSerializer):
     """Reads the sync records of the whole page in one query instead of one per application."""
 
     def to_representation(self, data):
-        from apps.provisioning.status import recorded_sync
-
         items = list(data.all() if hasattr(data, "all") else data)
         self.child.recorded_sync = recorded_sync(items)
         return super().to_representation(items)
@@ -117,8 +116,6 @@ class ApplicationFilterSet(django_filters.FilterSet):
         user = getattr(self.request, "user", None)
         if not value or user is None:
             return queryset
-        from apps.governance.queue import awaiting_filter
-
         return awaiting_filter(queryset, user)
 
 
@@ -256,8 +253,6 @@ class QueueItemSerializer(serializers.Serializer):
         return your_slots(self, self.context["request"].user, obj)
 
     def get_url(self, obj) -> str:
-        from rest_framework.reverse import reverse
-
         return reverse(f"{obj.kind}-application-detail", args=[obj.pk], request=self.context["request"])
 
 
@@ -268,8 +263,6 @@ class ApprovalQueueView(views.APIView):
 
     @extend_schema(responses=QueueItemSerializer(many=True))
     def get(self, request):
-        from apps.governance.queue import awaiting_keys, load
-
         paginator = self.pagination_class()
         page = load(paginator.paginate_queryset(awaiting_keys(request.user), request, view=self))
         return paginator.get_paginated_response(
@@ -287,8 +280,6 @@ class ApplicationRefSerializer(serializers.Serializer):
     url = serializers.SerializerMethodField()
 
     def get_url(self, obj) -> str:
-        from rest_framework.reverse import reverse
-
         return reverse(f"{obj.kind}-application-detail", args=[obj.pk], request=self.context["request"])
 
 
@@ -298,8 +289,6 @@ class ApplicationLookupView(views.APIView):
 
     @extend_schema(responses=ApplicationRefSerializer)
     def get(self, request, ref):
-        from apps.governance.queue import find
-
         application = find(ref)
         if application is None:
             raise exceptions.NotFound(f"No application {ref}: give a number like T-12 or 12.")

@@ -17,8 +17,13 @@ from django.conf import settings
 from django.db.models import Sum
 
 from apps.accounts.roles import ADMIN, has_role
+from apps.bindings.choices import BindingStatus, DeliveryMode
+from apps.bindings.models import Binding, ProducerGrant, selector_matches
 from apps.clusters.choices import ClusterStatus, Environment, StorageLevel
 from apps.governance.workflow import LIVE, Slot
+from apps.topics.choices import TopicStatus
+from apps.topics.models import Topic
+from apps.transactions.timing import check_window_s
 
 DEFAULT_LIMITS = {
     "topics_per_team": 50,
@@ -181,9 +186,6 @@ def _others(application):
 
 def retired_name_message(topic) -> str:
     """Why a retired topic's name cannot be taken yet, and when it frees up."""
-    from apps.bindings.choices import BindingStatus
-    from apps.bindings.models import Binding
-
     draining = Binding.objects.filter(topic=topic, status=BindingStatus.ACTIVE).count()
     when = f"{topic.data_deleted_after:%Y-%m-%d %H:%M} UTC"
     wait = (f"after its {draining} binding{'s' if draining != 1 else ''} drain and not before {when}" if draining
@@ -194,9 +196,6 @@ def retired_name_message(topic) -> str:
 
 
 def _topic(app, applicant) -> Report:
-    from apps.topics.choices import TopicStatus
-    from apps.topics.models import Topic
-
     lim = limits()
     team, cluster = app.team, app.cluster
     checks = [team_check(applicant, team, "team", "the topic")]
@@ -276,8 +275,6 @@ def _topic(app, applicant) -> Report:
 
 
 def tx_check(app) -> Check:
-    from apps.transactions.timing import check_window_s
-
     if not app.transactional:
         return Check("tx-check", True, "Not transactional: no back-checks.", "tx_check_max")
     values = (app.tx_check_delay_s, app.tx_check_interval_s, app.tx_check_max)
@@ -298,8 +295,6 @@ def tx_check(app) -> Check:
 
 
 def topic_active(topic) -> Check:
-    from apps.topics.choices import TopicStatus
-
     if topic.status == TopicStatus.ACTIVE:
         return Check("topic-active", True, f"Topic {topic.name} is active.", "topic")
     return Check("topic-active", False, f"Topic {topic.name} is {topic.get_status_display().lower()}.", "topic")
@@ -314,9 +309,6 @@ def app_active(app) -> Check:
 def subscription_checks(topic, sub) -> list[Check]:
     """What a subscription's settings (a binding application's, or a binding's as a change would leave them)
     must satisfy on its topic: delivery mode, selector, TTL."""
-    from apps.bindings.choices import DeliveryMode
-    from apps.bindings.models import selector_matches
-
     checks = []
     if topic.ordered and sub.mode == DeliveryMode.BROADCAST:
         checks.append(Check("ordered-broadcast", False, f"Topic {topic.name} is ordered: consume it in clustering "
@@ -341,9 +333,6 @@ def subscription_checks(topic, sub) -> list[Check]:
 
 
 def _binding(ba, applicant) -> Report:
-    from apps.bindings.choices import BindingStatus
-    from apps.bindings.models import Binding
-
     lim = limits()
     topic, app = ba.topic, ba.app
     checks = [team_check(applicant, app.team, "app", f"app {app.app_id}"), app_active(app), topic_active(topic)]
@@ -383,9 +372,6 @@ def _binding(ba, applicant) -> Report:
 
 
 def _grant(ga, applicant) -> Report:
-    from apps.bindings.choices import BindingStatus
-    from apps.bindings.models import ProducerGrant
-
     topic, app = ga.topic, ga.app
     checks = [team_check(applicant, app.team, "app", f"app {app.app_id}"), app_active(app), topic_active(topic)]
     if ProducerGrant.objects.filter(topic=topic, app=app, status=BindingStatus.ACTIVE).exists():

@@ -1,5 +1,6 @@
 """Web pages shared by every application kind: the form, the detail page with its workflow buttons,
-the applicant's list and the approvers' queue. Kind modules subclass with their model and actions."""
+the applicant's list and the approvers' queue. Kind modules subclass with their model, form and fields; the
+model names the pages' URLs (`url_name`, wired by governance.routes.application_urls)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from apps.governance.queue import awaiting_keys, find, load, of_applicant
 from apps.governance.workflow import State, decidable_slots, slot_summary, why_not_approver
 from apps.provisioning.status import live_statuses, recorded_sync
 from control_plane.errors import ActionError
-from control_plane.web import apply_validation_error
+from control_plane.web import errors_on
 
 
 class ApplicationFormView(LoginRequiredMixin, PermissionRequiredMixin, View):
@@ -28,7 +29,6 @@ class ApplicationFormView(LoginRequiredMixin, PermissionRequiredMixin, View):
     model = None
     form_class = None
     noun = ""  # "topic", "binding", "producer grant"
-    detail_url = ""
 
     def get_permission_required(self):
         return [self.model.perm("change" if "pk" in self.kwargs else "add")]
@@ -57,7 +57,7 @@ class ApplicationFormView(LoginRequiredMixin, PermissionRequiredMixin, View):
         submit = request.POST.get("intent", "submit") != "draft"
         if form.is_valid():
             data = form.action_data()
-            try:
+            with errors_on(form):
                 if instance is None:
                     application = workflow.create(actor=request.user, application=self.model(**data), submit=submit)
                 else:
@@ -65,13 +65,8 @@ class ApplicationFormView(LoginRequiredMixin, PermissionRequiredMixin, View):
                                                   allowed=self.model.fields_asked)
                     if submit:
                         application = workflow.submit(actor=request.user, application=application)
-            except ValidationError as exc:
-                apply_validation_error(form, exc)
-            except ActionError as exc:
-                form.add_error(exc.field if exc.field in form.fields else None, exc.message)
-            else:
                 messages.success(request, "Submitted for approval." if submit else "Draft saved.")
-                return redirect(self.detail_url, pk=application.pk)
+                return redirect(application)
         return render(request, self.template_name, self._context(form, instance), status=400)
 
 
@@ -83,7 +78,6 @@ class ApplicationDetailView(LoginRequiredMixin, PermissionRequiredMixin, View):
     template_name = "governance/application_detail.html"
     model = None
     noun = ""
-    url_prefix = ""  # e.g. "topics:application" → topics:application-verb, topics:application-edit
 
     def get_permission_required(self):
         return [self.model.perm("view")]
@@ -119,8 +113,8 @@ class ApplicationDetailView(LoginRequiredMixin, PermissionRequiredMixin, View):
             "can_withdraw": is_applicant and application.state in (State.DRAFT, State.PENDING),
             "can_edit": is_applicant and application.state == State.DRAFT,
             "sync": sync,
-            "verb_url": f"{self.url_prefix}-verb",
-            "edit_url": f"{self.url_prefix}-edit",
+            "verb_url": f"{self.model.url_name}-verb",
+            "edit_url": f"{self.model.url_name}-edit",
         })
 
 
@@ -133,7 +127,6 @@ class ApplicationVerbView(LoginRequiredMixin, View):
 
     raise_exception = True
     model = None
-    detail_url = ""
 
     def post(self, request, pk, verb):
         fn = VERBS.get(verb)
@@ -156,7 +149,7 @@ class ApplicationVerbView(LoginRequiredMixin, View):
         else:
             messages.success(request, {"submit": "Submitted for approval.", "withdraw": "Withdrawn.",
                                        "approve": "Approved.", "reject": "Rejected."}[verb])
-        return redirect(self.detail_url, pk=pk)
+        return redirect(f"{self.model.url_name}-detail", pk=pk)
 
 
 class ApplicationLookupView(LoginRequiredMixin, View):

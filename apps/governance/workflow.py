@@ -16,6 +16,7 @@ from functools import cached_property
 from django.apps import apps as django_apps
 from django.conf import settings
 from django.db import models
+from django.urls import reverse
 
 from apps.accounts.roles import ADMIN, has_role
 from control_plane.errors import ActionError
@@ -89,6 +90,7 @@ class ApplicationBase(models.Model):
     list_related: tuple[str, ...] = ("applicant",)  # what a list of applications joins (select_related)
     fields_asked: tuple[str, ...] = ()  # what an applicant sets (forms, REST bodies, draft edits)
     materializer: str = ""  # dotted path of the kind's action turning the approved application into its object
+    url_name: str = ""  # its pages' URL names: "<url_name>-detail", -create, -edit, -verb (governance.routes)
 
     number = models.BigIntegerField(unique=True, editable=False, db_default=NextApplicationNumber(),
                                     help_text="One numbering across every kind of application.")
@@ -134,6 +136,9 @@ class ApplicationBase(models.Model):
 
     def provisioned_object(self):  # pragma: no cover - kinds implement
         raise NotImplementedError
+
+    def get_absolute_url(self):
+        return reverse(f"{self.url_name}-detail", args=[self.pk])
 
     @property
     def title(self) -> str:

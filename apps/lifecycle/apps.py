@@ -6,6 +6,6 @@ class LifecycleConfig(AppConfig):
     label = "lifecycle"
 
     def ready(self):
-        from apps.lifecycle import policy
+        from apps.lifecycle import policy  # imports models: only once the app registry is loaded
 
         policy.register_rules()

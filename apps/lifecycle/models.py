@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from django.core.exceptions import ValidationError
 from django.db import models
-from django.urls import reverse
 
 from apps.accounts.models import Team
 from apps.bindings.models import Binding, ProducerGrant
@@ -27,6 +26,7 @@ class LifecycleApplication(ApplicationBase):
     list_related = ("team", "topic__cluster", "binding", "grant__app", "app", "applicant")
     fields_asked = ("operation", "topic", "binding", "grant", "app", "changes", "reason")
     materializer = "apps.lifecycle.actions.materialize"
+    url_name = "lifecycle:application"
 
     operation = models.CharField(max_length=16, choices=Operation.choices)
     target_kind = models.CharField(max_length=16, choices=Target.choices, editable=False)
@@ -83,9 +83,6 @@ class LifecycleApplication(ApplicationBase):
 
     def summary(self) -> str:
         return f"{self.kind_label} {self.target_name()}"
-
-    def get_absolute_url(self):
-        return reverse("lifecycle:application-detail", args=[self.pk])
 
     def sync_units(self) -> list[tuple[str, int]]:
         """The node the application changes (the sync records shown with it)."""

@@ -1,7 +1,9 @@
 from django.urls import path
 
+from apps.governance.routes import application_urls
 from apps.lifecycle import views
 from apps.lifecycle.choices import Operation, Target
+from apps.lifecycle.models import LifecycleApplication
 
 app_name = "lifecycle"
 
@@ -20,7 +22,7 @@ urlpatterns = [
     _form("apps/KEY/deactivate/", Target.APP, Operation.DEACTIVATE, "app-deactivate", key="slug:key"),
     _form("apps/KEY/activate/", Target.APP, Operation.ACTIVATE, "app-activate", key="slug:key"),
     path("bindings/<int:pk>/drop-backlog/", views.DropBacklogView.as_view(), name="drop-backlog"),
-    path("applications/lifecycle/<int:pk>/", views.LifecycleDetailView.as_view(), name="application-detail"),
-    path("applications/lifecycle/<int:pk>/edit/", views.LifecycleFormView.as_view(), name="application-edit"),
-    path("applications/lifecycle/<int:pk>/<slug:verb>/", views.LifecycleVerbView.as_view(), name="application-verb"),
+    # made from the page of what it changes (the forms above), not from a blank form
+    *application_urls("applications/lifecycle/", LifecycleApplication, form_view=views.LifecycleFormView,
+                      detail_view=views.LifecycleDetailView, create=False),
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin, PermissionRequiredMixin
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 
@@ -19,8 +19,7 @@ from apps.lifecycle.choices import NOUNS, Operation, Target
 from apps.lifecycle.forms import BindingChangeForm, DropBacklogForm, ReasonForm, TopicChangeForm
 from apps.lifecycle.models import TARGET_FIELDS, LifecycleApplication
 from apps.topics.models import App, Topic
-from control_plane.errors import ActionError
-from control_plane.web import apply_validation_error
+from control_plane.web import errors_on
 
 FORMS = {(Target.TOPIC, Operation.CHANGE): TopicChangeForm, (Target.BINDING, Operation.CHANGE): BindingChangeForm}
 TARGETS = {
@@ -88,7 +87,7 @@ class LifecycleFormView(LoginRequiredMixin, PermissionRequiredMixin, View):
         submit = request.POST.get("intent", "submit") != "draft"
         if form.is_valid():
             data = {"changes": form.changes(), "reason": form.cleaned_data["reason"]}
-            try:
+            with errors_on(form):
                 if draft is None:
                     application = workflow.create(actor=request.user, submit=submit, application=LifecycleApplication(
                         operation=operation, **{TARGET_FIELDS[kind]: target}, **data))
@@ -97,19 +96,13 @@ class LifecycleFormView(LoginRequiredMixin, PermissionRequiredMixin, View):
                                                   allowed=LifecycleApplication.fields_asked)
                     if submit:
                         application = workflow.submit(actor=request.user, application=application)
-            except ValidationError as exc:
-                apply_validation_error(form, exc)
-            except ActionError as exc:
-                form.add_error(None, exc.message)
-            else:
                 messages.success(request, "Submitted for approval." if submit else "Draft saved.")
-                return redirect("lifecycle:application-detail", pk=application.pk)
+                return redirect(application)
         return self._render(form, draft, kind, operation, target, status=400)
 
 
 class LifecycleDetailView(governance.ApplicationDetailView):
     model = LifecycleApplication
-    url_prefix = "lifecycle:application"
 
     def noun_of(self, application) -> str:
         return application.kind_label.capitalize()
@@ -130,11 +123,6 @@ def _target_url(application) -> str:
     if application.target_kind == Target.APP:
         return f"/apps/{target.app_id}/"
     return target.get_absolute_url()
-
-
-class LifecycleVerbView(governance.ApplicationVerbView):
-    model = LifecycleApplication
-    detail_url = "lifecycle:application-detail"
 
 
 class DropBacklogView(LoginRequiredMixin, PermissionRequiredMixin, View):
@@ -163,15 +151,10 @@ class DropBacklogView(LoginRequiredMixin, PermissionRequiredMixin, View):
                                      + "); it is read again when you retry.")
             else:
                 figures = drain.group(binding.group)
-                try:
+                with errors_on(form):
                     actions.drop_backlog(actor=request.user, binding=binding,
                                          backlog=figures["backlog"],
                                          confirmed=form.cleaned_data["confirm_backlog"])
-                except ValidationError as exc:
-                    apply_validation_error(form, exc)
-                except ActionError as exc:
-                    form.add_error(None, exc.message)
-                else:
                     messages.success(request, f"Binding {binding.group} dropped with its backlog.")
                     return redirect("topics:detail", pk=binding.topic_id)
         return self._render(binding, form, drain, status=400)

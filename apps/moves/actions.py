@@ -25,7 +25,7 @@ from apps.moves.choices import (
 )
 from apps.moves.models import FOLLOW_S_RANGE, MoveStep, TopicMove
 from apps.topics.models import Topic
-from control_plane.celery import app
+from control_plane.celery import send_on_commit
 from control_plane.errors import ActionError, require_perm
 
 log = logging.getLogger("apps.moves")
@@ -37,13 +37,7 @@ ADVANCE_TASK = "moves.advance"
 
 def _kick(move_id: int) -> None:
     """Queue the worker's task once the transaction commits (by name: apps.moves.tasks runs this module)."""
-    def send():
-        try:
-            app.send_task(ADVANCE_TASK, args=[move_id])
-        except Exception:  # Redis down: the beat entry re-kicks moves whose worker stopped beating
-            log.exception("could not queue move %s; the periodic resume will", move_id)
-
-    transaction.on_commit(send)
+    send_on_commit(ADVANCE_TASK, move_id)
 
 
 def start_move(*, actor, topic: Topic, target, dead_letters: str | None = None,

@@ -2,8 +2,7 @@
 (`GET /admin/drain`), and its dead letters out of one cluster and into another (`GET /admin/dlq/export`,
 `POST /admin/dlq/import`, idempotent by message id).
 
-httpx, no redirects, every call bounded by SWITCHYARD_BROKER_ADMIN_TIMEOUT; the token and the error answers
-are handled as for every admin call (apps.transactions.broker_admin). Brokers are the ones registered in
+The transport, the token and the error answers are every admin call's (apps.transactions.broker_admin.BrokerAdmin). Brokers are the ones registered in
 the cluster's ZooKeeper now.
 """
 
@@ -12,16 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-import httpx
-
-from apps.transactions.broker_admin import (
-    BrokerAdminError,
-    BrokerEndpoint,
-    admin_headers,
-    admin_timeout,
-    answer_error,
-    live_brokers,
-)
+from apps.transactions.broker_admin import BrokerAdmin, BrokerAdminError, BrokerEndpoint, live_brokers
 
 # An import body stays under the brokers' limit on import requests (8 MiB; an export page is at most 4 MiB of
 # message bodies, in base64 in the JSON).
@@ -29,23 +19,8 @@ IMPORT_BODY_BYTES = 7_000_000
 GROUP_FIGURES = ("backlog", "in_flight", "dead_letters", "consumers")
 
 
-class AdminClient:
-    """One broker's admin API over httpx (one connection pool per client; close it, or use `with`)."""
-
-    def __init__(self, endpoint: BrokerEndpoint, token: str | None = None, timeout: float | None = None):
-        self.endpoint = endpoint
-        self._http = httpx.Client(base_url=f"http://{endpoint.host}:{endpoint.metrics_port}",
-                                  headers=admin_headers(token), timeout=timeout or admin_timeout(),
-                                  follow_redirects=False)
-
-    def __enter__(self) -> AdminClient:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def close(self) -> None:
-        self._http.close()
+class AdminClient(BrokerAdmin):
+    """One broker's admin API with what a move asks it (the transport is every admin call's)."""
 
     def drain(self, topic: str) -> dict:
         """`{"topic", "held", "retired", "prepared", "groups": {group: {"backlog", "in_flight", "dead_letters",
@@ -54,27 +29,12 @@ class AdminClient:
 
     def export_dead_letters(self, *, topic: str, group: str, after: str | None, limit: int) -> dict:
         """A page of a group's dead letters, whole (body and headers): `{"dead_letters": [...], "next_after"}`."""
-        params = {"topic": topic, "group": group, "limit": limit}
-        if after:
-            params["after"] = after
-        return self._call("GET", "/admin/dlq/export", params=params)
+        return self._call("GET", "/admin/dlq/export", params={"topic": topic, "group": group, "limit": limit,
+                                                              "after": after or None})
 
     def import_dead_letters(self, *, topic: str, group: str, dead_letters: list[dict]) -> dict:
         return self._call("POST", "/admin/dlq/import",
-                          json={"topic": topic, "group": group, "dead_letters": dead_letters})
-
-    def _call(self, method: str, path: str, *, params: dict | None = None, json: dict | None = None) -> dict:
-        where = f"broker {self.endpoint.node_id} ({self.endpoint.host}:{self.endpoint.metrics_port}) {method} {path}"
-        try:
-            response = self._http.request(method, path, params=params, json=json)
-        except httpx.HTTPError as exc:
-            raise BrokerAdminError(f"{where}: no answer: {type(exc).__name__} {exc}") from exc
-        if response.status_code != 200:
-            raise answer_error(where, response.status_code, response.content)
-        try:
-            return response.json()
-        except ValueError as exc:
-            raise answer_error(where, response.status_code, response.content) from exc
+                          body={"topic": topic, "group": group, "dead_letters": dead_letters})
 
 
 def _endpoints(cluster) -> list[BrokerEndpoint]:

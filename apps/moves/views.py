@@ -3,7 +3,6 @@ form (also on the topic page, for SREs), roll back and resume."""
 
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin, PermissionRequiredMixin
-from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 from django.views.generic import DetailView, ListView
@@ -14,7 +13,7 @@ from apps.moves.forms import MoveForm
 from apps.moves.models import TopicMove
 from apps.topics.models import Topic
 from control_plane.errors import ActionError
-from control_plane.web import apply_validation_error
+from control_plane.web import errors_on
 
 
 class MoveListView(LoginRequiredMixin, PermissionRequiredMixin, ListView):
@@ -61,16 +60,11 @@ class MoveStartView(LoginRequiredMixin, PermissionRequiredMixin, View):
     def post(self, request):
         form = MoveForm(request.POST)
         if form.is_valid():
-            try:
+            with errors_on(form):
                 move = actions.start_move(actor=request.user, topic=form.cleaned_data["topic"],
                                           target=form.cleaned_data["target"],
                                           dead_letters=form.cleaned_data["dead_letters"],
                                           client_follow_s=form.cleaned_data["client_follow_s"])
-            except ValidationError as exc:
-                apply_validation_error(form, exc)
-            except ActionError as exc:
-                form.add_error(None, exc.message)
-            else:
                 messages.success(request, f"Move #{move.pk} started.")
                 return redirect("moves:detail", pk=move.pk)
         return self._page(request, form, form.cleaned_data.get("topic") if hasattr(form, "cleaned_data") else None,

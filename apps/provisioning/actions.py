@@ -10,31 +10,29 @@ import json
 import logging
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
+from psycopg2.extras import Json, execute_values
 
 from apps.audit.recorder import audited, record
+from apps.clusters.models import Cluster
 from apps.provisioning.desired import META, Desired, holder_ids, load, path_of, revision_of, wanted_on
 from apps.provisioning.models import ObjectKind, SyncState, SyncStatus
 from apps.provisioning.status import Observation
+from apps.provisioning.units import units_of
+from apps.tracing import actions as tracing_actions
+from apps.tracing import schedule as trace_schedule
+from control_plane.celery import send_on_commit
 from control_plane.errors import require_perm
 
 log = logging.getLogger(__name__)
 
 RECONCILE_TASK_NAME = "Reconcile every cluster with ZooKeeper"
 RECONCILE_TASK = "provisioning.reconcile_all"
+PROVISION_APPLICATION_TASK = "provisioning.provision_application"
+PROVISION_OBJECTS_TASK = "provisioning.provision_objects"
 RECONCILE_EVERY_SECONDS = (10, 86400)
-
-
-def units_of(application) -> list[tuple[str, int]]:
-    """The objects an approved application puts into ZooKeeper, in the order they are written."""
-    if application.kind == "topic":
-        return [(ObjectKind.TOPIC, application.topic_id), (ObjectKind.ROUTE, application.topic_id)]
-    if application.kind == "binding":
-        return [(ObjectKind.APP, application.app_id), (ObjectKind.BINDING, application.binding_id)]
-    if application.kind == "grant":
-        return [(ObjectKind.APP, application.app_id), (ObjectKind.GRANT, application.grant_id)]
-    raise ValueError(application.kind)
 
 
 def expect(kind: str, obj, cluster) -> SyncState:
@@ -51,24 +49,14 @@ def expect(kind: str, obj, cluster) -> SyncState:
     return state
 
 
-def _enqueue(task, *args) -> None:
-    try:
-        task.delay(*args)
-    except Exception:  # Redis down: the periodic sweep re-drives what is still pending
-        log.exception("could not queue %s%r; the periodic reconcile will re-drive it", task.name, args)
-
-
 def schedule_application(application) -> None:
     """Expect the application's objects on its cluster and push them once the transaction commits; a topic
     being moved gets them on the other cluster that holds it too."""
-    from apps.provisioning import tasks
-
     cluster = application.target_cluster()
     units = units_of(application)
     for kind, object_id in units:
         expect(kind, load(kind, object_id), cluster)
-    kind, pk = application.kind, application.pk
-    transaction.on_commit(lambda: _enqueue(tasks.provision_application, kind, pk))
+    send_on_commit(PROVISION_APPLICATION_TASK, application.kind, application.pk)
     topic = application.topic if application.kind in ("binding", "grant") else None
     if topic is not None and topic.placements.exists():
         others = [c for c in holder_ids(topic) if c != cluster.pk]
@@ -76,17 +64,12 @@ def schedule_application(application) -> None:
 
 
 def schedule_objects(cluster, units: list[tuple[str, int]]) -> None:
-    from apps.provisioning import tasks
-
-    cluster_id, plain = cluster.pk, [[k, int(i)] for k, i in units]
-    transaction.on_commit(lambda: _enqueue(tasks.provision_objects, cluster_id, plain))
+    send_on_commit(PROVISION_OBJECTS_TASK, cluster.pk, [[k, int(i)] for k, i in units])
 
 
 def schedule_on_clusters(cluster_ids, units: list[tuple[str, int]]) -> None:
     """Push `units` to each cluster once the transaction commits: written where wanted (expected there at
     their current revision), deleted where no longer wanted (docs/routing.md)."""
-    from apps.clusters.models import Cluster
-
     for cluster in Cluster.objects.filter(pk__in=set(cluster_ids)).order_by("pk"):
         for kind, object_id in units:
             obj = load(kind, object_id)
@@ -175,9 +158,6 @@ def _bulk_update(records: list[SyncState], now) -> None:
     seconds for ten thousand rows."""
     if not records:
         return
-    from django.db import connection
-    from psycopg2.extras import Json, execute_values
-
     table = SyncState._meta.db_table
     columns = [SyncState._meta.get_field(f).column for f in _UPDATED]
     types = ["integer", "varchar", "varchar", "integer", "integer", "varchar", "jsonb", "integer", "text",
@@ -264,15 +244,11 @@ def record_secure(*, actor, cluster, nodes: int, changed: int, failed: list[str]
 
 
 def reconcile_schedule():
-    from django_celery_beat.models import PeriodicTask
-
     return PeriodicTask.objects.filter(name=RECONCILE_TASK_NAME).select_related("interval").first()
 
 
 def ensure_reconcile_schedule(every_seconds: int = 60):
     """Create the periodic reconcile when it is missing (migrations call this); never overwrite edits."""
-    from django_celery_beat.models import IntervalSchedule, PeriodicTask
-
     existing = reconcile_schedule()
     if existing is not None:
         return existing
@@ -285,8 +261,6 @@ def ensure_reconcile_schedule(every_seconds: int = 60):
 
 @audited
 def set_reconcile_schedule(*, actor, every_seconds: int, enabled: bool, repair: bool = False):
-    from django_celery_beat.models import IntervalSchedule
-
     require_perm(actor, "provisioning.repair_drift")
     low, high = RECONCILE_EVERY_SECONDS
     if not isinstance(every_seconds, int) or not low <= every_seconds <= high:
@@ -310,9 +284,6 @@ _PERIOD_SECONDS = {"seconds": 1, "minutes": 60, "hours": 3600, "days": 86400}
 
 def check_schedule(task, every, period: str) -> int:
     """The interval in seconds, or a ValidationError naming the field (forms call this before saving)."""
-    from apps.tracing import actions as tracing_actions
-    from apps.tracing import schedule as trace_schedule
-
     if period not in _PERIOD_SECONDS:
         raise ValidationError({"period": f"Choose one of {', '.join(_PERIOD_SECONDS)}."})
     if not isinstance(every, int) or isinstance(every, bool) or every < 1:
@@ -332,11 +303,6 @@ def check_schedule(task, every, period: str) -> int:
 def update_schedule(*, actor, task, every: int, period: str, enabled: bool):
     """Change one periodic task's interval and on/off. The reconcile and the trace index go through their own
     action (permission, audit record); any other task is permission-checked and recorded here."""
-    from django_celery_beat.models import IntervalSchedule, PeriodicTask
-
-    from apps.tracing import actions as tracing_actions
-    from apps.tracing import schedule as trace_schedule
-
     seconds = check_schedule(task, every, period)
     if task.name == RECONCILE_TASK_NAME:
         repair = bool(json.loads(task.kwargs or "{}").get("repair", False))

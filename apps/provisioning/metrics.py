@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from prometheus_client.core import GaugeMetricFamily
 
+from apps.clusters.choices import ClusterStatus
+from apps.clusters.models import Cluster
+from apps.provisioning.reconcile import latest_run
+
 
 class DriftCollector:
     """Per active cluster: nodes its last reconcile found drifted and left so (ACL drift included)."""
 
     def collect(self):
-        from apps.clusters.choices import ClusterStatus
-        from apps.clusters.models import Cluster
-        from apps.provisioning.reconcile import latest_run
-
         drift = GaugeMetricFamily("switchyard_zookeeper_drift_objects", "ZooKeeper nodes that differ from the "
                                   "platform's desired state (content or ACL) and were not repaired, as of the "
                                   "cluster's last reconcile", labels=["cluster"])

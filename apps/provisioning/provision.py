@@ -1,21 +1,22 @@
 """Push approved objects into a cluster's ZooKeeper, read them back, and record what landed.
 
-Tasks call these with ids; ZooKeeperUnreachable goes back to the task, which retries with
-exponential backoff (see `backoff`). Each object is written atomically (zk.Session.put).
+Tasks call these with ids; ZooKeeperUnreachable goes back to the task, which Celery retries with
+exponential backoff (apps.provisioning.tasks); on the task's last attempt (`final`) what did not land is
+marked failed instead. Each object is written atomically (zk.Session.put).
 """
 
 from __future__ import annotations
 
 import logging
-import os
 
-from django.conf import settings
 from kazoo.exceptions import KazooException
 
+from apps.bindings.models import BindingApplication, GrantApplication
 from apps.clusters.models import Cluster
 from apps.clusters.zookeeper import ZooKeeperUnreachable
 from apps.governance import actions as workflow
 from apps.governance.workflow import MATERIALIZED, State, application_model
+from apps.lifecycle.settle import settle_waiting
 from apps.provisioning import actions
 from apps.provisioning.desired import (
     META,
@@ -30,32 +31,17 @@ from apps.provisioning.desired import (
 )
 from apps.provisioning.models import ObjectKind, SyncState, SyncStatus
 from apps.provisioning.status import observe
+from apps.provisioning.units import units_of
 from apps.provisioning.zk import Session, WriteConflict
+from apps.topics.models import TopicApplication
 from broker_core.layout import LAYOUT
 from control_plane import actors
 
 log = logging.getLogger(__name__)
 
 
-def _setting(name: str, default: float) -> float:
-    return float(getattr(settings, name, None) or os.environ.get(name) or default)
-
-
-def backoff(retries: int) -> float:
-    """Seconds before retry number `retries + 1`: base · 2^retries, capped."""
-    base = _setting("SWITCHYARD_PROVISION_BACKOFF_BASE", 1.0)
-    cap = _setting("SWITCHYARD_PROVISION_BACKOFF_MAX", 60.0)
-    return min(cap, base * (2 ** min(retries, 20)))
-
-
-def max_attempts() -> int:
-    return int(_setting("SWITCHYARD_PROVISION_MAX_ATTEMPTS", 50))
-
-
 class ProvisioningError(Exception):
     """ZooKeeper answered but refused the write; retrying will not help without a change."""
-
-
 
 
 def _plan(cluster: Cluster, units: list[tuple[str, int]]) -> tuple[list[Desired], list[tuple[str, int, str]],
@@ -116,7 +102,7 @@ def _containers(removed: list[tuple[str, int, str]]) -> list[str]:
             for container in (LAYOUT.topic_bindings, LAYOUT.topic_grants)]
 
 
-def provision_application(kind: str, application_id: int, *, retries: int = 0) -> str:
+def provision_application(kind: str, application_id: int, *, final: bool = False) -> str:
     """Push what an approved application created. Returns the application's state afterwards."""
     application = application_model(kind).objects.filter(pk=application_id).first()
     if application is None or application.state not in MATERIALIZED:
@@ -125,11 +111,10 @@ def provision_application(kind: str, application_id: int, *, retries: int = 0) -
         return State.ACTIVE
     application = workflow.mark_provisioning(application)
     cluster = application.target_cluster()
-    units = actions.units_of(application)
+    units = units_of(application)
     try:
         observed = push(cluster, units)
     except ZooKeeperUnreachable as exc:
-        final = retries + 1 >= max_attempts()
         actions.record_failure(cluster, units, str(exc), final=final)
         if final:
             workflow.mark_failed(application, str(exc))
@@ -147,13 +132,13 @@ def provision_application(kind: str, application_id: int, *, retries: int = 0) -
 
 def _all_synced(application) -> bool:
     cluster = application.target_cluster()
-    units = actions.units_of(application)
+    units = units_of(application)
     states = SyncState.objects.filter(cluster=cluster, kind__in={k for k, _ in units},
                                       object_id__in={i for _, i in units})
     return bool(states) and all(s.state == SyncStatus.SYNCED for s in states if (s.kind, s.object_id) in units)
 
 
-def provision_objects(cluster_id: int, units: list[tuple[str, int]], *, retries: int = 0) -> None:
+def provision_objects(cluster_id: int, units: list[tuple[str, int]], *, final: bool = False) -> None:
     """Push objects that are not tied to one application (a rotated secret, a re-drive)."""
     cluster = Cluster.objects.filter(pk=cluster_id).first()
     if cluster is None:
@@ -162,7 +147,6 @@ def provision_objects(cluster_id: int, units: list[tuple[str, int]], *, retries:
     try:
         push(cluster, units)
     except ZooKeeperUnreachable as exc:
-        final = retries + 1 >= max_attempts()
         actions.record_failure(cluster, units, str(exc), final=final)
         if not final:
             raise
@@ -174,9 +158,6 @@ def provision_objects(cluster_id: int, units: list[tuple[str, int]], *, retries:
 
 def _settle_applications(units) -> None:
     """An application waiting on objects that have now all landed becomes active."""
-    from apps.bindings.models import BindingApplication, GrantApplication
-    from apps.topics.models import TopicApplication
-
     waiting = [State.APPROVED, State.PROVISIONING, State.FAILED]
     ids = {}
     for kind, object_id in units:
@@ -187,6 +168,4 @@ def _settle_applications(units) -> None:
     for application in candidates:
         if _all_synced(application):
             workflow.mark_active(application)
-    from apps.lifecycle.settle import settle_waiting  # lifecycle's actions schedule pushes: a real cycle
-
     settle_waiting(units)

@@ -10,10 +10,17 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from functools import reduce
+from operator import or_
+
+from django.db.models import Q
+from django.utils import timezone
 
 from apps.clusters.zookeeper import ZooKeeperUnreachable
+from apps.governance.workflow import MATERIALIZED
 from apps.provisioning.desired import Desired, desired_one, load
 from apps.provisioning.models import SyncState, SyncStatus
+from apps.provisioning.units import units_of
 from apps.provisioning.zk import Node, Session
 
 
@@ -107,8 +114,6 @@ def _from_record(record: SyncState, state: str, error: str) -> LiveStatus:
 def live_statuses(records: list[SyncState]) -> list[LiveStatus]:
     """Read each record's node now. Unreachable ZooKeeper: pending/failed stay as recorded, with the
     error; what was synced or drifted becomes "unknown" (the platform does not assume)."""
-    from django.utils import timezone
-
     by_cluster: dict[int, list[SyncState]] = {}
     for r in records:
         by_cluster.setdefault(r.cluster_id, []).append(r)
@@ -148,14 +153,6 @@ def live_status_of(kind: str, obj) -> list[LiveStatus]:
 def recorded_sync(applications) -> dict[tuple[str, int], list[SyncState]]:
     """The recorded sync state of what each application put into ZooKeeper, keyed by (kind, application
     pk), in the order the objects are written: one query for any number of applications."""
-    from functools import reduce
-    from operator import or_
-
-    from django.db.models import Q
-
-    from apps.governance.workflow import MATERIALIZED
-    from apps.provisioning.actions import units_of
-
     # (cluster id or None for every cluster, units) per application
     wanted: dict[tuple[str, int], tuple[int | None, list[tuple[str, int]]]] = {}
     for a in applications:

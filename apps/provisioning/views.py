@@ -2,7 +2,6 @@ import json
 
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin, PermissionRequiredMixin
-from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 
@@ -11,7 +10,7 @@ from apps.provisioning import actions
 from apps.provisioning.forms import ScheduleForm
 from apps.provisioning.models import ReconcileRun, SyncState, SyncStatus
 from apps.provisioning.reconcile import reconcile
-from control_plane.web import apply_validation_error
+from control_plane.web import errors_on
 
 
 def _schedule_form(task):
@@ -67,11 +66,8 @@ class ScheduleView(LoginRequiredMixin, View):
     def post(self, request):
         form = ScheduleForm(request.POST)
         if form.is_valid():
-            try:
+            with errors_on(form):
                 actions.set_reconcile_schedule(actor=request.user, **form.cleaned_data)
-            except ValidationError as exc:
-                apply_validation_error(form, exc)
-            else:
                 messages.success(request, "Reconcile schedule saved; beat picks it up without a restart.")
                 return redirect("provisioning:drift")
         view = DriftView()

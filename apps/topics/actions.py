@@ -172,9 +172,5 @@ def materialize(actor, application: TopicApplication) -> None:
                   tx_check_delay_s=application.tx_check_delay_s,
                   tx_check_interval_s=application.tx_check_interval_s, tx_check_max=application.tx_check_max,
                   description=application.description)
-    topic.full_clean()
-    topic.save()
-    application.topic = topic
-    application.save(update_fields=["topic"])
-    record(actor=actor, action="topic.create", obj=topic, after=snapshot(topic))
+    workflow.save_created(actor, application, topic)
     provisioning.schedule_application(application)

@@ -175,6 +175,7 @@ class TopicApplication(TopicSettings, ApplicationBase):
                     "max_message_bytes", "retention_hours", "storage_level", "transactional", "ordered",
                     "tx_check_delay_s", "tx_check_interval_s", "tx_check_max", "description", "reason")
     materializer = "apps.topics.actions.materialize"
+    url_name = "topics:application"
 
     topic = models.OneToOneField(Topic, null=True, blank=True, on_delete=models.PROTECT,
                                  related_name="application", editable=False)
@@ -187,9 +188,6 @@ class TopicApplication(TopicSettings, ApplicationBase):
 
     def summary(self) -> str:
         return f"topic {self.name} ({self.environment})"
-
-    def get_absolute_url(self):
-        return reverse("topics:application-detail", args=[self.pk])
 
     def approving_team(self):
         return self.team

@@ -1,6 +1,8 @@
 from django.urls import path
 
+from apps.governance.routes import application_urls
 from apps.topics import views
+from apps.topics.models import TopicApplication
 
 app_name = "topics"
 urlpatterns = [
@@ -10,9 +12,6 @@ urlpatterns = [
     path("apps/new/", views.AppCreateView.as_view(), name="app-create"),
     path("apps/<slug:app_id>/", views.AppDetailView.as_view(), name="app-detail"),
     path("apps/<slug:app_id>/rotate-secret/", views.AppRotateView.as_view(), name="app-rotate"),
-    path("applications/topics/new/", views.TopicApplicationFormView.as_view(), name="application-create"),
-    path("applications/topics/<int:pk>/", views.TopicApplicationDetailView.as_view(), name="application-detail"),
-    path("applications/topics/<int:pk>/edit/", views.TopicApplicationFormView.as_view(), name="application-edit"),
-    path("applications/topics/<int:pk>/<slug:verb>/", views.TopicApplicationVerbView.as_view(),
-         name="application-verb"),
+    *application_urls("applications/topics/", TopicApplication, form_view=views.TopicApplicationFormView,
+                      detail_view=views.TopicApplicationDetailView),
 ]

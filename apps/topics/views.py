@@ -17,7 +17,7 @@ from apps.topics import actions
 from apps.topics.filtersets import TopicFilterSet
 from apps.topics.forms import AppForm, TopicApplicationForm
 from apps.topics.models import App, Topic, TopicApplication
-from control_plane.web import apply_validation_error
+from control_plane.web import errors_on
 
 
 def _recorded(kind: str, ids) -> dict[int, SyncState]:
@@ -93,11 +93,8 @@ class AppCreateView(LoginRequiredMixin, PermissionRequiredMixin, View):
     def post(self, request):
         form = AppForm(request.POST, user=request.user, teams=_teams_of(request.user))
         if form.is_valid():
-            try:
+            with errors_on(form):
                 app, secret = actions.create_app(actor=request.user, **form.cleaned_data)
-            except ValidationError as exc:
-                apply_validation_error(form, exc)
-            else:
                 return render(request, "topics/app_secret.html", {"object": app, "secret": secret, "created": True})
         return render(request, "topics/app_form.html", {"form": form}, status=400)
 
@@ -138,13 +135,11 @@ class TopicApplicationFormView(governance.ApplicationFormView):
     model = TopicApplication
     form_class = TopicApplicationForm
     noun = "topic"
-    detail_url = "topics:application-detail"
 
 
 class TopicApplicationDetailView(governance.ApplicationDetailView):
     model = TopicApplication
     noun = "Topic"
-    url_prefix = "topics:application"
 
     def fields(self, a):
         return [
@@ -156,8 +151,3 @@ class TopicApplicationDetailView(governance.ApplicationDetailView):
             ("Transactional", "yes" if a.transactional else "no"), ("Ordered", "yes" if a.ordered else "no"),
             ("Description", a.description or "—"), ("Reason", a.reason),
         ]
-
-
-class TopicApplicationVerbView(governance.ApplicationVerbView):
-    model = TopicApplication
-    detail_url = "topics:application-detail"

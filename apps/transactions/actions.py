@@ -17,13 +17,17 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.audit.recorder import record
+from apps.transactions.broker_admin import BrokerAdminError
+from apps.transactions.brokers import admin_for
 from apps.transactions.choices import Resolution, ResolutionSource, TxState
 from apps.transactions.models import PreparedMessage, Redrive, TxCheck
+from control_plane.celery import send_on_commit
 from control_plane.errors import ActionError, require_perm
 
 log = logging.getLogger("apps.transactions")
 
 MAX_REDRIVE_IDS = 100_000
+REDRIVE_TASK = "transactions.run_redrive"
 FINAL = {"committed": TxState.COMMITTED, "rolled_back": TxState.ROLLED_BACK}
 
 
@@ -98,9 +102,6 @@ def note_producer_outcomes(states: dict[int, str]) -> int:
 
 def resolve_manually(*, actor, message: PreparedMessage, decision: str) -> PreparedMessage:
     """An SRE commits or rolls back one prepared message by hand (the broker applies it first)."""
-    from apps.transactions.broker_admin import BrokerAdminError
-    from apps.transactions.brokers import admin_for
-
     require_perm(actor, "transactions.resolve_preparedmessage")
     if decision not in Resolution.values:
         raise ValidationError({"decision": "Say commit or rollback."})
@@ -163,9 +164,7 @@ def request_redrive(*, actor, cluster, topic: str, group: str, since: datetime |
            after={"cluster": cluster.name, "topic": topic, "group": group,
                   "since": since.isoformat() if since else None, "until": until.isoformat() if until else None,
                   "message_ids": len(run.message_ids)})
-    from apps.transactions.tasks import run_redrive
-
-    transaction.on_commit(lambda: run_redrive.delay(run.pk))
+    send_on_commit(REDRIVE_TASK, run.pk)
     return run
 
 

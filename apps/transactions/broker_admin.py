@@ -1,18 +1,19 @@
 """A client of one broker's admin HTTP API (docs/transactions.md, the broker's /admin/ endpoints).
 
-Standard library only. Every call is bounded by SWITCHYARD_BROKER_ADMIN_TIMEOUT and carries the bearer token
-SWITCHYARD_BROKER_ADMIN_TOKEN. One keep-alive connection per client object (one client per task and broker).
+httpx, no redirects. Every call is bounded by SWITCHYARD_BROKER_ADMIN_TIMEOUT and carries the bearer token
+SWITCHYARD_BROKER_ADMIN_TOKEN. One keep-alive connection pool per client object (one client per task and broker).
 Brokers are found in the cluster's ZooKeeper: /brokers/<node> holds host and metrics_port.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
-import urllib.parse
 from dataclasses import dataclass
 
+import httpx
 from django.conf import settings
+
+from apps.clusters.zookeeper import ZooKeeperUnreachable, read_health
 
 
 class BrokerAdminError(Exception):
@@ -33,8 +34,6 @@ class BrokerEndpoint:
 
 def live_brokers(cluster) -> list[BrokerEndpoint]:
     """The brokers registered in the cluster's ZooKeeper now (raises ZooKeeperUnreachable)."""
-    from apps.clusters.zookeeper import ZooKeeperUnreachable, read_health
-
     health = read_health(cluster)
     if not health.reachable:
         raise ZooKeeperUnreachable(health.error)
@@ -63,16 +62,17 @@ def answer_error(where: str, status: int, raw: bytes) -> BrokerAdminError:
 
 
 class BrokerAdmin:
+    """One broker's admin API (close it, or use `with`)."""
+
     def __init__(self, endpoint: BrokerEndpoint, token: str | None = None, timeout: float | None = None):
         self.endpoint = endpoint
-        self.token = token
         self.timeout = timeout or admin_timeout()
-        self._conn: http.client.HTTPConnection | None = None
+        self._http = httpx.Client(base_url=f"http://{endpoint.host}:{endpoint.metrics_port}",
+                                  headers=admin_headers(token), timeout=self.timeout, follow_redirects=False,
+                                  trust_env=False)
 
     def close(self) -> None:
-        if self._conn is not None:
-            self._conn.close()
-            self._conn = None
+        self._http.close()
 
     def __enter__(self) -> BrokerAdmin:
         return self
@@ -134,40 +134,21 @@ class BrokerAdmin:
 
     def _call(self, method: str, path: str, *, params: dict | None = None, body: dict | None = None,
               timeout: float | None = None) -> dict:
-        query = urllib.parse.urlencode({k: v for k, v in (params or {}).items() if v is not None})
-        url = f"{path}?{query}" if query else path
-        data = json.dumps(body).encode() if body is not None else None
-        headers = admin_headers(self.token)
-        if data is not None:
-            headers["Content-Type"] = "application/json"
+        params = {k: v for k, v in (params or {}).items() if v is not None}
+        timeout = timeout or self.timeout
         where = f"broker {self.endpoint.node_id} ({self.endpoint.host}:{self.endpoint.metrics_port}) {method} {path}"
         for attempt in (1, 2):  # a kept-alive connection the broker closed meanwhile is retried once, fresh
-            if self._conn is None:
-                self._conn = http.client.HTTPConnection(self.endpoint.host, self.endpoint.metrics_port,
-                                                        timeout=timeout or self.timeout)
-            self._conn.timeout = timeout or self.timeout
-            if self._conn.sock is not None:
-                self._conn.sock.settimeout(self._conn.timeout)
             try:
-                self._conn.request(method, url, body=data, headers=headers)
-                response = self._conn.getresponse()
-                raw = response.read()
+                response = self._http.request(method, path, params=params, json=body, timeout=timeout)
                 break
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
-                self.close()
+            except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
                 if attempt == 2:
                     raise BrokerAdminError(f"{where}: connection lost: {exc}") from exc
-            except (OSError, http.client.HTTPException) as exc:
-                self.close()
-                raise BrokerAdminError(f"{where}: no answer within {self._conn_timeout(timeout):g}s: {exc}") from exc
-        if response.will_close:
-            self.close()
-        if response.status != 200:
-            raise answer_error(where, response.status, raw)
+            except httpx.HTTPError as exc:
+                raise BrokerAdminError(f"{where}: no answer within {timeout:g}s: {type(exc).__name__} {exc}") from exc
+        if response.status_code != 200:
+            raise answer_error(where, response.status_code, response.content)
         try:
-            return json.loads(raw or b"{}")
+            return response.json() if response.content else {}
         except ValueError as exc:
-            raise answer_error(where, response.status, raw) from exc
-
-    def _conn_timeout(self, timeout: float | None) -> float:
-        return timeout or self.timeout
+            raise answer_error(where, response.status_code, response.content) from exc

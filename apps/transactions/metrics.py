@@ -6,18 +6,17 @@ in a worker's memory would be served by nobody and lost with the worker).
 
 from __future__ import annotations
 
+from django.db.models import Count
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from apps.transactions.choices import TxState
+from apps.transactions.models import PreparedMessage
 
 
 class TxCollector:
     """Read at scrape time: unresolved messages (ever) and the prepared backlog, per cluster and topic."""
 
     def collect(self):
-        from django.db.models import Count
-
-        from apps.transactions.choices import TxState
-        from apps.transactions.models import PreparedMessage
-
         unresolved = CounterMetricFamily("switchyard_tx_unresolved", "Prepared messages rolled back after "
                                          "their last back-check (recorded)", labels=["cluster", "topic"])
         backlog = GaugeMetricFamily("switchyard_tx_prepared_backlog", "Prepared messages seen by the sweep "

@@ -18,8 +18,7 @@ from apps.transactions.filtersets import PreparedMessageFilterSet
 from apps.transactions.forms import CheckUrlForm, RedriveForm
 from apps.transactions.metrics import TxCollector
 from apps.transactions.models import Redrive
-from control_plane.errors import ActionError
-from control_plane.web import apply_validation_error
+from control_plane.web import errors_on
 
 MESSAGE_LIMIT = 200
 
@@ -67,13 +66,8 @@ class RedriveListView(LoginRequiredMixin, PermissionRequiredMixin, View):
             return render(request, "403.html", {"message": "Only SREs re-drive dead letters."}, status=403)
         form = RedriveForm(request.POST)
         if form.is_valid():
-            try:
+            with errors_on(form):
                 run = actions.request_redrive(actor=request.user, **form.cleaned_data)
-            except ValidationError as exc:
-                apply_validation_error(form, exc)
-            except ActionError as exc:
-                form.add_error(None, exc.message)
-            else:
                 return redirect("transactions:redrive", pk=run.pk)
         return self.get(request, form=form, status=400)
 

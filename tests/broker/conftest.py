@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -28,6 +27,9 @@ from broker_core.cluster.provision import Provisioner
 from broker_core.layout import LAYOUT
 from broker_core.secret_source import read_secret
 from devstack.services import start_zookeeper, stop_zookeeper
+from devstack.waiting import (
+    wait_closely as wait_for,  # the broker tests' wait (they import it from here)
+)
 from tests.support.stack import broker_environment, control_zk_client, zk_acl_policy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,17 +60,6 @@ def free_port_pair() -> int:
         if ok:
             return port
     raise RuntimeError(f"no free port pair in {PORT_BASE + 300}-{PORT_BASE + 389}")
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.02):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 @pytest.fixture(scope="session")

@@ -3,21 +3,7 @@ Celery worker process on the test database, and helpers to read ZooKeeper and wa
 
 from __future__ import annotations
 
-import time
-
 import pytest
-
-
-def wait_for(predicate, timeout: float = 30.0, what: str = "condition", interval: float = 0.2):
-    """Poll until predicate() is truthy; returns its value. A bound, not a timing assertion."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what} after {timeout:.0f}s (last value {value!r})")
-        time.sleep(interval)
 
 
 @pytest.fixture

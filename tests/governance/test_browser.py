@@ -6,7 +6,8 @@ from playwright.sync_api import Error as PlaywrightError
 
 from apps.bindings.models import BindingApplication
 from apps.topics.models import TopicApplication
-from tests.governance.conftest import read_node, wait_for
+from devstack.waiting import wait_for
+from tests.governance.conftest import read_node
 from tests.support.browser import login
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -77,7 +78,8 @@ def test_topic_from_form_to_zookeeper(celery_worker, live_server, page, people, 
     approve_from_queue(page, live_server, "lead-pay", "Looks right")
     page.wait_for_url("**/applications/topics/*/")
     reload_until(page, "[data-testid=sync-topic]", "synced")
-    assert page.locator("[data-testid=state]").inner_text() == "active"
+    # the node reads back synced a moment before the worker, having written the route too, marks it active
+    reload_until(page, "[data-testid=state]", "active")
     assert "read from ZooKeeper just now" in page.locator("[data-testid=sync-row-topic]").inner_text()
     assert read_node(zk, f"{zk_chroot}/dev-a/topics/payments.order-paid") == {
         "name": "payments.order-paid", "message_types": ["created", "paid"], "ordered": False,

@@ -5,7 +5,8 @@ application page, approves, and the new revision lands in ZooKeeper."""
 import pytest
 
 from apps.lifecycle.models import LifecycleApplication
-from tests.governance.conftest import read_node, wait_for
+from devstack.waiting import wait_for
+from tests.governance.conftest import read_node
 from tests.governance.test_browser import reload_until
 from tests.support.browser import login
 

@@ -8,7 +8,8 @@ from apps.audit.models import AuditRecord
 from apps.governance.workflow import State
 from apps.provisioning.models import SyncState
 from apps.topics.models import TopicApplication
-from tests.governance.conftest import read_node, wait_for
+from devstack.waiting import wait_for
+from tests.governance.conftest import read_node
 from tests.support.stack import ports
 
 BODY = {"name": "payments.order-paid", "team": "payments", "environment": "dev", "cluster": "dev-a",
@@ -70,17 +71,31 @@ def test_zookeeper_refusing_the_write_fails_the_application_with_the_error(
 
 
 @pytest.mark.django_db
-def test_an_unanswering_zookeeper_fails_it_after_the_configured_attempts(people, api_for, make_cluster, settings):
+def test_an_unanswering_zookeeper_fails_it_after_the_configured_attempts(people, api_for, make_cluster, settings,
+                                                                         monkeypatch):
+    from celery.signals import task_retry
+
     from apps.provisioning.tasks import provision_application
 
-    settings.SWITCHYARD_PROVISION_MAX_ATTEMPTS = 3
+    monkeypatch.setattr(provision_application, "max_retries", 2)  # SWITCHYARD_PROVISION_MAX_ATTEMPTS = 3
     settings.SWITCHYARD_ZK_TIMEOUT = 1
     make_cluster("dev-a", "dev", connect=f"127.0.0.1:{SILENT_PORT}")
     created = apply_and_approve(api_for, people)  # this test's transaction never commits: nothing is queued
 
     # The real task, run in this process: Celery re-applies it on each retry, counting the retries.
-    result = provision_application.apply(args=["topic", created["id"]])
+    countdowns = []
+
+    def note(sender=None, einfo=None, **kwargs):
+        countdowns.append(einfo.exception.exc.when)  # Celery's Retry, wrapped with its traceback
+
+    task_retry.connect(note, weak=False)
+    try:
+        result = provision_application.apply(args=["topic", created["id"]])
+    finally:
+        task_retry.disconnect(note)
     assert result.get() == "failed"
+    base, cap = settings.SWITCHYARD_PROVISION_BACKOFF_BASE, settings.SWITCHYARD_PROVISION_BACKOFF_MAX
+    assert countdowns == [min(cap, base), min(cap, 2 * base)]
     record = SyncState.objects.get(kind="topic")
     assert (record.state, record.attempts) == ("failed", 3)
     assert record.error.startswith(f"ZooKeeper at 127.0.0.1:{SILENT_PORT} did not answer within 1s")
@@ -95,12 +110,19 @@ def test_an_unanswering_zookeeper_fails_it_after_the_configured_attempts(people,
 
 
 def test_retry_backoff_doubles_from_the_base_up_to_the_cap(settings):
-    from apps.provisioning.provision import backoff
+    from celery.utils.time import get_exponential_backoff_interval
 
-    settings.SWITCHYARD_PROVISION_BACKOFF_BASE = 1
-    settings.SWITCHYARD_PROVISION_BACKOFF_MAX = 60
-    assert [backoff(r) for r in range(9)] == [1, 2, 4, 8, 16, 32, 60, 60, 60]
-    assert backoff(500) == 60
-    settings.SWITCHYARD_PROVISION_BACKOFF_BASE = 0.5
-    settings.SWITCHYARD_PROVISION_BACKOFF_MAX = 2
-    assert [backoff(r) for r in range(5)] == [0.5, 1, 2, 2, 2]
+    from apps.provisioning.tasks import provision_application, provision_objects
+
+    for task in (provision_application, provision_objects):
+        assert (task.retry_backoff, task.retry_backoff_max, task.retry_jitter, task.max_retries) == (
+            settings.SWITCHYARD_PROVISION_BACKOFF_BASE, settings.SWITCHYARD_PROVISION_BACKOFF_MAX, False,
+            settings.SWITCHYARD_PROVISION_MAX_ATTEMPTS - 1)
+
+    def delays(base, cap, retries):  # what Celery waits before retry number r + 1, with these options
+        return [get_exponential_backoff_interval(factor=base, retries=r, maximum=cap, full_jitter=False)
+                for r in retries]
+
+    assert delays(1, 60, range(9)) == [1, 2, 4, 8, 16, 32, 60, 60, 60]
+    assert delays(1, 60, [500]) == [60]
+    assert delays(2, 5, range(5)) == [2, 4, 5, 5, 5]

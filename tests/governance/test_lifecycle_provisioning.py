@@ -19,7 +19,8 @@ from apps.provisioning.models import SyncState
 from apps.topics.models import Topic
 from control_plane import actors
 from control_plane.errors import ActionError
-from tests.governance.conftest import read_node, wait_for
+from devstack.waiting import wait_for
+from tests.governance.conftest import read_node
 from tests.governance.lifecycle_helpers import apply, bind
 
 pytestmark = pytest.mark.django_db(transaction=True)

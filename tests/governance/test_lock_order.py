@@ -25,7 +25,8 @@ from apps.governance.workflow import State
 from apps.provisioning import provision
 from apps.topics import actions as topics
 from apps.topics.models import TopicApplication
-from tests.governance.conftest import read_node, wait_for
+from devstack.waiting import wait_for
+from tests.governance.conftest import read_node
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

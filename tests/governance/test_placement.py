@@ -10,7 +10,8 @@ from apps.provisioning import placement
 from apps.provisioning.models import SyncState
 from apps.topics import actions as topics
 from control_plane.errors import ActionError
-from tests.governance.conftest import read_node, wait_for
+from devstack.waiting import wait_for
+from tests.governance.conftest import read_node
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

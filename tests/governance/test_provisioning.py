@@ -8,7 +8,8 @@ from apps.audit.models import AuditRecord
 from apps.governance.workflow import State
 from apps.provisioning.models import SyncState
 from apps.topics.models import App, TopicApplication
-from tests.governance.conftest import read_node, wait_for
+from devstack.waiting import wait_for
+from tests.governance.conftest import read_node
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

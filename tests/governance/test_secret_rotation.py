@@ -13,8 +13,9 @@ from apps.governance.workflow import State
 from apps.provisioning.models import SyncState
 from broker_core import protocol as p
 from broker_core.client import AuthError, Producer
+from devstack.waiting import wait_for
 from tests.broker.conftest import cluster, zk, zk_hosts  # noqa: F401  (the broker fixtures)
-from tests.governance.conftest import read_node, wait_for
+from tests.governance.conftest import read_node
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

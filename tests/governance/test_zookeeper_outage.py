@@ -6,7 +6,7 @@ import pytest
 from apps.governance.workflow import State
 from apps.provisioning.models import SyncState
 from apps.topics.models import TopicApplication
-from tests.governance.conftest import wait_for
+from devstack.waiting import wait_for
 from tests.support.stack import ports, state_dir
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -8,12 +8,12 @@ from types import SimpleNamespace
 
 import pytest
 
+from devstack.waiting import wait_for  # noqa: F401  (the integration tests import it from here)
 from tests.broker.conftest import cluster, zk, zk_hosts  # noqa: F401  (the broker fixtures)
 from tests.governance.conftest import (  # noqa: F401  (fixtures)
     approved_topic,
     people,
     topic_fields,
-    wait_for,
 )
 
 TOPIC = "payments.order-paid"  # tests.governance.conftest.TOPIC's name: message types created and paid

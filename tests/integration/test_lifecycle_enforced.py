@@ -6,7 +6,6 @@ backlog, then gone with the topic once consumed and past retention (the sweep re
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import pytest
@@ -20,6 +19,7 @@ from apps.topics.models import Topic
 from broker_core import protocol as p
 from broker_core.client import BrokerError, ConnectionLost, Consumer, Message, Producer
 from control_plane import actors
+from devstack.waiting import holds_within
 from tests.broker.conftest import wait_for as wait_closely  # polls every 20 ms
 from tests.broker.helpers import RawConsumer, Received
 from tests.broker.tx_helpers import drain
@@ -129,12 +129,7 @@ def bound(broker, group: str = "shipping") -> bool:
 
 def _within(predicate, seconds: float) -> bool:
     """Whether `predicate` holds within `seconds` (polled every 20 ms)."""
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
+    return holds_within(predicate, seconds)
 
 
 def test_a_retired_topic_refuses_publishes_drains_its_binding_then_is_deleted(governed, api_for):

@@ -17,7 +17,6 @@ from tests.governance.conftest import (  # noqa: F401  (fixtures)
     paused_worker,
     people,
     topic_fields,
-    wait_for,
 )
 from tests.integration.conftest import binding_fields, wait_active
 

@@ -11,7 +11,7 @@ from kazoo.exceptions import NoNodeError
 
 from broker_core.client import Producer
 from broker_core.layout import LAYOUT
-from tests.governance.conftest import wait_for
+from devstack.waiting import wait_for
 
 
 def describe(move_id: int) -> str:

@@ -20,7 +20,7 @@ def test_a_topic_moves_while_its_producer_and_group_of_two_keep_running(moving):
     from apps.moves import actions
     from apps.moves.choices import FORWARD
     from apps.topics.models import Topic
-    from tests.governance.conftest import wait_for
+    from devstack.waiting import wait_for
 
     a, b, name = moving.a, moving.b, moving.name
     got = Received()

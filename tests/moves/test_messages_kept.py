@@ -20,7 +20,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_dead_letters_need_a_choice_and_move_to_the_target(moving):
     from apps.moves import actions
     from apps.moves.models import TopicMove
-    from tests.governance.conftest import wait_for
+    from devstack.waiting import wait_for
 
     a, b, name, sre = moving.a, moving.b, moving.name, moving.people.sre
     refused_all = Received()
@@ -50,7 +50,7 @@ def test_a_prepared_message_keeps_its_back_checks_on_the_source_and_holds_the_dr
     from apps.moves import actions
     from apps.topics import actions as topics
     from apps.transactions.models import PreparedMessage
-    from tests.governance.conftest import wait_for
+    from devstack.waiting import wait_for
     from tests.transactions.helpers import CheckServer, drive_sweeps, prepare_and_die
 
     name, sre = moving.name, moving.people.sre

@@ -30,7 +30,7 @@ def test_rollback_from_each_step_leaves_the_topic_working_on_the_source(moving, 
     from apps.moves import actions, runner
     from apps.provisioning.models import Placement
     from apps.topics.models import Topic
-    from tests.governance.conftest import wait_for
+    from devstack.waiting import wait_for
 
     a, b, name, sre = moving.a, moving.b, moving.name, moving.people.sre
     got = Received()

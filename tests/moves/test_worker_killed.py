@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 
@@ -22,8 +21,8 @@ def test_a_move_resumes_after_its_worker_is_killed(moving, paused_worker, trace_
 
     from apps.moves import actions, tasks
     from apps.moves.models import MoveStep
+    from devstack.waiting import wait_for
     from tests.conftest import start_worker, stop_worker, worker_environment
-    from tests.governance.conftest import wait_for
 
     name = moving.name
     with Producer(**moving.producer) as producer:  # a backlog on the source, nobody consuming it yet
@@ -47,11 +46,12 @@ def test_a_move_resumes_after_its_worker_is_killed(moving, paused_worker, trace_
     got = Received()
     with Consumer(name, GROUP, got.handler("c"), **moving.consumer):
         requeued: list[int] = []
-        deadline = time.monotonic() + 90
-        while not requeued or move.__class__.objects.get(pk=move.pk).state == "running":
-            assert time.monotonic() < deadline, "the move did not resume"
-            requeued += tasks.resume_stalled(stale_after_s=1)  # what the beat entry does every 15 s
-            time.sleep(0.5)
+
+        def resumed():
+            requeued.extend(tasks.resume_stalled(stale_after_s=1))  # what the beat entry does every 15 s
+            return requeued and move.__class__.objects.get(pk=move.pk).state != "running"
+
+        wait_for(resumed, 90, "the move to resume", interval=0.5)
         wait_state(move, "succeeded", 60)
         wait_for(lambda: set(sent) <= set(got.ids("c")), 30, "the backlog consumed")
     assert requeued and set(requeued) == {move.pk}

@@ -5,5 +5,4 @@ from tests.governance.conftest import (  # noqa: F401  (fixtures)
     make_cluster,
     people,
     topic_fields,
-    wait_for,
 )

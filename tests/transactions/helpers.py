@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from broker_core.layout import LAYOUT
+from devstack.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,15 +49,13 @@ def drive_sweeps(predicate, timeout: float = 60, every: float = 0.7, what: str =
     """Beat's part, faster: queue the sweep task on the real worker until predicate() holds."""
     from apps.transactions.tasks import sweep_all
 
-    deadline = time.monotonic() + timeout
-    while True:
+    def swept():
         value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what} after {timeout:.0f}s (last value {value!r})")
-        sweep_all.delay()
-        time.sleep(every)
+        if not value:
+            sweep_all.delay()
+        return value
+
+    return wait_for(swept, timeout, what, interval=every)
 
 
 DYING_PRODUCER = textwrap.dedent("""

@@ -15,10 +15,10 @@ from django.db import connection
 from apps.audit.models import AuditRecord
 from apps.transactions.models import PreparedMessage
 from broker_core.client import Consumer, Producer
+from devstack.waiting import wait_for
 from tests.broker.conftest import APP, SECRET, cluster, zk, zk_hosts  # noqa: F401  (the broker fixtures)
 from tests.broker.helpers import Received
 from tests.conftest import admin_token
-from tests.governance.conftest import wait_for
 from tests.transactions.helpers import (
     CheckServer,
     control_plane_cluster,

@@ -6,9 +6,9 @@ from django.db import connection
 
 from apps.transactions.models import PreparedMessage
 from broker_core.client import Consumer, Message, Producer
+from devstack.waiting import wait_for
 from tests.broker.conftest import APP, SECRET, cluster, zk, zk_hosts  # noqa: F401  (the broker fixtures)
 from tests.conftest import admin_token
-from tests.governance.conftest import wait_for
 from tests.support.browser import login
 from tests.transactions.helpers import (
     control_plane_cluster,

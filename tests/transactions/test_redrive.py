@@ -19,9 +19,9 @@ from apps.audit.models import AuditRecord
 from apps.transactions.broker_admin import BrokerAdmin, live_brokers
 from apps.transactions.models import Redrive, RedrivenMessage
 from broker_core.client import Consumer, Message, Producer
+from devstack.waiting import wait_for
 from tests.broker.conftest import APP, cluster, zk, zk_hosts  # noqa: F401  (the broker fixtures)
 from tests.conftest import admin_token
-from tests.governance.conftest import wait_for
 from tests.transactions.helpers import control_plane_cluster
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -80,14 +80,14 @@ def test_redrive_5000_dead_letters_once_with_progress(poisoned, people, api_for)
     assert response.status_code == 202, response.content
     run_id = response.json()["id"]
     seen = []
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
+
+    def ended():
         body = api.get(f"/api/v1/redrives/{run_id}/").json()
         if not seen or seen[-1] != body["done"]:
             seen.append(body["done"])
-        if body["state"] in ("succeeded", "failed"):
-            break
-        time.sleep(0.02)
+        return body if body["state"] in ("succeeded", "failed") else None
+
+    body = wait_for(ended, 120, f"re-drive #{run_id} to end", interval=0.02)
     assert body["state"] == "succeeded", body
     assert (body["total"], body["done"], body["skipped"]) == (COUNT, COUNT, 0)
     assert body["batches"] == COUNT // 500  # the worker's SWITCHYARD_REDRIVE_BATCH

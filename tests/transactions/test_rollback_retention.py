@@ -10,10 +10,10 @@ import pytest
 
 from broker_core.client import Consumer, Producer
 from broker_core.layout import LAYOUT
+from devstack.waiting import wait_for
 from tests.broker.conftest import APP, cluster, zk, zk_hosts  # noqa: F401  (the broker fixtures)
 from tests.broker.helpers import Received
 from tests.conftest import admin_token
-from tests.governance.conftest import wait_for
 
 RETENTION_S = 12
 

@@ -3,6 +3,7 @@ from rest_framework import serializers
 from apps.bindings.actions import BINDING_FIELDS, GRANT_FIELDS
 from apps.bindings.models import Binding, BindingApplication, GrantApplication, ProducerGrant
 from apps.governance.api import ApplicationSerializer
+from apps.provisioning.api.serializers import RecordedSyncMixin
 from apps.topics.models import App, Topic
 
 
@@ -22,20 +23,8 @@ class TopicField(serializers.PrimaryKeyRelatedField):
         return value.pk
 
 
-class SyncMixin(serializers.Serializer):
-    sync = serializers.SerializerMethodField()
-    kind_name = ""
-
-    def get_sync(self, obj) -> list[dict]:
-        from apps.provisioning.api.serializers import SyncStateSerializer
-        from apps.provisioning.models import SyncState
-
-        return SyncStateSerializer(SyncState.objects.filter(kind=self.kind_name, object_id=obj.pk)
-                                   .select_related("cluster"), many=True).data
-
-
-class BindingSerializer(SyncMixin, serializers.ModelSerializer):
-    kind_name = "binding"
+class BindingSerializer(RecordedSyncMixin, serializers.ModelSerializer):
+    sync_kind = "binding"
     topic = serializers.CharField(source="topic.name")
     environment = serializers.CharField(source="topic.environment")
     cluster = serializers.CharField(source="topic.cluster.name")
@@ -48,8 +37,8 @@ class BindingSerializer(SyncMixin, serializers.ModelSerializer):
                   "max_in_flight", "description", "revision", "status", "sync", "created_at", "updated_at"]
 
 
-class ProducerGrantSerializer(SyncMixin, serializers.ModelSerializer):
-    kind_name = "grant"
+class ProducerGrantSerializer(RecordedSyncMixin, serializers.ModelSerializer):
+    sync_kind = "grant"
     topic = serializers.CharField(source="topic.name")
     environment = serializers.CharField(source="topic.environment")
     app = serializers.CharField(source="app.app_id")

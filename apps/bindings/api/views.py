@@ -1,7 +1,4 @@
-from drf_spectacular.utils import extend_schema
 from rest_framework import viewsets
-from rest_framework.decorators import action
-from rest_framework.response import Response
 
 from apps.bindings.api.serializers import (
     BindingApplicationSerializer,
@@ -17,11 +14,10 @@ from apps.bindings.filtersets import (
 )
 from apps.bindings.models import Binding, BindingApplication, GrantApplication, ProducerGrant
 from apps.governance.api import ApplicationViewSet
-from apps.provisioning.api.serializers import LiveStatusSerializer
-from apps.provisioning.status import live_status_of
+from apps.provisioning.api.views import LiveSyncMixin
 
 
-class BindingViewSet(viewsets.ReadOnlyModelViewSet):
+class BindingViewSet(LiveSyncMixin, viewsets.ReadOnlyModelViewSet):
     """Approved bindings. They are created by approving a binding application."""
 
     queryset = Binding.objects.select_related("topic__cluster", "app")
@@ -29,26 +25,15 @@ class BindingViewSet(viewsets.ReadOnlyModelViewSet):
     filterset_class = BindingFilterSet
     ordering_fields = ["created_at", "group"]
     action_perms = {"sync": "bindings.view_binding"}
-
-    @extend_schema(responses=LiveStatusSerializer(many=True))
-    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
-    def sync(self, request, pk=None):
-        """The binding's node read from its cluster's ZooKeeper now."""
-        return Response(LiveStatusSerializer([s.as_dict() for s in live_status_of("binding", self.get_object())],
-                                             many=True).data)
+    sync_kind = "binding"
 
 
-class ProducerGrantViewSet(viewsets.ReadOnlyModelViewSet):
+class ProducerGrantViewSet(LiveSyncMixin, viewsets.ReadOnlyModelViewSet):
     queryset = ProducerGrant.objects.select_related("topic", "app")
     serializer_class = ProducerGrantSerializer
     filterset_class = ProducerGrantFilterSet
     action_perms = {"sync": "bindings.view_producergrant"}
-
-    @extend_schema(responses=LiveStatusSerializer(many=True))
-    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
-    def sync(self, request, pk=None):
-        return Response(LiveStatusSerializer([s.as_dict() for s in live_status_of("grant", self.get_object())],
-                                             many=True).data)
+    sync_kind = "grant"
 
 
 class BindingApplicationViewSet(ApplicationViewSet):

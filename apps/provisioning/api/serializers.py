@@ -16,6 +16,17 @@ class SyncStateSerializer(serializers.ModelSerializer):
                   "checked_at", "synced_at"]
 
 
+# `sync`: the recorded sync state, per cluster, of an object provisioned into ZooKeeper (its `sync_kind`). A comment,
+# not a docstring: the API schema would show a docstring as the description of every serializer using it.
+class RecordedSyncMixin(serializers.Serializer):
+    sync = serializers.SerializerMethodField()
+    sync_kind = ""
+
+    def get_sync(self, obj) -> list[dict]:
+        return SyncStateSerializer(SyncState.objects.filter(kind=self.sync_kind, object_id=obj.pk)
+                                   .select_related("cluster"), many=True).data
+
+
 class LiveStatusSerializer(serializers.Serializer):
     """The sync state as read from ZooKeeper during this request (`live` false: it could not be read)."""
 

@@ -9,6 +9,7 @@ from rest_framework.response import Response
 
 from apps.provisioning import actions, routing
 from apps.provisioning.api.serializers import (
+    LiveStatusSerializer,
     ReconcileRequestSerializer,
     ReconcileRunSerializer,
     RouteSerializer,
@@ -18,7 +19,21 @@ from apps.provisioning.api.serializers import (
 from apps.provisioning.filtersets import ReconcileRunFilterSet, SyncStateFilterSet
 from apps.provisioning.models import ReconcileRun, SyncState
 from apps.provisioning.reconcile import reconcile
+from apps.provisioning.status import live_status_of
 from apps.topics.models import Topic
+
+
+# `GET <object>/sync/` on a viewset of objects provisioned into ZooKeeper (their `sync_kind`). A comment, not a
+# docstring: the API schema would show a docstring as the description of every viewset using it.
+class LiveSyncMixin:
+    sync_kind = ""
+
+    @extend_schema(responses=LiveStatusSerializer(many=True))
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def sync(self, request, **kwargs):
+        """The object's node on each cluster that should hold it, read from ZooKeeper now."""
+        return Response(LiveStatusSerializer([s.as_dict() for s in live_status_of(self.sync_kind, self.get_object())],
+                                             many=True).data)
 
 
 class SyncStateViewSet(viewsets.ReadOnlyModelViewSet):

@@ -3,6 +3,7 @@ from rest_framework import serializers
 from apps.accounts.models import Team
 from apps.clusters.models import Cluster
 from apps.governance.api import ApplicationSerializer
+from apps.provisioning.api.serializers import RecordedSyncMixin
 from apps.topics.actions import APPLICATION_FIELDS
 from apps.topics.models import App, Topic, TopicApplication
 
@@ -48,10 +49,10 @@ class AppWithSecretSerializer(AppSerializer):
         read_only_fields = [*AppSerializer.Meta.read_only_fields, "previous_secret_valid_until"]
 
 
-class TopicSerializer(serializers.ModelSerializer):
+class TopicSerializer(RecordedSyncMixin, serializers.ModelSerializer):
     team = serializers.CharField(source="team.name")
     cluster = serializers.CharField(source="cluster.name")
-    sync = serializers.SerializerMethodField()
+    sync_kind = "topic"
 
     class Meta:
         model = Topic
@@ -59,14 +60,6 @@ class TopicSerializer(serializers.ModelSerializer):
                   "max_message_bytes", "retention_hours", "storage_level", "transactional", "ordered",
                   "tx_check_delay_s", "tx_check_interval_s", "tx_check_max", "description", "revision", "status", "sync",
                   "created_at", "updated_at"]
-
-    def get_sync(self, obj) -> list[dict]:
-        from apps.provisioning.api.serializers import SyncStateSerializer
-        from apps.provisioning.models import SyncState
-
-        return SyncStateSerializer(SyncState.objects.filter(kind="topic", object_id=obj.pk)
-                                   .select_related("cluster"), many=True).data
-
 
 class TopicApplicationSerializer(ApplicationSerializer):
     team = serializers.SlugRelatedField(slug_field="name", queryset=Team.objects.all())

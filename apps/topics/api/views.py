@@ -4,8 +4,7 @@ from rest_framework.decorators import action
 from rest_framework.response import Response
 
 from apps.governance.api import ApplicationViewSet
-from apps.provisioning.api.serializers import LiveStatusSerializer
-from apps.provisioning.status import live_status_of
+from apps.provisioning.api.views import LiveSyncMixin
 from apps.topics import actions
 from apps.topics.api.serializers import (
     AppCheckHostsSerializer,
@@ -26,7 +25,7 @@ def _with_secret(app, secret):
     return data
 
 
-class AppViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
+class AppViewSet(LiveSyncMixin, mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.GenericViewSet):
     """Producer/consumer identities. The secret is in the answer to create and rotate-secret only."""
 
     queryset = App.objects.select_related("team", "created_by")
@@ -36,6 +35,7 @@ class AppViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
     lookup_field = "app_id"
     action_perms = {"rotate_secret": "topics.change_app", "sync": "topics.view_app",
                     "check_url": "topics.change_app", "check_hosts": "topics.approve_check_hosts"}
+    sync_kind = "app"
 
     @extend_schema(responses=AppWithSecretSerializer)
     def create(self, request):
@@ -78,15 +78,8 @@ class AppViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, viewsets.Gene
                                           hosts=body.validated_data["check_hosts"])
         return Response(AppSerializer(app).data)
 
-    @extend_schema(responses=LiveStatusSerializer(many=True))
-    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
-    def sync(self, request, app_id=None):
-        """The app's node on each cluster that should know it, read from ZooKeeper now."""
-        return Response(LiveStatusSerializer([s.as_dict() for s in live_status_of("app", self.get_object())],
-                                             many=True).data)
 
-
-class TopicViewSet(viewsets.ReadOnlyModelViewSet):
+class TopicViewSet(LiveSyncMixin, viewsets.ReadOnlyModelViewSet):
     """Approved topics. They are created by approving a topic application."""
 
     queryset = Topic.objects.select_related("team", "cluster")
@@ -95,13 +88,7 @@ class TopicViewSet(viewsets.ReadOnlyModelViewSet):
     search_fields = ["name", "description"]
     ordering_fields = ["name", "environment", "created_at"]
     action_perms = {"sync": "topics.view_topic"}
-
-    @extend_schema(responses=LiveStatusSerializer(many=True))
-    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
-    def sync(self, request, pk=None):
-        """The topic's node read from its cluster's ZooKeeper now."""
-        return Response(LiveStatusSerializer([s.as_dict() for s in live_status_of("topic", self.get_object())],
-                                             many=True).data)
+    sync_kind = "topic"
 
 
 class TopicApplicationViewSet(ApplicationViewSet):

@@ -1,6 +1,7 @@
 """`manage.py redrive --cluster C --topic T --group G [--since ISO --until ISO | --ids a,b] [--wait]`."""
 
 import time
+from datetime import UTC
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -22,8 +23,6 @@ def _when(value: str | None, name: str):
     if parsed is None:
         raise CommandError(f"--{name}: not an ISO date-time: {value!r} (e.g. 2025-01-31T08:00:00Z)")
     if parsed.tzinfo is None:
-        from datetime import UTC
-
         parsed = parsed.replace(tzinfo=UTC)
     return parsed
 
