@@ -171,6 +171,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # enums of the alarms by their own names, so that no other component's enum is renamed by a name collision
+    "ENUM_NAME_OVERRIDES": {"AlertStatusEnum": "apps.alerts.choices.AlertStatus",
+                            "AlertRuleKindEnum": "apps.alerts.choices.RuleKind"},
     # every operation lists the error answers any view may give (400/401/403/404/...): control_plane.schema
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
                              "control_plane.schema.add_error_responses"],

@@ -44,7 +44,7 @@ def test_stopping_every_consumer_fires_the_alarm_and_a_returning_consumer_resolv
     consumer.start()
     wait_for(lambda: consumers_seen(prometheus, cp.name) == ["1"], 60, "Prometheus to see the group's consumer")
 
-    created = api_for(people.sre).post("/api/v1/alert-rules/", {
+    created = api_for(people.sre).post("/api/v1/monitoring/alert-rules/", {
         "name": "shipping has no consumer", "kind": "no_consumers", "cluster": cp.name, "topic": f"{TOPIC}@dev",
         "group": "shipping", "for_seconds": 2, "webhook_urls": [webhook.url], "emails": ["oncall@example.com"],
     }, format="json")

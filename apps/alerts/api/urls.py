@@ -4,9 +4,9 @@ from apps.alerts.api.views import AlertEventViewSet, AlertRuleViewSet, FiringAle
 
 
 def register(router) -> None:
-    router.register("alert-rules", AlertRuleViewSet, basename="alert-rule")
-    router.register("alert-events", AlertEventViewSet, basename="alert-event")
-    router.register("alert-silences", SilenceViewSet, basename="alert-silence")
+    router.register("monitoring/alert-rules", AlertRuleViewSet, basename="alert-rule")
+    router.register("monitoring/alerts", AlertEventViewSet, basename="alert-event")
+    router.register("monitoring/silences", SilenceViewSet, basename="alert-silence")
 
 
-urlpatterns = [path("alerts/firing/", FiringAlertsView.as_view(), name="api-alerts-firing")]
+urlpatterns = [path("monitoring/firing/", FiringAlertsView.as_view(), name="api-alerts-firing")]

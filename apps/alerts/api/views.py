@@ -70,7 +70,7 @@ class SilenceViewSet(viewsets.ViewSet):
     """Silences in Alertmanager: list (alerts readers), create and expire (SREs; audited)."""
 
     serializer_class = SilenceSerializer
-    lookup_value_regex = "[0-9a-fA-F-]{1,64}"
+    lookup_value_regex = "[0-9a-fA-F-]+"
 
     @extend_schema(responses={200: SilenceSerializer(many=True)})
     def list(self, request):
