@@ -9,16 +9,18 @@ from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin, PermissionRequiredMixin
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import JsonResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.decorators import method_decorator
 from django.views import View
 from django.views.decorators.csrf import csrf_exempt
 
 from apps.alerts import actions, alertmanager
+from apps.alerts.forms import AlertRuleForm
 from apps.alerts.history import BadNotification, record_notification
 from apps.alerts.models import AlertEvent, AlertRule
 from control_plane.errors import ActionError
 from control_plane.metrics import refuse_unless_monitoring
+from control_plane.web import apply_validation_error
 
 NOTIFY_MAX_BYTES = 4 * 1024 * 1024
 HISTORY_ROWS = 100
@@ -47,7 +49,57 @@ class AlertsView(LoginRequiredMixin, PermissionRequiredMixin, View):
             "history": AlertEvent.objects.select_related("rule")[:HISTORY_ROWS],
             "rules": sorted(rules.values(), key=lambda r: (r.cluster.name, r.name)),
             "can_silence": request.user.has_perm("alerts.silence_alertevent"),
+            "can_add": request.user.has_perm("alerts.add_alertrule"),
         })
+
+
+class RuleFormView(LoginRequiredMixin, PermissionRequiredMixin, View):
+    """GET: the form (empty, or the rule's); POST: add or change the rule through the action, or show the form
+    again with its field errors (nothing changed)."""
+
+    permission_required = "alerts.add_alertrule"
+    raise_exception = True
+
+    def get(self, request, pk=None):
+        rule = get_object_or_404(AlertRule, pk=pk) if pk else None
+        initial = {f: getattr(rule, f) for f in actions.EDITABLE_FIELDS} if rule else None
+        return self._page(request, AlertRuleForm(initial=initial), rule)
+
+    def post(self, request, pk=None):
+        rule = get_object_or_404(AlertRule, pk=pk) if pk else None
+        form = AlertRuleForm(request.POST)
+        if form.is_valid():
+            try:
+                if rule is None:
+                    rule = actions.create_rule(actor=request.user, **form.fields_for_action())
+                else:
+                    rule = actions.update_rule(actor=request.user, rule=rule, **form.fields_for_action())
+            except ValidationError as exc:
+                apply_validation_error(form, exc)
+            except PermissionDenied as exc:
+                form.add_error(None, str(exc))
+            else:
+                messages.success(request, f"Alarm rule {rule.name} saved.")
+                return redirect("alerts:list")
+        return self._page(request, form, rule, status=400)
+
+    def _page(self, request, form, rule, status=200):
+        return render(request, "alerts/rule_form.html", {"form": form, "rule": rule}, status=status)
+
+
+class RuleDeleteView(LoginRequiredMixin, PermissionRequiredMixin, View):
+    permission_required = "alerts.delete_alertrule"
+    raise_exception = True
+
+    def post(self, request, pk):
+        rule = get_object_or_404(AlertRule, pk=pk)
+        try:
+            actions.delete_rule(actor=request.user, rule=rule)
+        except PermissionDenied as exc:
+            messages.error(request, str(exc))
+        else:
+            messages.success(request, f"Alarm rule {rule.name} removed.")
+        return redirect("alerts:list")
 
 
 class SilenceCreateView(LoginRequiredMixin, View):
