@@ -248,6 +248,10 @@ SWITCHYARD_CONTROL_PLANE_URL = os.environ.get("SWITCHYARD_CONTROL_PLANE_URL", f"
 SWITCHYARD_ALERT_SMTP_SMARTHOST = os.environ.get("SWITCHYARD_ALERT_SMTP_SMARTHOST", "127.0.0.1:25")
 SWITCHYARD_ALERT_SMTP_FROM = os.environ.get("SWITCHYARD_ALERT_SMTP_FROM", "switchyard-alerts@localhost")
 SWITCHYARD_ALERT_SMTP_REQUIRE_TLS = os.environ.get("SWITCHYARD_ALERT_SMTP_REQUIRE_TLS", "0") == "1"
+# SMTP authentication: the user, and the path of a mode-600 file with the password (Alertmanager reads the file;
+# the password itself is never written into its configuration)
+SWITCHYARD_ALERT_SMTP_USERNAME = os.environ.get("SWITCHYARD_ALERT_SMTP_USERNAME", "")
+SWITCHYARD_ALERT_SMTP_PASSWORD_FILE = os.environ.get("SWITCHYARD_ALERT_SMTP_PASSWORD_FILE", "")
 # Alertmanager's grouping timers: how long it waits before the first, the next, and a repeated notification
 SWITCHYARD_ALERT_GROUP_WAIT = os.environ.get("SWITCHYARD_ALERT_GROUP_WAIT", "30s")
 SWITCHYARD_ALERT_GROUP_INTERVAL = os.environ.get("SWITCHYARD_ALERT_GROUP_INTERVAL", "1m")

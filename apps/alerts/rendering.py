@@ -113,10 +113,13 @@ def alertmanager_config(rules) -> str:
             receiver["email_configs"] = [{"to": address, "send_resolved": True} for address in rule.emails]
         receivers.append(receiver)
         routes.append({"receiver": name, "matchers": [f"rule_id={_q(str(rule.pk))}"], "continue": True})
+    smtp = {"smtp_smarthost": settings.SWITCHYARD_ALERT_SMTP_SMARTHOST, "smtp_from": settings.SWITCHYARD_ALERT_SMTP_FROM,
+            "smtp_require_tls": settings.SWITCHYARD_ALERT_SMTP_REQUIRE_TLS}
+    if settings.SWITCHYARD_ALERT_SMTP_USERNAME:  # the password's file, never the password
+        smtp["smtp_auth_username"] = settings.SWITCHYARD_ALERT_SMTP_USERNAME
+        smtp["smtp_auth_password_file"] = settings.SWITCHYARD_ALERT_SMTP_PASSWORD_FILE
     config = {
-        "global": {"smtp_smarthost": settings.SWITCHYARD_ALERT_SMTP_SMARTHOST,
-                   "smtp_from": settings.SWITCHYARD_ALERT_SMTP_FROM,
-                   "smtp_require_tls": settings.SWITCHYARD_ALERT_SMTP_REQUIRE_TLS},
+        "global": smtp,
         "route": {"receiver": HISTORY_RECEIVER, "group_by": ["alertname", "rule_id", "cluster", "topic", "group"],
                   "group_wait": settings.SWITCHYARD_ALERT_GROUP_WAIT,
                   "group_interval": settings.SWITCHYARD_ALERT_GROUP_INTERVAL,

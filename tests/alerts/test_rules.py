@@ -118,7 +118,13 @@ def test_rules_render_into_prometheus_rules_and_alertmanager_routes(people, esta
                                "cluster": cluster.name, "topic": "payments.order-paid", "group": "billing"}
     assert second["expr"] == (f'(count((up{{job="switchyard-brokers", cluster="{cluster.name}"}}) == 1) '
                               f'or vector(0)) < 2')
+    settings.SWITCHYARD_ALERT_SMTP_SMARTHOST = "mail.example:587"
+    settings.SWITCHYARD_ALERT_SMTP_USERNAME = "alerts"
+    settings.SWITCHYARD_ALERT_SMTP_PASSWORD_FILE = "/secrets/smtp-password"
     config = json.loads(alertmanager_config([rule, down]))
+    assert config["global"] == {"smtp_smarthost": "mail.example:587", "smtp_from": "switchyard-alerts@localhost",
+                                "smtp_require_tls": False, "smtp_auth_username": "alerts",
+                                "smtp_auth_password_file": "/secrets/smtp-password"}
     assert config["route"]["routes"] == [
         {"receiver": "switchyard-history", "continue": True},
         {"receiver": f"rule-{rule.pk}", "matchers": [f'rule_id="{rule.pk}"'], "continue": True},
@@ -131,3 +137,28 @@ def test_rules_render_into_prometheus_rules_and_alertmanager_routes(people, esta
         {"name": f"rule-{rule.pk}", "webhook_configs": [{"url": "https://hooks.example/a", "send_resolved": True}]},
         {"name": f"rule-{down.pk}", "email_configs": [{"to": "sre@example.com", "send_resolved": True}]},
     ]
+
+
+def test_every_kind_renders_files_prometheus_and_alertmanager_accept(people, estate, settings, tmp_path):
+    """Each kind's rule, checked by Prometheus' and Alertmanager's own tools (promtool, amtool)."""
+    import subprocess
+
+    from apps.alerts import actions
+    from apps.alerts.choices import TOPIC_KINDS, RuleKind
+    from apps.alerts.rendering import alertmanager_config, prometheus_rules
+
+    cluster, topic = estate
+    settings.SWITCHYARD_MONITORING_TOKEN_FILE = str(tmp_path / "token")
+    settings.SWITCHYARD_ALERT_SMTP_USERNAME = "alerts"
+    settings.SWITCHYARD_ALERT_SMTP_PASSWORD_FILE = str(tmp_path / "smtp-password")
+    rules = [actions.create_rule(actor=people.sre, name=f"rule {kind}", kind=kind, cluster=cluster,
+                                 topic=topic if kind in TOPIC_KINDS else None, threshold=3, for_seconds=10,
+                                 webhook_urls=["https://hooks.example/a"], emails=["sre@example.com"])
+             for kind in RuleKind.values]
+    (tmp_path / "rules.yml").write_text(prometheus_rules(rules))
+    (tmp_path / "alertmanager.yml").write_text(alertmanager_config(rules))
+    checked = subprocess.run(["promtool", "check", "rules", str(tmp_path / "rules.yml")], capture_output=True, text=True)
+    assert checked.returncode == 0 and f"SUCCESS: {len(RuleKind.values)} rules found" in checked.stdout, checked
+    checked = subprocess.run(["amtool", "check-config", str(tmp_path / "alertmanager.yml")], capture_output=True,
+                             text=True)
+    assert checked.returncode == 0 and f"{len(RuleKind.values) + 1} receivers" in checked.stdout, checked
