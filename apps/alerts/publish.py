@@ -32,7 +32,7 @@ def monitoring_dir() -> Path:
     return Path(settings.SWITCHYARD_MONITORING_DIR)
 
 
-def write_atomic(path: Path, text: str) -> bool:
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> bool:
     """Write text to path whole (readers see the old file or the new one); False when it was already so."""
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -44,7 +44,7 @@ def write_atomic(path: Path, text: str) -> bool:
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -104,7 +104,8 @@ def publish_config() -> int:
 
     rules = list(AlertRule.objects.filter(enabled=True).select_related("cluster", "topic").order_by("pk"))
     write_atomic(monitoring_dir() / "rules" / "switchyard.yml", prometheus_rules(rules))
-    write_atomic(monitoring_dir() / "alertmanager.yml", alertmanager_config(rules))
+    # receivers' URLs may carry a credential of the service they call: readable by the owner only
+    write_atomic(monitoring_dir() / "alertmanager.yml", alertmanager_config(rules), mode=0o600)
     _reload(settings.SWITCHYARD_ALERTMANAGER_URL, "Alertmanager")
     _reload(settings.SWITCHYARD_PROMETHEUS_URL, "Prometheus")
     return len(rules)
