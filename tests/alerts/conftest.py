@@ -16,10 +16,11 @@ from tests.governance.conftest import approved_topic, make_cluster, people, topi
 from tests.integration.conftest import governed  # noqa: F401
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def monitoring(live_server):
     """Prometheus (base+3) and Alertmanager (base+4) of this test stack, 1 s scrape and evaluation intervals,
-    started for the tests that need them and stopped after the run."""
+    started for the modules that need them and stopped after each (so nothing scrapes the live server while
+    other tests run)."""
     import shutil
 
     from devstack import monitoring as mon
