@@ -162,3 +162,20 @@ def test_every_kind_renders_files_prometheus_and_alertmanager_accept(people, est
     checked = subprocess.run(["amtool", "check-config", str(tmp_path / "alertmanager.yml")], capture_output=True,
                              text=True)
     assert checked.returncode == 0 and f"{len(RuleKind.values) + 1} receivers" in checked.stdout, checked
+
+
+def test_alertmanager_not_answering_is_refused_with_a_detail_and_changes_nothing(people, api_for, settings):
+    import socket
+
+    from apps.audit.models import AuditRecord
+
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        settings.SWITCHYARD_ALERTMANAGER_URL = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    firing = api_for(people.sre).get("/api/v1/monitoring/firing/")
+    # the platform's refusal (409, the API contract's "what to do" detail), not a server error
+    assert firing.status_code == 409 and "did not answer" in firing.json()["detail"]
+    made = api_for(people.sre).post("/api/v1/monitoring/silences/", {"matchers": {"rule_id": "1"}, "hours": 1,
+                                                                      "comment": "maintenance"}, format="json")
+    assert made.status_code == 409
+    assert not AuditRecord.objects.filter(object_type="alertmanager.silence").exists()
