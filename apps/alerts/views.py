@@ -118,8 +118,6 @@ class SilenceCreateView(LoginRequiredMixin, View):
         try:
             silence_id = actions.create_silence(actor=request.user, matchers=matchers, hours=hours,
                                                 comment=request.POST.get("comment", ""))
-        except PermissionDenied:
-            raise
         except ValidationError as exc:
             messages.error(request, "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items()))
         except ActionError as exc:
