@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from devstack import services
+from devstack import monitoring, services
 from devstack.services import Ports
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,9 +56,12 @@ def up() -> None:
                                    "--pidfile", ""], state, env, ROOT)
     start_demo_brokers(state, ports, env)
     services.wait_until(lambda: services.port_open(ports.web), 30, "web server")
+    monitoring.start_monitoring(state, ports, control_plane=f"127.0.0.1:{ports.web}")
+    manage(env, "publish_monitoring")  # the brokers to scrape and the alarm rules, rendered from the database
     print()
     print(f"Switchyard is up: http://127.0.0.1:{ports.web}/")
     print(f"  API docs:  http://127.0.0.1:{ports.web}/api/v1/docs/")
+    print(f"  Prometheus: http://127.0.0.1:{ports.prometheus}/  Alertmanager: http://127.0.0.1:{ports.alertmanager}/")
     print(f"  logins (password '{DEMO_PASSWORD}'):")
     for user, role in DEMO_LOGINS:
         print(f"    {user:<10} {role}")

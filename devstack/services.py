@@ -72,6 +72,14 @@ class Ports:
         return self.base + 2
 
     @property
+    def prometheus(self) -> int:  # devstack/monitoring.py
+        return self.base + 3
+
+    @property
+    def alertmanager(self) -> int:
+        return self.base + 4
+
+    @property
     def ldap(self) -> int:  # the tests' OpenLDAP (devstack/ldap.py)
         return self.base + 5
 
@@ -475,6 +483,9 @@ def environment(state: Path, ports: Ports, dbname: str = "switchyard") -> dict[s
         "SWITCHYARD_ZK_BROKER_AUTH_FILE": str(zk_auth_file(state, "broker")),
         # the control plane's Django secret key: a file of this stack (Django wants 50+ characters)
         "SWITCHYARD_SECRET_KEY_FILE": str(secret_file(state, "django-secret-key", nbytes=48)),
+        # Prometheus and Alertmanager (devstack/monitoring.py): their folder, and the token they present to /metrics
+        "SWITCHYARD_MONITORING_DIR": str(state / "monitoring"),
+        "SWITCHYARD_MONITORING_TOKEN_FILE": str(secret_file(state, "monitoring-token")),
     }
 
 

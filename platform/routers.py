@@ -4,6 +4,7 @@ from rest_framework.routers import DefaultRouter
 
 from apps.accounts.api import ApiTokenViewSet, LockoutViewSet, ServiceAccountViewSet, TeamViewSet
 from apps.accounts.sso_api import SsoMappingViewSet
+from apps.alerts.api.urls import register as register_alerts
 from apps.audit.api.urls import register as register_audit
 from apps.bindings.api.urls import register as register_bindings
 from apps.clusters.api.views import ClusterViewSet
@@ -29,3 +30,4 @@ register_tracing(api_router)
 register_audit(api_router)
 register_transactions(api_router)
 register_moves(api_router)
+register_alerts(api_router)

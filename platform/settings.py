@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "apps.tracing",
     "apps.transactions",
     "apps.moves",
+    "apps.alerts",
 ]
 
 MIDDLEWARE = [
@@ -170,6 +171,9 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # enums of the alarms by their own names, so that no other component's enum is renamed by a name collision
+    "ENUM_NAME_OVERRIDES": {"AlertStatusEnum": "apps.alerts.choices.AlertStatus",
+                            "AlertRuleKindEnum": "apps.alerts.choices.RuleKind"},
     # every operation lists the error answers any view may give (400/401/403/404/...): control_plane.schema
     "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
                              "control_plane.schema.add_error_responses"],
@@ -235,6 +239,28 @@ SWITCHYARD_MOVE_DLQ_PAGE = int(os.environ.get("SWITCHYARD_MOVE_DLQ_PAGE", "500")
 
 # The audit chain's head, HMAC-signed, is written here every 30 s (Celery beat) and on every export, so
 # `manage.py audit_verify` notices deleted tail records and truncation (apps/audit/checkpoint.py).
+# Monitoring (docs/alerts.md): the folder Prometheus and Alertmanager read (targets, rules, Alertmanager's
+# configuration), their addresses, and the token they present to /metrics and /alerts/notify (the variable, or
+# the mode-600 file SWITCHYARD_MONITORING_TOKEN_FILE names; without one both endpoints refuse everyone)
+SWITCHYARD_MONITORING_DIR = os.environ.get("SWITCHYARD_MONITORING_DIR", str(STATE_DIR / "monitoring"))
+SWITCHYARD_MONITORING_TOKEN = read_secret("SWITCHYARD_MONITORING_TOKEN", default="")
+SWITCHYARD_MONITORING_TOKEN_FILE = os.environ.get("SWITCHYARD_MONITORING_TOKEN_FILE", "")
+SWITCHYARD_PROMETHEUS_URL = os.environ.get("SWITCHYARD_PROMETHEUS_URL", f"http://127.0.0.1:{PORT_BASE + 3}")
+SWITCHYARD_ALERTMANAGER_URL = os.environ.get("SWITCHYARD_ALERTMANAGER_URL", f"http://127.0.0.1:{PORT_BASE + 4}")
+# where Alertmanager posts every notification for the console's history of alerts (this web server)
+SWITCHYARD_CONTROL_PLANE_URL = os.environ.get("SWITCHYARD_CONTROL_PLANE_URL", f"http://127.0.0.1:{PORT_BASE + 10}")
+SWITCHYARD_ALERT_SMTP_SMARTHOST = os.environ.get("SWITCHYARD_ALERT_SMTP_SMARTHOST", "127.0.0.1:25")
+SWITCHYARD_ALERT_SMTP_FROM = os.environ.get("SWITCHYARD_ALERT_SMTP_FROM", "switchyard-alerts@localhost")
+SWITCHYARD_ALERT_SMTP_REQUIRE_TLS = os.environ.get("SWITCHYARD_ALERT_SMTP_REQUIRE_TLS", "0") == "1"
+# SMTP authentication: the user, and the path of a mode-600 file with the password (Alertmanager reads the file;
+# the password itself is never written into its configuration)
+SWITCHYARD_ALERT_SMTP_USERNAME = os.environ.get("SWITCHYARD_ALERT_SMTP_USERNAME", "")
+SWITCHYARD_ALERT_SMTP_PASSWORD_FILE = os.environ.get("SWITCHYARD_ALERT_SMTP_PASSWORD_FILE", "")
+# Alertmanager's grouping timers: how long it waits before the first, the next, and a repeated notification
+SWITCHYARD_ALERT_GROUP_WAIT = os.environ.get("SWITCHYARD_ALERT_GROUP_WAIT", "30s")
+SWITCHYARD_ALERT_GROUP_INTERVAL = os.environ.get("SWITCHYARD_ALERT_GROUP_INTERVAL", "1m")
+SWITCHYARD_ALERT_REPEAT_INTERVAL = os.environ.get("SWITCHYARD_ALERT_REPEAT_INTERVAL", "4h")
+
 SWITCHYARD_AUDIT_CHECKPOINT_DIR = os.environ.get("SWITCHYARD_AUDIT_CHECKPOINT_DIR", str(STATE_DIR / "audit-checkpoints"))
 SWITCHYARD_AUDIT_CHECKPOINT_KEY = read_secret("SWITCHYARD_AUDIT_CHECKPOINT_KEY", default="")
 

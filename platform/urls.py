@@ -6,6 +6,7 @@ from apps.accounts import oidc, sso_views
 from apps.accounts.api import ObtainTokenView
 from apps.governance.api import ApplicationLookupView, ApprovalQueueView
 from control_plane import views
+from control_plane.metrics import metrics
 from control_plane.routers import api_router
 
 urlpatterns = [
@@ -19,6 +20,7 @@ urlpatterns = [
     path("clusters/", include("apps.clusters.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include("apps.tracing.api.urls")),
+    path("api/v1/", include("apps.alerts.api.urls")),
     path("api/v1/", include(api_router.urls)),
     path("api/v1/auth/token/", ObtainTokenView.as_view(), name="api-token"),
     path("api/v1/approvals/", ApprovalQueueView.as_view(), name="api-approvals"),
@@ -36,6 +38,8 @@ urlpatterns = [
     path("", include("apps.tracing.urls")),
     path("", include("apps.transactions.urls")),
     path("", include("apps.moves.urls")),
+    path("", include("apps.alerts.urls")),
+    path("metrics", metrics, name="metrics"),
 ]
 
 handler403 = "control_plane.views.forbidden"

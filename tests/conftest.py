@@ -18,6 +18,9 @@ for _name, _value in (("SWITCHYARD_ZK_CONTROL_AUTH", "switchyard-control:test-co
                       ("SWITCHYARD_ZK_BROKER_AUTH", "switchyard-broker:test-broker-password-0123456789")):
     if not os.environ.get(f"{_name}_FILE"):
         os.environ.setdefault(_name, _value)
+# The monitoring token (/metrics, /alerts/notify): `./dev test` hands over a file; a bare pytest run gets this one.
+if not os.environ.get("SWITCHYARD_MONITORING_TOKEN_FILE"):
+    os.environ.setdefault("SWITCHYARD_MONITORING_TOKEN", "switchyard-test-monitoring-token-" + uuid.uuid4().hex)
 # The control plane refuses to start without a secret key outside DEBUG; `./dev test` hands it a key file.
 if not os.environ.get("SWITCHYARD_SECRET_KEY_FILE"):
     os.environ.setdefault("SWITCHYARD_SECRET_KEY", "switchyard-tests-only-" + uuid.uuid4().hex + uuid.uuid4().hex)

@@ -10,5 +10,4 @@ urlpatterns = [
     path("redrives/<int:pk>/", views.RedriveDetailView.as_view(), name="redrive"),
     path("apps/<slug:app_id>/check-url/", views.AppCheckUrlView.as_view(), name="app-check-url"),
     path("apps/<slug:app_id>/check-hosts/", views.AppCheckHostsView.as_view(), name="app-check-hosts"),
-    path("metrics", views.metrics, name="metrics"),
 ]

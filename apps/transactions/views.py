@@ -1,22 +1,19 @@
-"""The transaction governance view, its drill-down, dead-letter re-drive pages, and /metrics."""
+"""The transaction governance view, its drill-down and dead-letter re-drive pages (their figures: /metrics,
+control_plane.metrics)."""
 
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin, PermissionRequiredMixin
 from django.core.exceptions import ValidationError
-from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 from django.views.generic import DetailView, TemplateView
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from apps.provisioning.metrics import DriftCollector
 from apps.topics.actions import set_app_check_hosts, set_app_check_url
 from apps.topics.models import App
 from apps.transactions import actions, queries
 from apps.transactions.choices import TxState
 from apps.transactions.filtersets import PreparedMessageFilterSet
 from apps.transactions.forms import CheckUrlForm, RedriveForm
-from apps.transactions.metrics import TxCollector
 from apps.transactions.models import Redrive
 from control_plane.web import errors_on
 
@@ -114,10 +111,3 @@ class AppCheckHostsView(LoginRequiredMixin, View):
             messages.success(request, f"Allowed check hosts of {app.app_id} saved.")
         return redirect("topics:app-detail", app_id=app.app_id)
 
-
-def metrics(request):
-    """Prometheus text: back-check and ZooKeeper drift figures read from the database at scrape time."""
-    registry = CollectorRegistry()
-    registry.register(TxCollector())
-    registry.register(DriftCollector())
-    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -40,6 +40,7 @@ GROUP_GAUGES = {
     "in_flight": "Messages delivered and not yet acked",
     "consumers": "Subscriptions connected to the group on this broker",
     "dead_letter_queue": "Entries in the group's dead-letter queue",
+    "oldest_age_seconds": "Seconds since the oldest message the group still owes was received (0: none)",
 }
 GROUP_COUNTERS = {
     "delivered": "Deliveries, first ones and redeliveries",

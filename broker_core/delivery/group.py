@@ -477,6 +477,18 @@ class Group:
     def in_flight(self) -> int:
         return sum(len(s.in_flight) for s in self.subs)
 
+    def oldest_age_s(self) -> float:
+        """Seconds since the broker received the oldest message the group still owes (waiting or in flight)."""
+        oldest = None
+        for lane in [self.main, *self.lanes.values()]:
+            first = next((m.received_ms for m in lane.ready if m.seq in lane.waiting), None)
+            for when in [first, *(m.received_ms for _, _, m in lane.deferred if m.seq in lane.waiting)]:
+                oldest = when if oldest is None or (when is not None and when < oldest) else oldest
+        for sub in self.subs:
+            for m, _, _ in sub.in_flight.values():
+                oldest = m.received_ms if oldest is None or m.received_ms < oldest else oldest
+        return max(0.0, time.time() - oldest / 1000) if oldest is not None else 0.0
+
     def stats(self) -> dict:
         return {
             "mode": self.mode,
@@ -494,5 +506,6 @@ class Group:
             "revision": self.binding.revision if self.binding is not None else None,
             "dead_letter_queue": self.store.dead_letter_count(self.name),
             "consumers": len(self.subs),
+            "oldest_age_seconds": self.oldest_age_s(),
         }
 

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -180,6 +181,25 @@ def test_up_twice_serves_login_and_down_leaves_nothing(state_root):
         assert demo_groups_acking(metrics_port, token) == {
             ("payments.demo-orders", "audit-feed"), ("payments.demo-orders", "shipping"),
             ("payments.demo-payments", "ledger")}
+
+    # Prometheus scrapes both demo brokers (targets written from ZooKeeper membership) and the control plane
+    def scraped() -> set[tuple[str, str]]:
+        query = urllib.parse.urlencode({"query": "up == 1"})
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{PORT_BASE + 3}/api/v1/query?{query}", timeout=5) as r:
+                found = json.loads(r.read())["data"]["result"]
+        except OSError:
+            return set()
+        return {(m["metric"]["job"], m["metric"].get("cluster", "")) for m in found}
+
+    deadline = time.monotonic() + 90
+    while scraped() != {("switchyard-brokers", "dev-a"), ("switchyard-brokers", "prod-a"),
+                        ("switchyard-control-plane", "")} and time.monotonic() < deadline:
+        time.sleep(1)
+    assert scraped() == {("switchyard-brokers", "dev-a"), ("switchyard-brokers", "prod-a"),
+                         ("switchyard-control-plane", "")}
+    with urllib.request.urlopen(f"http://127.0.0.1:{PORT_BASE + 4}/-/ready", timeout=5) as response:
+        assert response.status == 200  # Alertmanager
 
     # no secret of the stack on a command line or in a log, while an index build runs Spark's load as well
     state = state_root / "dev"

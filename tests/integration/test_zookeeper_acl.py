@@ -39,7 +39,9 @@ def consumer_publishes(governed, broker) -> str | None:
 
 
 def drift_metric(cluster_name: str) -> float:
-    body = Client().get("/metrics").content.decode()
+    from tests.support.stack import monitoring_token
+
+    body = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {monitoring_token()}").content.decode()
     found = re.search(rf'^switchyard_zookeeper_drift_objects{{cluster="{re.escape(cluster_name)}"}} (\S+)$', body,
                       re.M)
     assert found, f"no drift figure for {cluster_name} in /metrics:\n{body}"

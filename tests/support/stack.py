@@ -28,6 +28,13 @@ def ports() -> Ports:
     return Ports(int(os.environ.get("SWITCHYARD_PORT_BASE", "27200")))
 
 
+def monitoring_token() -> str:
+    """The token Prometheus presents to the control plane's /metrics (the settings read it like this)."""
+    from django.conf import settings
+
+    return settings.SWITCHYARD_MONITORING_TOKEN
+
+
 def control_zk_client(hosts: str, timeout: float = 10.0):
     """A kazoo client (not started) that authenticates as the control plane: full rights on what it wrote."""
     from kazoo.client import KazooClient

@@ -159,7 +159,11 @@ def test_nobody_answers_rolled_back_after_the_max_and_unresolved(tx, api_for, li
     # the control plane's /metrics, scraped over HTTP
     from prometheus_client.parser import text_string_to_metric_families
 
-    with urllib.request.urlopen(f"{live_server.url}/metrics", timeout=10) as response:
+    from tests.support.stack import monitoring_token
+
+    scrape = urllib.request.Request(f"{live_server.url}/metrics",
+                                    headers={"Authorization": f"Bearer {monitoring_token()}"})
+    with urllib.request.urlopen(scrape, timeout=10) as response:
         assert response.status == 200
         text = response.read().decode()
     samples = {(s.name, s.labels.get("cluster"), s.labels.get("topic")): s.value

@@ -1,0 +1,58 @@
+"""Alertmanager's API v2, as the control plane uses it: firing alerts, silences (create, read, expire)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+
+from django.conf import settings
+
+from control_plane.errors import ActionError
+
+TIMEOUT = 5
+
+
+class AlertmanagerUnreachable(ActionError):
+    pass
+
+
+def _call(method: str, path: str, body: dict | None = None):
+    url = f"{settings.SWITCHYARD_ALERTMANAGER_URL}/api/v2{path}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
+            raw = response.read()
+    except urllib.error.HTTPError as exc:
+        detail = exc.read()[:500].decode(errors="replace")
+        if exc.code == 404:
+            raise ActionError(f"Alertmanager has no such thing ({path})", field="silence_id") from None
+        raise AlertmanagerUnreachable(f"Alertmanager answered {exc.code}: {detail}") from None
+    except OSError as exc:
+        raise AlertmanagerUnreachable(f"Alertmanager at {settings.SWITCHYARD_ALERTMANAGER_URL} did not answer: "
+                                      f"{exc}") from None
+    return json.loads(raw) if raw else None
+
+
+def alerts(active_only: bool = True) -> list[dict]:
+    """The alerts Alertmanager holds now (active: neither silenced nor inhibited), newest first."""
+    query = "?active=true&silenced=false&inhibited=false" if active_only else ""
+    found = _call("GET", f"/alerts{query}") or []
+    return sorted(found, key=lambda a: a.get("startsAt", ""), reverse=True)
+
+
+def silences() -> list[dict]:
+    return _call("GET", "/silences") or []
+
+
+def get_silence(silence_id: str) -> dict:
+    return _call("GET", f"/silence/{silence_id}") or {}
+
+
+def create_silence(body: dict) -> str:
+    return _call("POST", "/silences", body)["silenceID"]
+
+
+def expire_silence(silence_id: str) -> None:
+    _call("DELETE", f"/silence/{silence_id}")
