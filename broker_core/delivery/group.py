@@ -22,7 +22,7 @@ import logging
 import time
 
 from broker_core.cluster.state import Backoff, Binding
-from broker_core.delivery.lanes import Lane, Subscription
+from broker_core.delivery.lanes import Lane, Subscription, oldest_owed_ms
 from broker_core.protocol import M_BODY, M_TTL_MS
 from broker_core.storage.store import StoredMessage, TopicStore
 from broker_core.tracing.sink import TraceSink
@@ -479,33 +479,18 @@ class Group:
 
     def oldest_age_s(self) -> float:
         """Seconds since the broker received the oldest message the group still owes (waiting or in flight)."""
-        oldest = None
-        for lane in [self.main, *self.lanes.values()]:
-            first = next((m.received_ms for m in lane.ready if m.seq in lane.waiting), None)
-            for when in [first, *(m.received_ms for _, _, m in lane.deferred if m.seq in lane.waiting)]:
-                oldest = when if oldest is None or (when is not None and when < oldest) else oldest
-        for sub in self.subs:
-            for m, _, _ in sub.in_flight.values():
-                oldest = m.received_ms if oldest is None or m.received_ms < oldest else oldest
+        oldest = oldest_owed_ms([self.main, *self.lanes.values()], self.subs)
         return max(0.0, time.time() - oldest / 1000) if oldest is not None else 0.0
+
+    COUNTERS = ("delivered", "acked", "nacked", "timed_out", "redelivered", "dead_lettered", "expired",
+                "retention_dropped")
 
     def stats(self) -> dict:
         return {
-            "mode": self.mode,
-            "bound": self.binding is not None,
-            "depth": self.depth(),
-            "in_flight": self.in_flight(),
-            "delivered": self.delivered,
-            "acked": self.acked,
-            "nacked": self.nacked,
-            "timed_out": self.timed_out,
-            "redelivered": self.redelivered,
-            "dead_lettered": self.dead_lettered,
-            "expired": self.expired,
-            "retention_dropped": self.retention_dropped,
+            "mode": self.mode, "bound": self.binding is not None, "depth": self.depth(),
+            "in_flight": self.in_flight(), **{name: getattr(self, name) for name in self.COUNTERS},
             "revision": self.binding.revision if self.binding is not None else None,
             "dead_letter_queue": self.store.dead_letter_count(self.name),
             "consumers": len(self.subs),
             "oldest_age_seconds": self.oldest_age_s(),
         }
-

@@ -90,3 +90,11 @@ class Lane:
 
     def depth(self) -> int:
         return len(self.waiting)
+
+
+def oldest_owed_ms(lanes: list[Lane], subs: list[Subscription]) -> int | None:
+    """When the broker received the oldest message these lanes and subscriptions still owe (None: nothing)."""
+    times = [next((m.received_ms for m in lane.ready if m.seq in lane.waiting), None) for lane in lanes]
+    times += [m.received_ms for lane in lanes for _, _, m in lane.deferred if m.seq in lane.waiting]
+    times += [m.received_ms for sub in subs for m, _, _ in sub.in_flight.values()]
+    return min((t for t in times if t is not None), default=None)
