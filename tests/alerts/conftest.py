@@ -11,8 +11,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from devstack.waiting import wait_for  # noqa: F401  (the alert tests import it from here)
 from tests.broker.conftest import cluster, zk, zk_hosts  # noqa: F401  (the broker fixtures)
-from tests.governance.conftest import approved_topic, make_cluster, people, topic_fields, wait_for  # noqa: F401
+from tests.governance.conftest import approved_topic, make_cluster, people, topic_fields  # noqa: F401
 from tests.integration.conftest import governed  # noqa: F401
 
 
