@@ -19,6 +19,11 @@ from django.conf import settings
 from django.http import HttpResponse, JsonResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from apps.audit.metrics import AuditCollector
+from apps.governance.metrics import ApplicationCollector
+from apps.provisioning.metrics import DriftCollector
+from apps.transactions.metrics import TxCollector
+
 
 def refuse_unless_monitoring(request) -> HttpResponse | None:
     """None when the request carries the monitoring token; else the answer that refuses it."""
@@ -36,11 +41,6 @@ def refuse_unless_monitoring(request) -> HttpResponse | None:
 
 
 def registry() -> CollectorRegistry:
-    from apps.audit.metrics import AuditCollector
-    from apps.governance.metrics import ApplicationCollector
-    from apps.provisioning.metrics import DriftCollector
-    from apps.transactions.metrics import TxCollector
-
     found = CollectorRegistry()
     for collector in (ApplicationCollector(), DriftCollector(), AuditCollector(), TxCollector()):
         found.register(collector)

@@ -18,6 +18,7 @@ from django.db import transaction
 from apps.alerts import alertmanager
 from apps.alerts.choices import DEFAULT_THRESHOLDS, GROUP_KINDS, TOPIC_KINDS, RuleKind
 from apps.alerts.models import AlertRule
+from apps.alerts.publish import publish_soon
 from apps.audit.recorder import record
 from apps.audit.snapshot import snapshot
 from control_plane.errors import require_perm
@@ -31,8 +32,6 @@ MAX_SILENCE_HOURS = 7 * 24
 
 
 def _publish_on_commit() -> None:
-    from apps.alerts.publish import publish_soon
-
     transaction.on_commit(publish_soon)
 
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 
+import httpx
 from django.conf import settings
 
 from control_plane.errors import ActionError
@@ -19,20 +18,18 @@ class AlertmanagerUnreachable(ActionError):
 
 def _call(method: str, path: str, body: dict | None = None):
     url = f"{settings.SWITCHYARD_ALERTMANAGER_URL}/api/v2{path}"
-    data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT) as response:
-            raw = response.read()
-    except urllib.error.HTTPError as exc:
-        detail = exc.read()[:500].decode(errors="replace")
-        if exc.code == 404:
-            raise ActionError(f"Alertmanager has no such thing ({path})", field="silence_id") from None
-        raise AlertmanagerUnreachable(f"Alertmanager answered {exc.code}: {detail}") from None
-    except OSError as exc:
+        with httpx.Client(timeout=TIMEOUT, follow_redirects=False, trust_env=False) as client:
+            response = client.request(method, url, json=body)
+    except httpx.HTTPError as exc:
         raise AlertmanagerUnreachable(f"Alertmanager at {settings.SWITCHYARD_ALERTMANAGER_URL} did not answer: "
                                       f"{exc}") from None
-    return json.loads(raw) if raw else None
+    if response.status_code == 404:
+        raise ActionError(f"Alertmanager has no such thing ({path})", field="silence_id")
+    if response.status_code >= 300:
+        detail = response.content[:500].decode(errors="replace")
+        raise AlertmanagerUnreachable(f"Alertmanager answered {response.status_code}: {detail}")
+    return json.loads(response.content) if response.content else None
 
 
 def alerts(active_only: bool = True) -> list[dict]:

@@ -15,11 +15,19 @@ import json
 import logging
 import os
 import tempfile
-import urllib.error
-import urllib.request
 from pathlib import Path
 
+import httpx
 from django.conf import settings
+
+from apps.alerts.models import AlertRule
+from apps.alerts.rendering import alertmanager_config, prometheus_rules
+from apps.clusters.choices import ClusterStatus
+from apps.clusters.models import Cluster
+from apps.clusters.zookeeper import read_health
+from control_plane.celery import app
+
+PUBLISH_TASK = "alerts.publish"  # apps.alerts.tasks.publish, queued by name (tasks import this module)
 
 log = logging.getLogger("apps.alerts.publish")
 
@@ -55,10 +63,6 @@ def write_atomic(path: Path, text: str, mode: int = 0o644) -> bool:
 def broker_targets() -> list[dict]:
     """file_sd entries of the live brokers (their /brokers/<id> registrations) of every active cluster. A cluster
     whose ZooKeeper does not answer keeps the entries it had in the current file."""
-    from apps.clusters.choices import ClusterStatus
-    from apps.clusters.models import Cluster
-    from apps.clusters.zookeeper import read_health
-
     previous = _read_targets()
     entries = []
     for cluster in Cluster.objects.filter(status=ClusterStatus.ACTIVE).order_by("name"):
@@ -89,19 +93,17 @@ def write_targets() -> int:
 
 def _reload(base_url: str, what: str) -> None:
     try:
-        urllib.request.urlopen(urllib.request.Request(f"{base_url}/-/reload", method="POST"), timeout=10).close()
-    except urllib.error.HTTPError as exc:
-        raise PublishFailed(f"{what} refused the new configuration: {exc.read()[:1000].decode(errors='replace')}") \
-            from None
-    except OSError as exc:
+        with httpx.Client(timeout=10, follow_redirects=False, trust_env=False) as client:
+            response = client.post(f"{base_url}/-/reload")
+    except httpx.HTTPError as exc:
         raise PublishFailed(f"{what} at {base_url} did not answer: {exc}") from None
+    if response.status_code >= 300:
+        raise PublishFailed(f"{what} refused the new configuration: "
+                            f"{response.content[:1000].decode(errors='replace')}")
 
 
 def publish_config() -> int:
     """Render the enabled rules into both files and reload Prometheus and Alertmanager; returns how many rules."""
-    from apps.alerts.models import AlertRule
-    from apps.alerts.rendering import alertmanager_config, prometheus_rules
-
     rules = list(AlertRule.objects.filter(enabled=True).select_related("cluster", "topic").order_by("pk"))
     write_atomic(monitoring_dir() / "rules" / "switchyard.yml", prometheus_rules(rules))
     # receivers' URLs may carry a credential of the service they call: readable by the owner only
@@ -117,6 +119,4 @@ def publish_soon() -> None:
         publish_config()
     except (PublishFailed, OSError) as exc:
         log.warning("alarm rules not published yet, queued again: %s", exc)
-        from apps.alerts.tasks import publish
-
-        publish.delay()
+        app.send_task(PUBLISH_TASK)

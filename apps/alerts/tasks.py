@@ -6,7 +6,7 @@ from apps.alerts import publish as publishing
 from control_plane.celery import app
 
 TARGETS_TASK = "alerts.write_targets"
-PUBLISH_TASK = "alerts.publish"
+PUBLISH_TASK = publishing.PUBLISH_TASK
 
 
 @app.task(name=TARGETS_TASK)

@@ -12,12 +12,12 @@ from datetime import datetime
 
 from prometheus_client.core import GaugeMetricFamily
 
+from apps.audit.checkpoint import CheckpointKeyMissing, read_checkpoints, read_head
+from apps.audit.models import AuditRecord
+
 
 class AuditCollector:
     def collect(self):
-        from apps.audit.checkpoint import CheckpointKeyMissing, read_checkpoints, read_head
-        from apps.audit.models import AuditRecord
-
         head_id, _, count = read_head()
         records = GaugeMetricFamily("switchyard_audit_records", "Records in the audit log")
         records.add_metric([], count)

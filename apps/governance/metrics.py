@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from django.db.models import Count, Min
 from django.utils import timezone
 from prometheus_client.core import GaugeMetricFamily
 
+from apps.bindings.models import BindingApplication, GrantApplication
+from apps.governance.workflow import State
+from apps.lifecycle.models import LifecycleApplication
+from apps.topics.models import TopicApplication
+
 
 def application_models():
-    from apps.bindings.models import BindingApplication, GrantApplication
-    from apps.lifecycle.models import LifecycleApplication
-    from apps.topics.models import TopicApplication
-
     return {"topic": TopicApplication, "binding": BindingApplication, "grant": GrantApplication,
             "lifecycle": LifecycleApplication}
 
@@ -20,10 +22,6 @@ class ApplicationCollector:
     kind has waited to be active (approved or provisioning, since its decision; 0 when none waits)."""
 
     def collect(self):
-        from django.db.models import Count, Min
-
-        from apps.governance.workflow import State
-
         by_state = GaugeMetricFamily("switchyard_applications", "Applications by kind and state",
                                      labels=["kind", "state"])
         lag = GaugeMetricFamily("switchyard_provisioning_lag_seconds", "Age of the oldest approved application "
