@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from broker_core.store import StoredMessage
+from broker_core.storage.store import StoredMessage
 from broker_core.tracing.process import ProcessTraceSink, frame
 from broker_core.tracing.records import RecordBuffer
 from broker_core.tracing.schema import (
