@@ -28,6 +28,8 @@ import pyarrow as pa
 from broker_core.protocol import M_BODY, M_BUSINESS_ID, M_ID, M_KEY, M_TYPE
 from broker_core.tracing.schema import MESSAGE_VALUES, RECORD_VALUES, SIZED, wire_schema
 
+_NO_VALUES = (None,) * len(MESSAGE_VALUES)  # a record naming its messages: no value of its own
+
 
 class RecordBuffer:
     def __init__(self) -> None:
@@ -40,8 +42,8 @@ class RecordBuffer:
     def _start(self) -> None:
         self._scalars: list[tuple] = []
         self._counts: list[int] = []
-        self._refs: list = []
-        self._parts: list[list] = [[] for _ in MESSAGE_VALUES]  # per column, per record: values or None
+        self._refs: list = []  # per record: None or its runs as (record, offset, count) tuples
+        self._parts: list[list] = []  # per record: one part per MESSAGE_VALUES column (turned into columns at take)
 
     @property
     def records(self) -> int:
@@ -65,7 +67,7 @@ class RecordBuffer:
         sized = event in SIZED
         scalars = (ts_us or time_ns() // 1000, event, topic, app_id, client_host, None, None, None)
         if same_as is not None and same_as >= self._floor and not sized:
-            self._add(scalars, n, [None] * len(MESSAGE_VALUES), [(same_as, 0, n)])
+            self._add(scalars, n, _NO_VALUES, [(same_as, 0, n)])
             return None
         columns = _columns([m.fields for m in messages])
         sizes = None
@@ -118,9 +120,8 @@ class RecordBuffer:
     def _add(self, scalars: tuple, n: int, parts: list, runs: list | None = None) -> None:
         self._scalars.append(scalars)
         self._counts.append(n)
-        self._refs.append(None if runs is None else [{"record": r, "offset": o, "count": c} for r, o, c in runs])
-        for column, part in zip(self._parts, parts, strict=True):
-            column.append(part)
+        self._refs.append(runs)
+        self._parts.append(parts)
 
     def _named(self, topic: str, seqs: list[int]) -> list | None:
         """(record number, offset, count) of the published records holding `seqs` in that order; None if
@@ -152,7 +153,10 @@ class RecordBuffer:
         k = len(self._counts)
         if not k:
             return None
-        records = Records(self._first, self._scalars, self._counts, self._refs, self._parts)
+        refs = [None if runs is None else [{"record": r, "offset": o, "count": c} for r, o, c in runs]
+                for runs in self._refs]
+        parts = [list(column) for column in zip(*self._parts, strict=True)]
+        records = Records(self._first, self._scalars, self._counts, refs, parts)
         self._restart(self._first, self._first + k)
         return records
 
