@@ -291,11 +291,40 @@ def _list_array(parts: list, kind: pa.DataType) -> pa.ListArray:
         values = _array([r.value for r in runs], kind.value_type).take(
             pa.array(np.repeat(np.arange(len(runs), dtype=np.int32), [r.n for r in runs])))
     else:
-        values = _array(list(chain.from_iterable(repeat(p.value, p.n) if type(p) is Run else
-                                                 p.text.split("\0") if type(p) is Joined else p for p in held)),
-                        kind.value_type)
+        values = _split_strings(held, int(lengths.sum())) if kind.value_type == pa.string() else None
+        if values is None:
+            values = _array(list(chain.from_iterable(repeat(p.value, p.n) if type(p) is Run else
+                                                     p.text.split("\0") if type(p) is Joined else p
+                                                     for p in held)), kind.value_type)
     nulls = [p is None for p in parts]
     return pa.ListArray.from_arrays(offsets, values, type=kind, mask=pa.array(nulls) if any(nulls) else None)
+
+
+def _split_strings(held: list, count: int) -> pa.Array | None:
+    """The string values of `held` parts as one Arrow array, without a Python object per value: every part
+    joined by NUL into one text that Arrow splits (a Joined part's text as it is). None when a value is not
+    a string or holds a NUL (the caller takes the values one by one)."""
+    texts = []
+    try:
+        for p in held:
+            if type(p) is Joined:
+                texts.append(p.text)
+            else:
+                text = "\0".join(repeat(p.value, p.n) if type(p) is Run else p)
+                if text.count("\0") != len(p) - 1:
+                    return None
+                texts.append(text)
+    except TypeError:  # a null or a value of another type
+        return None
+    data = np.frombuffer("\0".join(texts).encode(), dtype=np.uint8)
+    cuts = np.flatnonzero(data == 0)  # a NUL byte in UTF-8 is only ever the NUL character
+    if len(cuts) != count - 1 or len(data) - len(cuts) >= 2**31:
+        return None
+    offsets = np.empty(count + 1, dtype=np.int32)  # value i ends where the i-th NUL was, less the i NULs before
+    offsets[0] = 0
+    offsets[1:count] = cuts - np.arange(count - 1)
+    offsets[count] = len(data) - (count - 1)
+    return pa.StringArray.from_buffers(count, pa.py_buffer(offsets), pa.py_buffer(data[data != 0]))
 
 
 def _array(values: list, kind: pa.DataType) -> pa.Array:
