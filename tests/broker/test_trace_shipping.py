@@ -425,3 +425,19 @@ def test_a_broker_rolls_its_trace_file_at_the_age_it_is_given(cluster):
     assert {e["message_id"] for e in read_trace_events(folder)} == set(ids)
     broker.stop()
 
+
+
+def test_the_trace_process_cuts_a_string_column_of_joined_runs_and_lists_whole(tmp_path):
+    """A column of Joined ids, runs, single values and lists (non-ASCII, empty) comes out value for value; a
+    part holding a NUL or a null makes the column take its values one by one, with the same result."""
+    messages = [_message(1, "m-1"), _message(2, "m-ü"), _message(3, "")]
+    shipper = RecordBuffer()
+    shipper.emit_messages("published", "t", messages, ts_us=1)  # ids Joined, the type a Run
+    shipper.emit("nacked", message_id="m-1", topic="t", message_type="tÿpe", ts_us=2)
+    shipper.emit_messages("published", "t", [_message(4, "x\0y", message_type="a"), _message(5, "z")], ts_us=3)
+    plain = shipper.take_records()
+    assert [type(p).__name__ for p in plain.parts[0]] == ["Joined", "list", "list"]
+    batch = to_batch(plain)
+    assert _column(batch, "message_id") == [["m-1", "m-ü", ""], ["m-1"], ["x\0y", "z"]]
+    assert _column(batch, "message_type") == [["normal"] * 3, ["tÿpe"], ["a", "normal"]]
+    assert _column(batch, "key") == [None, None, None]
