@@ -16,7 +16,9 @@ the machine is shared and noisy, and CPU per message says more than wall-clock r
 work competes for the two cores.
 
 ZooKeeper: $SWITCHYARD_ZK if set, else one started under sy-broker/bench in the system's temporary folder, on port 27592.
-Ports 27580-27581 for the broker. Everything it starts is stopped at the end.
+Ports 27580-27581 for the broker. Everything it starts is stopped at the end. $SWITCHYARD_BENCH_PORT=P moves
+the broker benches' ports (P..P+3 for brokers, P+12 for ZooKeeper, state under sy-broker/bench-P), so
+two stacks on one machine do not collide.
 """
 
 from __future__ import annotations
@@ -46,9 +48,9 @@ from broker_core.client._loop import new_event_loop  # noqa: E402
 from broker_core.cluster.provision import Provisioner  # noqa: E402
 from devstack.services import port_open, start_zookeeper, stop_zookeeper  # noqa: E402
 
-STATE = Path(tempfile.gettempdir()) / "sy-broker" / "bench"
-ZK_PORT = 27592
-BROKER_PORT = 27580
+BROKER_PORT = int(os.environ.get("SWITCHYARD_BENCH_PORT") or 27580)
+ZK_PORT = BROKER_PORT + 12
+STATE = Path(tempfile.gettempdir()) / "sy-broker" / ("bench" if BROKER_PORT == 27580 else f"bench-{BROKER_PORT}")
 APP, SECRET, TOPIC, GROUP = "bench-app", "bench-secret", "bench", "bench-group"
 BODY = b"x" * 1024
 WINDOW = 2000
@@ -57,7 +59,8 @@ ADMIN_TOKEN = os.environ.setdefault("SWITCHYARD_BROKER_ADMIN_TOKEN", "bench-" + 
 
 
 def hold_bench_lock():
-    """Only one broker bench at a time: they share ports 27580-27583 and ZooKeeper 27592. Returns the open
+    """Only one broker bench at a time on the same ports (27580-27583 and ZooKeeper 27592, or those of
+    $SWITCHYARD_BENCH_PORT). Returns the open
     lock file (held until the process ends); exits with a message if another bench holds it."""
     STATE.mkdir(parents=True, exist_ok=True)
     lock = open(STATE / "bench.lock", "w")
@@ -161,7 +164,10 @@ async def end_to_end(producer: AsyncProducer, kwargs: dict, count: int, topic: s
     return count / elapsed, publish_rate
 
 
-async def paced_latency(producer: AsyncProducer, kwargs: dict, rate: int, seconds: float) -> list[float]:
+async def paced_latency(producer: AsyncProducer, kwargs: dict, rate: int, seconds: float, topic: str = TOPIC,
+                        group: str = GROUP) -> list[float]:
+    """Send `rate` messages a second for `seconds` to a group with one consumer; each one's latency from send
+    to the handler (seconds)."""
     latencies: list[float] = []
     total = int(rate * seconds)
     done = asyncio.Event()
@@ -171,7 +177,7 @@ async def paced_latency(producer: AsyncProducer, kwargs: dict, rate: int, second
         if len(latencies) >= total:
             done.set()
 
-    consumer = AsyncConsumer(TOPIC, GROUP, handle, credit=1000, **kwargs)
+    consumer = AsyncConsumer(topic, group, handle, credit=1000, **kwargs)
     await consumer.start()
     await asyncio.sleep(0.5)
     started = time.perf_counter()
@@ -180,7 +186,7 @@ async def paced_latency(producer: AsyncProducer, kwargs: dict, rate: int, second
         delay = due - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        producer.send_nowait(TOPIC, BODY, headers={"t": repr(time.perf_counter())})
+        producer.send_nowait(topic, BODY, headers={"t": repr(time.perf_counter())})
     await asyncio.wait_for(done.wait(), 60)
     await consumer.stop()
     return latencies

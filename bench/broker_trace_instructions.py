@@ -2,7 +2,7 @@
 under valgrind's callgrind, which counts instructions, not seconds, so the figures repeat whatever else
 the shared machine is doing (bench/broker_trace_ratio.py measures time, with its noise).
 
-    .venv/bin/python bench/broker_trace_instructions.py [--messages 20000]
+    .venv/bin/python bench/broker_trace_instructions.py [--messages 20000] [--keep DIR]
 
 Needs valgrind (Debian's package `valgrind`). The same setup as broker_trace_ratio.py (one ZooKeeper, a
 traced and an untraced broker, the same phases), each broker started under
@@ -11,7 +11,8 @@ one segment of `--messages` messages (after a first, uncounted one) and its coun
 process is not under valgrind (its CPU is in broker_trace_ratio.py's figures); the client's work is not
 counted. Prints, per phase, instructions per message of the traced and the untraced broker, their
 difference and the ratio off / on (what the traced broker's throughput would be, relative, if its CPU
-alone set the pace). Takes about a minute.
+alone set the pace). `--keep DIR` copies the callgrind files there (`callgrind.<on|off>.<n>`, n = 1, 2, 3 in
+the order of the phases) for `callgrind_annotate`. Takes about a minute.
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ async def run(sides: dict[str, CountedSide], count: int) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=20_000, help="messages per counted segment")
+    parser.add_argument("--keep", type=Path, help="a folder to copy the callgrind files to")
     args = parser.parse_args()
     if not shutil.which("valgrind"):
         raise SystemExit("valgrind is not installed: apt-get install valgrind")
@@ -95,6 +97,11 @@ def main() -> int:
         loop = new_event_loop()
         results = loop.run_until_complete(run(sides, args.messages))
         loop.close()
+        if args.keep:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            for name, side in sides.items():
+                for n in range(1, side.dumps + 1):
+                    shutil.copy(side.out / f"callgrind.{name}.{n}", args.keep)
     print(f"broker instructions per message under callgrind ({args.messages:,}-message segments, 1 KiB messages; "
           "the trace process and the client not counted)")
     print("  phase                  traced    untraced   difference   off / on")

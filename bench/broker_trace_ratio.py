@@ -1,6 +1,7 @@
 """Broker throughput with tracing on vs off, as ratios from one run: two brokers side by side, driven in turns.
 
     .venv/bin/python bench/broker_trace_ratio.py [--messages 50000] [--pairs 16] [--fsync batch] [--roll-mb 16]
+                                                 [--paced-pairs 6] [--paced-seconds 5] [--phases ...]
 
 One ZooKeeper, two broker processes started once and kept for the whole run: one with `--trace` (its
 trace process writes Parquet files, broker_core.tracing.writer.TraceFileWriter), one with `--no-trace`.
@@ -13,17 +14,21 @@ time, in pairs whose order alternates (on, off, off, on, ...): on a shared machi
 by the second, the two sides of a pair see the same machine. Phases, as in bench/broker_bench.py:
   1. publish, `send_nowait` pipelined (window 2,000), on a topic with no group;
   2. publish, `send_many` of 100 messages, same topic;
-  3. end to end: the same producer plus one consumer group (one consumer, acking), on a second topic.
+  3. end to end: the same producer plus one consumer group (one consumer, acking), on a second topic;
+  4. paced: 2,000 messages/s for `--paced-seconds` to that group, latency from send to the handler, in
+     `--paced-pairs` pairs (alternating too).
 
 After each segment the client waits until the broker and its trace process are idle, and adds the CPU
 time they spent meanwhile (the trace process's last interval, at most) to the segment's time: tracing
 work that would run after a burst is charged to the traced side, not left to slow the next segment.
 
 Printed per phase: the rates of each side (median), the ratio of the totals (messages over summed
-time, on / off: target ≥ 0.9) with a 95% bootstrap interval over the pairs, the median and the lowest
-of the pair ratios; and CPU per message (mean over the segments) of
-the broker process, its trace process and the client. Ports: ZooKeeper 27592 (or $SWITCHYARD_ZK),
-brokers 27580-27583. Prints figures only; `--json` prints them as JSON.
+time, on / off: target ≥ 0.95) with a 95% bootstrap interval over the pairs, the median and the lowest
+of the pair ratios; CPU per message (mean over the segments) of
+the broker process, its trace process and the client; and the paced latency of each side, side by side:
+p50 / p99 / max over all its paced segments, and the median of its segments' p99 (target: p99 ≤ 4 ms traced). Ports: ZooKeeper 27592 (or $SWITCHYARD_ZK),
+brokers 27580-27583 (or those of $SWITCHYARD_BENCH_PORT, see broker_bench.py). Prints figures only; `--json`
+prints them as JSON.
 """
 
 from __future__ import annotations
@@ -56,6 +61,8 @@ from bench.broker_bench import (  # noqa: E402
     CpuMeter,
     end_to_end,
     hold_bench_lock,
+    paced_latency,
+    percentile,
     publish_many,
     publish_pipelined,
     start_broker,
@@ -69,6 +76,7 @@ from devstack.services import start_zookeeper, stop_zookeeper  # noqa: E402
 PUB_TOPIC, E2E_TOPIC, GROUP = "ratio-pub", "ratio-e2e", "ratio-group"
 PHASES = (("publish_pipelined", "publish (pipelined)"), ("publish_send_many", "publish (send_many)"),
           ("end_to_end", "end to end with acks"))
+PACED = "paced"
 SIDES = ("on", "off")
 
 
@@ -84,6 +92,7 @@ class Side:
         self.fsync, self.port, self.roll_mb = fsync, port, roll_mb
         self.rates: dict[str, list[float]] = {p: [] for p, _ in PHASES}
         self.cpu: dict[str, list[dict]] = {p: [] for p, _ in PHASES}
+        self.paced: list[list[float]] = []  # per paced segment, its latencies (seconds)
 
     def provision(self, client: KazooClient) -> None:
         pv = Provisioner(client, self.chroot, cluster=f"ratio-{self.name}")
@@ -142,6 +151,10 @@ class Side:
         self.rates[phase].append(count / elapsed)
         self.cpu[phase].append(self.meter.per_message(count))
 
+    async def paced_segment(self, rate: int, seconds: float) -> None:
+        self.paced.append(await paced_latency(self.producer, self.kwargs, rate, seconds, E2E_TOPIC, GROUP))
+        await self.settle()
+
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(timeout=30)
@@ -160,6 +173,8 @@ async def phases(sides: dict[str, Side], args) -> None:
     for side in sides.values():
         await side.connect()
     for phase, label in PHASES:
+        if phase not in args.phases:
+            continue
         for pair in range(args.pairs):
             order = SIDES if pair % 2 == 0 else SIDES[::-1]
             for name in order:
@@ -168,6 +183,16 @@ async def phases(sides: dict[str, Side], args) -> None:
                 on, off = sides["on"].rates[phase][-1], sides["off"].rates[phase][-1]
                 print(f"  {label} pair {pair + 1}: on {on:9,.0f}/s  off {off:9,.0f}/s  ratio {on / off:.2f}"
                       f"  (load {os.getloadavg()[0]:.2f})", flush=True)
+    if PACED not in args.phases:
+        return
+    for pair in range(args.paced_pairs):
+        order = SIDES if pair % 2 == 0 else SIDES[::-1]
+        for name in order:
+            await sides[name].paced_segment(args.paced_rate, args.paced_seconds)
+        if not args.json:
+            on, off = (percentile(sides[name].paced[-1], 0.99) * 1000 for name in SIDES)
+            print(f"  paced {args.paced_rate:,}/s pair {pair + 1}: p99 on {on:6.2f} ms  off {off:6.2f} ms"
+                  f"  (load {os.getloadavg()[0]:.2f})", flush=True)
 
 
 def ratio_interval(on: list[float], off: list[float], draws: int = 2000) -> tuple[float, float]:
@@ -188,6 +213,8 @@ def summary(sides: dict[str, Side], count: int) -> dict:
     out = {}
     for phase, _ in PHASES:
         on, off = sides["on"].rates[phase], sides["off"].rates[phase]
+        if not on:
+            continue
         pairs = [a / b for a, b in zip(on, off, strict=True)]
         total = {name: len(s.rates[phase]) * count / sum(count / r for r in s.rates[phase]) for name, s in sides.items()}
         out[phase] = {
@@ -199,7 +226,17 @@ def summary(sides: dict[str, Side], count: int) -> dict:
                               for k in ("broker_cpu_us", "trace_cpu_us", "client_cpu_us")}
                        for name, s in sides.items()},
         }
+    if sides["on"].paced:
+        out[PACED] = {name: paced_summary(s.paced) for name, s in sides.items()}
     return out
+
+
+def paced_summary(segments: list[list[float]]) -> dict:
+    """p50 / p99 / max (ms) over all of a side's paced segments, and the median of the segments' p99."""
+    pooled = [x for segment in segments for x in segment]
+    return {"segments": len(segments), "messages": len(pooled), "p50_ms": percentile(pooled, 0.50) * 1000,
+            "p99_ms": percentile(pooled, 0.99) * 1000, "max_ms": max(pooled) * 1000,
+            "median_segment_p99_ms": statistics.median(percentile(s, 0.99) for s in segments) * 1000}
 
 
 @contextlib.contextmanager
@@ -241,6 +278,11 @@ def main() -> int:
     parser.add_argument("--pairs", type=int, default=16, help="segment pairs (on + off) per phase")
     parser.add_argument("--roll-mb", type=int, default=16, help="the traced broker's --trace-roll-mb")
     parser.add_argument("--fsync", default="batch", choices=["batch", "interval", "never"])
+    parser.add_argument("--paced-pairs", type=int, default=6, help="paced segment pairs (on + off)")
+    parser.add_argument("--paced-seconds", type=float, default=5.0, help="length of a paced segment")
+    parser.add_argument("--paced-rate", type=int, default=2000, help="messages per second of a paced segment")
+    parser.add_argument("--phases", nargs="+", default=[p for p, _ in PHASES] + [PACED],
+                        choices=[p for p, _ in PHASES] + [PACED], help="the phases to run (default: all)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -264,17 +306,25 @@ def main() -> int:
         print(json.dumps({"load_before": load, "load_after": os.getloadavg()[0], "phases": results}, indent=2))
         return 0
     print(f"  phase                  on (median)   off (median)   ratio of totals (95% interval)   median pair"
-          f"   lowest pair   (load after {os.getloadavg()[0]:.2f}; target ≥ 0.9)")
-    for phase, label in PHASES:
+          f"   lowest pair   (load after {os.getloadavg()[0]:.2f}; target ≥ 0.95)")
+    ran = [(phase, label) for phase, label in PHASES if phase in results]
+    for phase, label in ran:
         r = results[phase]
         low, high = r["interval_95"]
         print(f"  {label:22s} {r['on_median']:9,.0f}/s   {r['off_median']:9,.0f}/s   {r['ratio_of_totals']:15.2f}"
               f" ({low:.2f}-{high:.2f})   {r['median_pair_ratio']:11.2f}   {r['lowest_pair_ratio']:11.2f}")
     print("  CPU per message (µs), mean of segments: on broker / its trace process / client   off broker / client")
-    for phase, label in PHASES:
+    for phase, label in ran:
         on, off = results[phase]["cpu_us"]["on"], results[phase]["cpu_us"]["off"]
         print(f"  {label:22s} {on['broker_cpu_us']:5.1f} / {on['trace_cpu_us']:4.1f} / {on['client_cpu_us']:5.1f}"
               f"        {off['broker_cpu_us']:5.1f} / {off['client_cpu_us']:5.1f}")
+    if PACED in results:
+        print(f"  paced {args.paced_rate:,}/s, {args.paced_pairs} pairs of {args.paced_seconds:g} s: p50 / p99 / max over"
+              " all segments, median of segment p99 (target: p99 ≤ 4 ms traced)")
+        for name in SIDES:
+            r = results[PACED][name]
+            print(f"  tracing {name:3s}  {r['p50_ms']:6.2f} / {r['p99_ms']:6.2f} / {r['max_ms']:7.2f} ms"
+                  f"   segment p99 median {r['median_segment_p99_ms']:6.2f} ms   ({r['messages']:,} messages)")
     return 0
 
 

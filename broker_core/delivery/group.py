@@ -42,14 +42,12 @@ class Group:
         binding: Binding | None,
         *,
         trace: TraceSink,
-        tracing: bool,
         max_credit: int,
     ):
         self.topic = topic
         self.name = name
         self.store = store
-        self.trace = trace
-        self.tracing = tracing
+        self.trace = trace  # the node's sink (a NullTraceSink when tracing is off)
         self.max_credit = max_credit
         self.binding: Binding | None = None
         self.mode = "clustering"
@@ -257,7 +255,7 @@ class Group:
         ready, waiting, attempts = lane.ready, lane.waiting, lane.attempts
         lane.rr = (lane.rr + 1) % len(subs)
         subs = subs[lane.rr:] + subs[:lane.rr]
-        tracing = self.tracing
+        emit_group = self.trace.emit_group
         bound_ttl = self.binding.ttl_s
         while ready and subs:
             share = max(1, -(-len(ready) // len(subs)))
@@ -266,7 +264,6 @@ class Group:
                 budget = sub.conn.room()
                 deadline = now + sub.ack_timeout
                 in_flight = sub.in_flight
-                first_only = not attempts  # no message came back: every item is a first attempt
                 items = []
                 while n > 0 and ready and budget > 0:
                     m = ready.popleft()
@@ -292,10 +289,9 @@ class Group:
                 if items:
                     self.delivered += len(items)
                     sub.conn.deliver(sub.sub_id, items)
-                    if tracing:  # one record for the frame (the items are not changed afterwards)
-                        self.trace.emit_group("delivered", self.topic, self.name, items,
-                                              consumer=sub.conn.consumer_id, client_host=sub.conn.peer,
-                                              attempt=1 if first_only else None)
+                    # one record for the frame (the items are not changed afterwards)
+                    emit_group("delivered", self.topic, self.name, items, consumer=sub.conn.consumer_id,
+                               client_host=sub.conn.peer)
                 if n > 0 or sub.credit <= len(in_flight) or sub.conn.room() <= 0:
                     subs.remove(sub)
                 if not ready:
@@ -305,18 +301,15 @@ class Group:
 
     def ack(self, sub: Subscription, seqs: list[int]) -> None:
         pop = sub.in_flight.pop
-        done = []
-        traced = [] if self.tracing else None
+        entries = []  # in-flight entries (message, attempt, deadline), as they are
         for seq in seqs:
             entry = pop(seq, None)
-            if entry is None:
-                continue  # late: it timed out and went to someone else, or it was never ours
-            done.append(entry[0])
-            if traced is not None:
-                traced.append(entry)  # as it is: no tuple per message only for tracing
-        if traced:
-            self.trace.emit_attempts("acked", self.topic, self.name, traced, consumer=sub.conn.consumer_id,
-                                     client_host=sub.conn.peer, seqs=seqs if len(traced) == len(seqs) else None)
+            if entry is not None:  # else late: it timed out and went to someone else, or it was never ours
+                entries.append(entry)
+        done = [entry[0] for entry in entries]
+        if entries:
+            self.trace.emit_attempts("acked", self.topic, self.name, entries, consumer=sub.conn.consumer_id,
+                                     client_host=sub.conn.peer)
         self.acked += len(done)
         if self.mode == "broadcast" and sub.lane is not self.main:
             for m in done:
@@ -339,8 +332,7 @@ class Group:
                 continue
             m, attempt, _ = entry
             self.nacked += 1
-            if self.tracing:
-                self._emit("nacked", m, sub, attempt, reason or None)
+            self._emit("nacked", m, sub, attempt, reason or None)
             # a consumer's own delay replaces the backoff but cannot park a message past the binding's longest wait
             delay = min(delay_ms, self.backoff.max_ms) if delay_ms >= 0 else None
             self._retry(sub.lane, m, attempt, now, delay)
@@ -372,8 +364,7 @@ class Group:
             self.expired += 1
         else:
             self.dead_lettered += 1
-        if self.tracing:
-            self._emit("expired" if expired else "dead_lettered", m, None, attempts or None, cause)
+        self._emit("expired" if expired else "dead_lettered", m, None, attempts or None, cause)
         if broadcast:
             self._copy_done(m)
         else:
@@ -409,8 +400,7 @@ class Group:
             for seq in late:
                 m, attempt, _ = sub.in_flight.pop(seq)
                 self.timed_out += 1
-                if self.tracing:
-                    self._emit("timed_out", m, sub, attempt)
+                self._emit("timed_out", m, sub, attempt)
                 self._retry(sub.lane, m, attempt, now, None)
         cutoff = now_ms - retention_ms if retention_ms else -1  # received at or before it: past retention
         lanes = [self.main] if self.mode == "clustering" else [self.main, *self.lanes.values()]
@@ -452,8 +442,7 @@ class Group:
         the retention bounds how long the topic's data is kept), so its log segment can go."""
         attempts = lane.attempts.pop(m.seq, None)
         self.retention_dropped += 1
-        if self.tracing:
-            self._emit("expired", m, None, attempts, f"retention of {retention_ms // 1000}s passed: dropped")
+        self._emit("expired", m, None, attempts, f"retention of {retention_ms // 1000}s passed: dropped")
         if self.mode == "broadcast" and lane is not self.main:
             self._copy_done(m)
         else:

@@ -22,19 +22,14 @@ class Refusal:
 
 @dataclass(slots=True)
 class PublishPlan:
-    """An accepted publish: its body bytes, whether it holds prepared messages, and what the trace's
-    `published` record needs (taken here in passing when tracing: each body size and id, and whether no
-    message has a key or business id)."""
+    """An accepted publish: its body bytes and whether it holds prepared messages."""
 
     size: int
     prepared: bool
-    sizes: list[int] | None
-    ids: list[str] | None
-    keyless: bool
 
 
 def check_publish(state: ClusterState, cluster: str, topic: str, app_id: str, messages: list,
-                  default_limit: int, tracing: bool) -> PublishPlan | Refusal:
+                  default_limit: int) -> PublishPlan | Refusal:
     """The plan of an acceptable publish, or why it is refused. A malformed message array raises
     `protocol.ProtocolError` (the connection that sent it is closed)."""
     config = state.topics.get(topic)
@@ -51,33 +46,24 @@ def check_publish(state: ClusterState, cluster: str, topic: str, app_id: str, me
     types = config.message_types
     check = p.check_message
     size = prepared = 0
-    sizes = ids = None
-    keyless = True
-    if tracing:
-        sizes, ids = [], []
-    m_id, m_key, m_bid, m_body, m_type = p.M_ID, p.M_KEY, p.M_BUSINESS_ID, p.M_BODY, p.M_TYPE
+    m_id, m_body, m_type, m_flags = p.M_ID, p.M_BODY, p.M_TYPE, p.M_FLAGS
     for fields in messages:
         check(fields)
         body_size = len(fields[m_body])
         size += body_size
-        if sizes is not None:
-            sizes.append(body_size)
-            ids.append(fields[m_id])
-            if keyless and (fields[m_key] is not None or fields[m_bid] is not None):
-                keyless = False
         if body_size > limit:
             return Refusal(p.E_INVALID, f"message {fields[m_id]} has a body of {body_size} bytes; the limit of "
                                         f"topic {topic!r} is {limit}")
         if types and fields[m_type] not in types:
             return Refusal(p.E_INVALID, f"message type {fields[m_type]!r} is not declared on topic {topic!r} "
                                         f"(declared: {', '.join(types)})")
-        if fields[p.M_FLAGS] & p.FLAG_PREPARED:
+        if fields[m_flags] & p.FLAG_PREPARED:
             prepared += 1
     if prepared:
         refusal = _prepared_refusal(config, prepared, len(messages))
         if refusal is not None:
             return refusal
-    return PublishPlan(size, bool(prepared), sizes, ids, keyless)
+    return PublishPlan(size, bool(prepared))
 
 
 def _prepared_refusal(config: TopicConfig, prepared: int, count: int) -> Refusal | None:

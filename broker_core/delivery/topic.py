@@ -28,13 +28,11 @@ PublishReply = Callable[[BaseException | None, int, int], None]
 
 
 class Topic:
-    def __init__(self, name: str, store: TopicStore, state: ClusterState, *, trace: TraceSink, tracing: bool,
-                 max_credit: int):
+    def __init__(self, name: str, store: TopicStore, state: ClusterState, *, trace: TraceSink, max_credit: int):
         self.name = name
         self.store = store
         self.state = state
-        self.trace = trace
-        self.tracing = tracing
+        self.trace = trace  # the node's sink (a NullTraceSink when tracing is off: its methods do nothing)
         self.max_credit = max_credit
         self.groups: dict[str, Group] = {}
         self.dropped: set[str] = set()  # groups whose binding was removed: what still arrives for them is finished
@@ -61,7 +59,7 @@ class Topic:
         group = self.groups.get(name)
         if group is None:
             group = Group(self.name, name, self.store, self.state.binding(self.name, name), trace=self.trace,
-                          tracing=self.tracing, max_credit=self.max_credit)
+                          max_credit=self.max_credit)
             self.groups[name] = group
         return group
 
@@ -118,21 +116,17 @@ class Topic:
         return groups
 
     def publish(self, app_id: str, client_host: str | None, arrays: list[list], size: int,
-                reply: PublishReply, sizes: list[int] | None = None, ids: list[str] | None = None,
-                keyless: bool = False) -> None:
+                reply: PublishReply) -> None:
         """Store a batch of message arrays (`size`: their body bytes); `reply` runs once it is durable (or
-        failed). For the trace, if the caller has them: `sizes` and `ids`, each message's body size and id,
-        and `keyless`, no message has a key or a business id."""
+        failed)."""
         received_ms = int(time.time() * 1000)
         routes = self.routes
         groups = []
         last_type = last_groups = None
-        types = 0
         for fields in arrays:
             message_type = fields[M_TYPE]
             if message_type != last_type:  # batches are mostly of one type
                 last_type, last_groups = message_type, routes(message_type)
-                types += 1
             groups.append(last_groups)
         stored: list[list[StoredMessage]] = []
         traced: list = []  # the sink's handle for the batch: `stored` names its `published` record
@@ -141,12 +135,8 @@ class Topic:
             self._stored(stored[0] if stored else [], size, exc, reply, client_host, traced[0] if traced else None)
 
         stored.append(self.store.append(app_id, received_ms, arrays, groups, done))
-        if self.tracing:  # one record for the batch
-            # a batch of one type without keys or business ids (the common case) shares them all
-            shared = (last_type, None, None) if types == 1 and keyless else None
-            traced.append(self.trace.emit_messages("published", self.name, stored[0], app_id=app_id,
-                                                   client_host=client_host, ts_us=received_ms * 1000, arrays=arrays,
-                                                   sizes=sizes, ids=ids, shared=shared))
+        traced.append(self.trace.emit_messages("published", self.name, stored[0], app_id=app_id,
+                                               client_host=client_host, ts_us=received_ms * 1000))
 
     def _stored(self, messages: list[StoredMessage], size: int, exc: BaseException | None, reply: PublishReply,
                 client_host: str | None, traced: object = None) -> None:
@@ -157,9 +147,8 @@ class Topic:
         self.published += len(messages)
         self.published_bytes += size
         reply(None, messages[0].seq, len(messages))
-        if self.tracing:
-            self.trace.emit_messages("stored", self.name, messages, app_id=messages[0].app_id,
-                                     client_host=client_host, same_as=traced)
+        self.trace.emit_messages("stored", self.name, messages, app_id=messages[0].app_id, client_host=client_host,
+                                 same_as=traced)
         # runs of messages owed to the same groups (routes() hands out one tuple per type)
         run: list[StoredMessage] = []
         run_groups = messages[0].groups
@@ -206,11 +195,8 @@ class Topic:
             self.tx_prepared += len(messages)
             self.published_bytes += size
             reply(None, messages[0].seq, len(arrays))
-            if self.tracing:
-                for m in messages:
-                    self.trace.emit("prepared", message_id=m.id, topic=self.name, message_type=m.message_type,
-                                    key=m.key, business_id=m.business_id, app_id=app_id, client_host=client_host,
-                                    size=m.size, ts_us=received_ms * 1000)
+            self.trace.emit_messages("prepared", self.name, messages, app_id=app_id, client_host=client_host,
+                                     ts_us=received_ms * 1000)
 
         stored.append(store.prepare(app_id, received_ms, fresh, conn_no, done))
 
@@ -230,10 +216,9 @@ class Topic:
                 self.tx_committed += 1
             else:
                 self.tx_rolled_back += 1
-            if self.tracing:
-                self.trace.emit("committed" if commit else "rolled_back", message_id=m.id, topic=self.name,
-                                message_type=m.message_type, key=m.key, business_id=m.business_id,
-                                app_id=m.app_id, client_host=client_host, detail=tx_detail(reason))
+            self.trace.emit("committed" if commit else "rolled_back", message_id=m.id, topic=self.name,
+                            message_type=m.message_type, key=m.key, business_id=m.business_id, app_id=m.app_id,
+                            client_host=client_host, detail=tx_detail(reason))
             if groups:
                 self._enqueue(groups, [m])
 
@@ -253,11 +238,10 @@ class Topic:
                 return
             messages = stored[0]
             self.redriven += len(messages)
-            if self.tracing:
-                for m, d in zip(messages, dead, strict=True):
-                    self.trace.emit("redriven", message_id=m.id, topic=self.name, message_type=m.message_type,
-                                    key=m.key, business_id=m.business_id, app_id=m.app_id, group=group,
-                                    detail=f"dead letter ({d.cause})"[:200])
+            for m, d in zip(messages, dead, strict=True):
+                self.trace.emit("redriven", message_id=m.id, topic=self.name, message_type=m.message_type,
+                                key=m.key, business_id=m.business_id, app_id=m.app_id, group=group,
+                                detail=f"dead letter ({d.cause})"[:200])
             self.group(group).enqueue(messages)
 
         stored.append(self.store.redrive(group, dead, int(time.time() * 1000), done, superseded))

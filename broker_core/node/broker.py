@@ -71,10 +71,6 @@ class Broker:
         self._snapshot_due = False
         self.stopping = asyncio.Event()
 
-    @property
-    def tracing(self) -> bool:
-        return not isinstance(self.trace, NullTraceSink)
-
     # -- start --------------------------------------------------------------------------------
 
     async def start(self) -> None:
@@ -150,8 +146,7 @@ class Broker:
             return topic
         config: TopicConfig | None = self.state.topics.get(name)
         store = self.open_store(name, storage or self.storage_for(config))
-        topic = Topic(name, store, self.state, trace=self.trace, tracing=self.tracing,
-                      max_credit=self.options.max_credit)
+        topic = Topic(name, store, self.state, trace=self.trace, max_credit=self.options.max_credit)
         self.topics[name] = topic
         topic.recover()
         return topic

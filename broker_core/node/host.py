@@ -26,9 +26,6 @@ class ConnectionHost(Protocol):
     refused_connections: int  # counters the connections raise
     auth_failures: int
 
-    @property
-    def tracing(self) -> bool: ...
-
     def topic(self, name: str) -> Topic:
         """The topic, opened on this broker if it was not yet."""
         ...

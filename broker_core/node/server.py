@@ -338,7 +338,7 @@ class ClientConnection(asyncio.Protocol):
 
     def on_publish(self, ev: p.Publish) -> None:
         plan = check_publish(self.broker.state, self.options.cluster, ev.topic, self.app_id, ev.messages,
-                             self.options.max_message_bytes, self.broker.tracing)
+                             self.options.max_message_bytes)
         if isinstance(plan, Refusal):
             self.error(ev.ref, plan.code, plan.message)
             return
@@ -354,7 +354,7 @@ class ClientConnection(asyncio.Protocol):
         if plan.prepared:
             topic.prepare(self.app_id, self.peer, self.conn_no, ev.messages, plan.size, reply)
         else:
-            topic.publish(self.app_id, self.peer, ev.messages, plan.size, reply, plan.sizes, plan.ids, plan.keyless)
+            topic.publish(self.app_id, self.peer, ev.messages, plan.size, reply)
 
     def on_end_tx(self, ev: p.EndTx) -> None:
         found = self.broker.tx.find(ev.message_id, ev.topic)

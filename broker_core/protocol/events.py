@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -384,10 +385,19 @@ _PING_FRAME = HEADER.pack(MAGIC, PROTOCOL_VERSION, Ping.code, 1) + msgpack.packb
 _PONG_FRAME = HEADER.pack(MAGIC, PROTOCOL_VERSION, Pong.code, 1) + msgpack.packb([])
 
 
+_packers = threading.local()
+
+
 def encode_frame(event: Event) -> bytes:
     if type(event) is Ping:
         return _PING_FRAME
     if type(event) is Pong:
         return _PONG_FRAME
-    body = msgpack.packb(event.fields(), use_bin_type=True)
+    # one Packer per thread, kept: its buffer stays as large as the largest frame so far, where msgpack.packb
+    # starts a new one (256 KiB) each time and grows it by realloc, which copies it whenever the heap cannot
+    # extend it in place (a delivery frame of up to 1 MiB: often)
+    packer = getattr(_packers, "packer", None)
+    if packer is None:
+        packer = _packers.packer = msgpack.Packer(use_bin_type=True)
+    body = packer.pack(event.fields())
     return HEADER.pack(MAGIC, PROTOCOL_VERSION, event.code, len(body)) + body

@@ -17,8 +17,7 @@ are numbered across batches; a record may name records of its own batch and of t
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from itertools import chain, islice, repeat
-from operator import attrgetter, countOf, itemgetter, lt
+from itertools import chain, repeat
 from time import time_ns
 from typing import NamedTuple
 
@@ -29,13 +28,7 @@ import pyarrow as pa
 from broker_core.protocol import M_BODY, M_BUSINESS_ID, M_ID, M_KEY, M_TYPE
 from broker_core.tracing.schema import MESSAGE_VALUES, RECORD_VALUES, SIZED, wire_schema
 
-_fields = attrgetter("fields")
-_seq = attrgetter("seq")
-_row_seq, _row_attempt, _row_fields = itemgetter(0), itemgetter(1), itemgetter(2)
-_entry_message = itemgetter(0)
-_body = itemgetter(M_BODY)
-_STRINGS = (itemgetter(M_ID), itemgetter(M_TYPE), itemgetter(M_KEY), itemgetter(M_BUSINESS_ID))
-_SHARED = itemgetter(M_TYPE, M_KEY, M_BUSINESS_ID)  # the values a batch's messages often all share
+_NO_VALUES = (None,) * len(MESSAGE_VALUES)  # a record naming its messages: no value of its own
 
 
 class RecordBuffer:
@@ -49,8 +42,8 @@ class RecordBuffer:
     def _start(self) -> None:
         self._scalars: list[tuple] = []
         self._counts: list[int] = []
-        self._refs: list = []
-        self._parts: list[list] = [[] for _ in MESSAGE_VALUES]  # per column, per record: values or None
+        self._refs: list = []  # per record: None or its runs as (record, offset, count) tuples
+        self._parts: list[list] = []  # per record: one part per MESSAGE_VALUES column (turned into columns at take)
 
     @property
     def records(self) -> int:
@@ -66,7 +59,7 @@ class RecordBuffer:
                   [[message_id], Run(message_type, 1), _one(key), _one(business_id), _one(attempt), _one(size)])
 
     def emit_messages(self, event: str, topic: str, messages: list, *, app_id=None, client_host=None, ts_us=None,
-                      same_as=None, arrays=None, sizes=None, ids=None, shared=None) -> int | None:
+                      same_as=None) -> int | None:
         n = len(messages)
         if not n:
             return None
@@ -74,14 +67,15 @@ class RecordBuffer:
         sized = event in SIZED
         scalars = (ts_us or time_ns() // 1000, event, topic, app_id, client_host, None, None, None)
         if same_as is not None and same_as >= self._floor and not sized:
-            self._add(scalars, n, [None] * len(MESSAGE_VALUES), [(same_as, 0, n)])
+            self._add(scalars, n, _NO_VALUES, [(same_as, 0, n)])
             return None
-        fields = arrays if arrays is not None else list(map(_fields, messages))
-        if sized and sizes is None:
-            sizes = list(map(len, map(_body, fields)))
-        if sized:  # one value for a batch of equal bodies (counted without a list)
-            sizes = Run(sizes[0], n) if countOf(sizes, sizes[0]) == n else list(sizes)
-        self._add(scalars, n, [*_strings(fields, n, ids, shared), None, sizes if sized else None])
+        columns = _columns([m.fields for m in messages])
+        sizes = None
+        if sized:  # one value for a batch of equal bodies
+            sizes = list(map(len, columns[M_BODY]))
+            if sizes.count(sizes[0]) == n:  # (list.count: a direct loop, not countOf's iterator)
+                sizes = Run(sizes[0], n)
+        self._add(scalars, n, [*_strings(columns, n), None, sizes])
         if event == "published":
             starts, counts, numbers = self._runs.setdefault(topic, ([], [], []))
             first_seq = messages[0].seq  # a batch's seqs follow each other (the store appends it whole)
@@ -93,22 +87,21 @@ class RecordBuffer:
         return number
 
     def emit_group(self, event: str, topic: str, group: str, rows: list, *, consumer=None, client_host=None,
-                   ts_us=None, attempt=None) -> None:
-        n = len(rows)
-        if not n:
+                   ts_us=None) -> None:
+        if not rows:
             return
         scalars = (ts_us or time_ns() // 1000, event, topic, None, client_host, group, consumer, None)
-        attempts = list(map(_row_attempt, rows)) if attempt is None else Run(attempt, n)
-        self._framed(scalars, topic, list(map(_row_seq, rows)), lambda: list(map(_row_fields, rows)), attempts)
+        seqs, attempts, fields = zip(*rows, strict=True)  # one pass, in C, for the three columns
+        self._framed(scalars, topic, seqs, lambda: _columns(fields), _attempts(attempts))
 
     def emit_attempts(self, event: str, topic: str, group: str, entries: list, *, consumer=None, client_host=None,
-                      ts_us=None, seqs=None) -> None:
+                      ts_us=None) -> None:
         if not entries:
             return
         scalars = (ts_us or time_ns() // 1000, event, topic, None, client_host, group, consumer, None)
-        messages = list(map(_entry_message, entries))
-        self._framed(scalars, topic, seqs if seqs is not None else list(map(_seq, messages)),
-                     lambda: list(map(_fields, messages)), list(map(_row_attempt, entries)))
+        messages, attempts = list(zip(*entries, strict=True))[:2]
+        self._framed(scalars, topic, [m.seq for m in messages], lambda: _columns([m.fields for m in messages]),
+                     _attempts(attempts))
 
     def close(self) -> None:
         return None
@@ -127,9 +120,8 @@ class RecordBuffer:
     def _add(self, scalars: tuple, n: int, parts: list, runs: list | None = None) -> None:
         self._scalars.append(scalars)
         self._counts.append(n)
-        self._refs.append(None if runs is None else [{"record": r, "offset": o, "count": c} for r, o, c in runs])
-        for column, part in zip(self._parts, parts, strict=True):
-            column.append(part)
+        self._refs.append(runs)
+        self._parts.append(parts)
 
     def _named(self, topic: str, seqs: list[int]) -> list | None:
         """(record number, offset, count) of the published records holding `seqs` in that order; None if
@@ -139,8 +131,8 @@ class RecordBuffer:
             return None
         starts, counts, numbers = runs
         seq, left = seqs[0], len(seqs)
-        # increasing, and spanning exactly len(seqs): one run (no list of ints made to compare)
-        if seqs[-1] - seq != left - 1 or not all(map(lt, seqs, islice(seqs, 1, None))):
+        # spanning exactly len(seqs), and each the one before plus one: one run
+        if seqs[-1] - seq != left - 1 or tuple(seqs) != tuple(range(seq, seq + left)):
             return None
         j = bisect_right(starts, seq) - 1
         named = []
@@ -161,7 +153,10 @@ class RecordBuffer:
         k = len(self._counts)
         if not k:
             return None
-        records = Records(self._first, self._scalars, self._counts, self._refs, self._parts)
+        refs = [None if runs is None else [{"record": r, "offset": o, "count": c} for r, o, c in runs]
+                for runs in self._refs]
+        parts = [list(column) for column in zip(*self._parts, strict=True)]
+        records = Records(self._first, self._scalars, self._counts, refs, parts)
         self._restart(self._first, self._first + k)
         return records
 
@@ -255,24 +250,34 @@ def _one(value) -> list | None:
     return None if value is None else [value]
 
 
-def _strings(fields: list, n: int, ids: list | None = None, shared: tuple | None = None) -> list:
-    """A record's (ids, types, keys, business ids): a list of n values or a Run each, or None when all are
-    null. A batch whose messages share type, key and business id (often: one type, no key, no business
-    id) costs one pass for the three."""
-    if shared is None and _SHARED(fields[-1]) == (first := _SHARED(fields[0])) and \
-            countOf(map(_SHARED, fields), first) == n:
-        shared = first
-    ids = ids if ids is not None else list(map(_STRINGS[0], fields))
-    try:
-        joined = "\0".join(ids)
+def _attempts(attempts: tuple):
+    """The attempts of a frame's messages: a Run when all are first attempts."""
+    n = len(attempts)
+    return Run(1, n) if attempts.count(1) == n else list(attempts)
+
+
+def _columns(arrays) -> list[tuple]:
+    """Message arrays as their columns, one tuple per field (zip: one pass in C over every value, cheaper
+    than a pass per field, in C or in Python)."""
+    return list(zip(*arrays, strict=False))  # (an array may hold more fields than the ten)
+
+
+def _strings(columns: list[tuple], n: int) -> list:
+    """A record's (ids, types, keys, business ids) from its messages' columns: a list of n values or a Run
+    each, or None when all are null. A column whose values are all the same (often: one type, no key, no
+    business id) ships one value."""
+    ids = columns[M_ID]
+    try:  # joined by NUL when no id holds one (a search for one NUL, not a count of them)
+        joined = None if "\0" in "".join(ids) else "\0".join(ids)
     except TypeError:  # not all strings
         joined = None
-    parts = [Joined(joined, n) if joined is not None and joined.count("\0") == n - 1 else list(ids)]
-    if shared is not None:
-        return parts + [None if value is None else Run(value, n) for value in shared]
-    for get in _STRINGS[1:]:
-        values = list(map(get, fields))
-        parts.append(None if countOf(values, None) == n else values)
+    parts = [Joined(joined, n) if joined is not None else list(ids)]
+    for values in (columns[M_TYPE], columns[M_KEY], columns[M_BUSINESS_ID]):
+        first = values[0]
+        if values.count(first) == n:
+            parts.append(None if first is None else Run(first, n))
+        else:
+            parts.append(list(values))
     return parts
 
 
@@ -286,11 +291,40 @@ def _list_array(parts: list, kind: pa.DataType) -> pa.ListArray:
         values = _array([r.value for r in runs], kind.value_type).take(
             pa.array(np.repeat(np.arange(len(runs), dtype=np.int32), [r.n for r in runs])))
     else:
-        values = _array(list(chain.from_iterable(repeat(p.value, p.n) if type(p) is Run else
-                                                 p.text.split("\0") if type(p) is Joined else p for p in held)),
-                        kind.value_type)
+        values = _split_strings(held, int(lengths.sum())) if kind.value_type == pa.string() else None
+        if values is None:
+            values = _array(list(chain.from_iterable(repeat(p.value, p.n) if type(p) is Run else
+                                                     p.text.split("\0") if type(p) is Joined else p
+                                                     for p in held)), kind.value_type)
     nulls = [p is None for p in parts]
     return pa.ListArray.from_arrays(offsets, values, type=kind, mask=pa.array(nulls) if any(nulls) else None)
+
+
+def _split_strings(held: list, count: int) -> pa.Array | None:
+    """The string values of `held` parts as one Arrow array, without a Python object per value: every part
+    joined by NUL into one text that Arrow splits (a Joined part's text as it is). None when a value is not
+    a string or holds a NUL (the caller takes the values one by one)."""
+    texts = []
+    try:
+        for p in held:
+            if type(p) is Joined:
+                texts.append(p.text)
+            else:
+                text = "\0".join(repeat(p.value, p.n) if type(p) is Run else p)
+                if text.count("\0") != len(p) - 1:
+                    return None
+                texts.append(text)
+    except TypeError:  # a null or a value of another type
+        return None
+    data = np.frombuffer("\0".join(texts).encode(), dtype=np.uint8)
+    cuts = np.flatnonzero(data == 0)  # a NUL byte in UTF-8 is only ever the NUL character
+    if len(cuts) != count - 1 or len(data) - len(cuts) >= 2**31:
+        return None
+    offsets = np.empty(count + 1, dtype=np.int32)  # value i ends where the i-th NUL was, less the i NULs before
+    offsets[0] = 0
+    offsets[1:count] = cuts - np.arange(count - 1)
+    offsets[count] = len(data) - (count - 1)
+    return pa.StringArray.from_buffers(count, pa.py_buffer(offsets), pa.py_buffer(data[data != 0]))
 
 
 def _array(values: list, kind: pa.DataType) -> pa.Array:

@@ -1,17 +1,20 @@
 """What the broker calls at each step of a message: a trace sink (docs/trace-events.md).
 
 The sink must not block the event loop. Rare steps call `emit(...)`; the hot paths (a publish batch, a
-delivery frame, an ack frame) call the batch methods, which take the broker's own lists as they are:
+delivery frame, an ack frame) call the batch methods, which take the broker's own lists as they are and
+nothing computed only for the trace (the sink takes what it records from them):
 
-    emit_messages(event, topic, messages, app_id=, client_host=, ts_us=, same_as=, arrays=, sizes=)
+    emit_messages(event, topic, messages, app_id=, client_host=, ts_us=, same_as=)
                                                               messages: [StoredMessage]
-    emit_group(event, topic, group, rows, consumer=, client_host=, ts_us=, attempt=)
+    emit_group(event, topic, group, rows, consumer=, client_host=, ts_us=)
                                                               rows: [(seq, attempt, fields)]
-    emit_attempts(event, topic, group, entries, consumer=, client_host=, ts_us=, seqs=)
+    emit_attempts(event, topic, group, entries, consumer=, client_host=, ts_us=)
                                                               entries: [(StoredMessage, attempt, ...)]
 
-`NullTraceSink` records nothing; `broker_core.tracing.process.ProcessTraceSink` ships records to a child
-process that writes the files. No pyarrow here: a broker without tracing never imports it.
+A node holds one sink and hands it to its topics and groups, which call it whether tracing is on or not:
+`NullTraceSink` (tracing off) records nothing, at the cost of a call per batch;
+`broker_core.tracing.process.ProcessTraceSink` ships records to a child process that writes the files. No
+pyarrow here: a broker without tracing never imports it.
 """
 
 from __future__ import annotations
@@ -26,39 +29,27 @@ class TraceSink(Protocol):
              detail: str | None = None, size: int | None = None, ts_us: int | None = None) -> None: ...
 
     def emit_messages(self, event: str, topic: str, messages: list, *, app_id: str | None = None,
-                      client_host: str | None = None, ts_us: int | None = None, same_as: object = None,
-                      arrays: list | None = None, sizes: list | None = None, ids: list | None = None,
-                      shared: tuple | None = None) -> object:
-        """One event per StoredMessage (`size` on `published` and `prepared`). What the caller already took
-        from the messages may be passed along: `arrays` their message arrays, `sizes` their body sizes,
-        `ids` their ids, `shared` the (type, key, business id) all of them have. Returns a handle: a later
+                      client_host: str | None = None, ts_us: int | None = None, same_as: object = None) -> object:
+        """One event per StoredMessage (`size` on `published` and `prepared`). Returns a handle: a later
         call for the same messages may pass it as `same_as` (a publish batch's `stored` after its
         `published`), so the record names them instead of repeating their values."""
 
     def emit_group(self, event: str, topic: str, group: str, rows: list, *, consumer: str | None = None,
-                   client_host: str | None = None, ts_us: int | None = None, attempt: int | None = None) -> None:
-        """One per-group event per (seq, attempt, fields) row (`attempt`: the attempt of every row, when the
-        caller knows they all share it)."""
+                   client_host: str | None = None, ts_us: int | None = None) -> None:
+        """One per-group event per (seq, attempt, fields) row."""
 
     def emit_attempts(self, event: str, topic: str, group: str, entries: list, *, consumer: str | None = None,
-                      client_host: str | None = None, ts_us: int | None = None, seqs: list | None = None) -> None:
-        """One per-group event per (StoredMessage, attempt, ...) entry (`seqs`: their messages' seqs)."""
+                      client_host: str | None = None, ts_us: int | None = None) -> None:
+        """One per-group event per (StoredMessage, attempt, ...) entry."""
 
     def close(self) -> None: ...
 
 
+def _nothing(*args, **fields) -> None:
+    return None
+
+
 class NullTraceSink:
-    def emit(self, event: str, **fields) -> None:
-        return None
+    """Tracing off: every method is one plain function that returns None (no bound method, no work)."""
 
-    def emit_messages(self, event: str, topic: str, messages: list, **fields) -> None:
-        return None
-
-    def emit_group(self, event: str, topic: str, group: str, rows: list, **fields) -> None:
-        return None
-
-    def emit_attempts(self, event: str, topic: str, group: str, entries: list, **fields) -> None:
-        return None
-
-    def close(self) -> None:
-        return None
+    emit = emit_messages = emit_group = emit_attempts = close = staticmethod(_nothing)

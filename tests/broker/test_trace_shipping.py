@@ -12,7 +12,7 @@ import pyarrow as pa
 from broker_core.client import Consumer, Message, Producer
 from broker_core.storage.store import StoredMessage
 from broker_core.tracing.process import ProcessTraceSink
-from broker_core.tracing.records import RecordBuffer
+from broker_core.tracing.records import Joined, RecordBuffer, to_batch
 from broker_core.tracing.schema import read_events, read_trace_events
 from broker_core.tracing.writer import OPEN_FORMAT, TraceFileWriter
 from tests.broker.conftest import APP, wait_for
@@ -93,16 +93,15 @@ def test_delivery_and_ack_frames_of_published_seq_runs_name_those_records(tmp_pa
     batches = [[_message(1, "m-1", key="k1"), _message(2, "m-2", message_type="order.paid")],
                [_message(3, "m-3", business_id="b3"), _message(4, "m-4")]]
     shipper = RecordBuffer()
-    for i, batch in enumerate(batches):  # the broker passes the batch's arrays along (fewer passes)
-        shipper.emit_messages("published", "t", batch, app_id="shop", client_host="h:1", ts_us=10 + i,
-                              arrays=[m.fields for m in batch] if i else None)
+    for i, batch in enumerate(batches):
+        shipper.emit_messages("published", "t", batch, app_id="shop", client_host="h:1", ts_us=10 + i)
     shipper.emit_messages("published", "other", [_message(3, "x-3")], app_id="shop", client_host="h:1", ts_us=12)
     published = shipper.take()
     everything = batches[0] + batches[1]
     shipper.emit_group("delivered", "t", "g", [(m.seq, 1, m.fields) for m in everything[1:]], consumer="c-1",
                        client_host="h:2", ts_us=20)
     shipper.emit_attempts("acked", "t", "g", [(m, 1, 0.0) for m in everything[1:3]], consumer="c-1",
-                          client_host="h:2", ts_us=30, seqs=[2, 3])  # the ack frame's seqs, as the group has them
+                          client_host="h:2", ts_us=30)
     shipper.emit_group("delivered", "t", "g", [(4, 2, everything[3].fields), (3, 2, everything[2].fields)],
                        consumer="c-2", client_host="h:2", ts_us=40)  # not in seq order: its own values
     frames = shipper.take()
@@ -137,39 +136,50 @@ def test_a_frame_out_of_seq_order_spanning_a_run_is_not_named(tmp_path):
         ("delivered", "m-1", "k1"), ("delivered", "m-3", "k3"), ("delivered", "m-2", "k2"), ("delivered", "m-4", "k4")]
 
 
-def test_what_callers_hand_over_sizes_and_first_attempts_is_what_the_rows_say(tmp_path):
-    """The server's body sizes (`sizes=`) and a group's "all first deliveries" (`attempt=1`) stand in for
-    the sink's own passes over the messages."""
+def test_the_buffer_takes_sizes_and_attempts_from_the_messages_and_rows_it_is_handed(tmp_path):
+    """Nothing is handed over for the trace: body sizes come from the messages (one value for a batch of
+    equal bodies), attempts from the rows and entries (one value when all are first attempts)."""
     batch = [_message(1, "m-1", body=b"123"), _message(2, "m-2", body=b"1234567")]
+    equal = [_message(3, "m-3", body=b"1234"), _message(4, "m-4", body=b"abcd")]
     shipper = RecordBuffer()
-    shipper.emit_messages("published", "t", batch, ts_us=1, arrays=[m.fields for m in batch], sizes=[3, 7])
-    shipper.emit_group("delivered", "t", "g", [(m.seq, 1, m.fields) for m in batch], consumer="c-1", ts_us=2,
-                       attempt=1)
+    shipper.emit_messages("published", "t", batch, ts_us=1)
+    shipper.emit_messages("published", "t", equal, ts_us=1)
+    shipper.emit_group("delivered", "t", "g", [(m.seq, 1, m.fields) for m in batch], consumer="c-1", ts_us=2)
     shipper.emit_group("delivered", "t", "g", [(m.seq, 2, m.fields) for m in batch], consumer="c-2", ts_us=3)
-    _written(tmp_path, shipper.take())
+    shipper.emit_group("delivered", "t", "g", [(3, 1, equal[0].fields), (4, 2, equal[1].fields)], consumer="c-3",
+                       ts_us=4)
+    shipper.emit_attempts("acked", "t", "g", [(equal[0], 1, 0.0), (equal[1], 2, 0.0)], consumer="c-3", ts_us=5)
+    records = shipper.take_records()
+    assert [type(p).__name__ for p in records.parts[-1][:2]] == ["list", "Run"]  # sizes
+    assert [type(p).__name__ for p in records.parts[-2][2:]] == ["Run", "list", "list", "list"]  # attempts
+    _written(tmp_path, to_batch(records))
     assert [(e["event"], e["message_id"], e.get("size"), e.get("attempt"), e.get("consumer"))
             for e in _rows(tmp_path)] == [
         ("published", "m-1", 3, None, None), ("published", "m-2", 7, None, None),
+        ("published", "m-3", 4, None, None), ("published", "m-4", 4, None, None),
         ("delivered", "m-1", None, 1, "c-1"), ("delivered", "m-2", None, 1, "c-1"),
-        ("delivered", "m-1", None, 2, "c-2"), ("delivered", "m-2", None, 2, "c-2")]
+        ("delivered", "m-1", None, 2, "c-2"), ("delivered", "m-2", None, 2, "c-2"),
+        ("delivered", "m-3", None, 1, "c-3"), ("delivered", "m-4", None, 2, "c-3"),
+        ("acked", "m-3", None, 1, "c-3"), ("acked", "m-4", None, 2, "c-3")]
 
 
-def test_ids_and_a_shared_type_the_server_took_in_passing_stand_in_for_the_sinks_passes(tmp_path):
-    """The server's ids (`ids=`) and, for a batch of one type without keys or business ids, `shared=`: the
-    type repeated, null key and business id lists; an id holding a NUL ships as it is; without `shared`
-    each column is looked at."""
+def test_ids_joined_and_a_shared_type_found_by_the_buffer(tmp_path):
+    """A batch of one type without keys or business ids: the type repeated, null key and business id lists,
+    the ids joined by NUL; an id holding a NUL ships the ids as a list; a mixed batch, column by column."""
     plain = [_message(i, f"p-{i}", message_type="order.paid") for i in (1, 2, 3)]
     odd = [_message(4, "o\0-4", message_type="order.paid"), _message(5, "o-5", message_type="order.paid")]
     mixed = [_message(6, "x-6", key="k"), _message(7, "x-7", message_type="order.paid")]
     shipper = RecordBuffer()
-    for batch, shared in ((plain, ("order.paid", None, None)), (odd, ("order.paid", None, None)), (mixed, None)):
-        shipper.emit_messages("published", "t", batch, ts_us=1, arrays=[m.fields for m in batch],
-                              ids=[m.fields[0] for m in batch], shared=shared)
-        chunk = shipper.take()
+    for batch in (plain, odd, mixed):
+        shipper.emit_messages("published", "t", batch, ts_us=1)
+        records = shipper.take_records()
+        chunk = to_batch(records)
         if batch is plain:
+            assert records.parts[0] == [Joined("p-1\0p-2\0p-3", 3)]
             assert [_column(chunk, c) for c in ("message_id", "message_type", "key", "business_id")] == [
                 [["p-1", "p-2", "p-3"]], [["order.paid"] * 3], [None], [None]]
         if batch is odd:
+            assert records.parts[0] == [["o\0-4", "o-5"]]
             assert _column(chunk, "message_id") == [["o\0-4", "o-5"]]
         _written(tmp_path / str(batch[0].seq), chunk)
     rows = [(e["message_id"], e["message_type"], e.get("key"), e.get("business_id"))
@@ -415,3 +425,19 @@ def test_a_broker_rolls_its_trace_file_at_the_age_it_is_given(cluster):
     assert {e["message_id"] for e in read_trace_events(folder)} == set(ids)
     broker.stop()
 
+
+
+def test_the_trace_process_cuts_a_string_column_of_joined_runs_and_lists_whole(tmp_path):
+    """A column of Joined ids, runs, single values and lists (non-ASCII, empty) comes out value for value; a
+    part holding a NUL or a null makes the column take its values one by one, with the same result."""
+    messages = [_message(1, "m-1"), _message(2, "m-ü"), _message(3, "")]
+    shipper = RecordBuffer()
+    shipper.emit_messages("published", "t", messages, ts_us=1)  # ids Joined, the type a Run
+    shipper.emit("nacked", message_id="m-1", topic="t", message_type="tÿpe", ts_us=2)
+    shipper.emit_messages("published", "t", [_message(4, "x\0y", message_type="a"), _message(5, "z")], ts_us=3)
+    plain = shipper.take_records()
+    assert [type(p).__name__ for p in plain.parts[0]] == ["Joined", "list", "list"]
+    batch = to_batch(plain)
+    assert _column(batch, "message_id") == [["m-1", "m-ü", ""], ["m-1"], ["x\0y", "z"]]
+    assert _column(batch, "message_type") == [["normal"] * 3, ["tÿpe"], ["a", "normal"]]
+    assert _column(batch, "key") == [None, None, None]
