@@ -46,7 +46,8 @@ from kazoo.client import KazooClient  # noqa: E402
 from broker_core.client import AsyncConsumer, AsyncProducer  # noqa: E402
 from broker_core.client._loop import new_event_loop  # noqa: E402
 from broker_core.cluster.provision import Provisioner  # noqa: E402
-from devstack.services import port_open, start_zookeeper, stop_zookeeper  # noqa: E402
+from devstack.processes import port_open  # noqa: E402
+from devstack.zookeeper import start_zookeeper, stop_zookeeper  # noqa: E402
 
 BROKER_PORT = int(os.environ.get("SWITCHYARD_BENCH_PORT") or 27580)
 ZK_PORT = BROKER_PORT + 12

@@ -71,7 +71,7 @@ from bench.broker_bench import (  # noqa: E402
 from broker_core.client import AsyncProducer  # noqa: E402
 from broker_core.client._loop import new_event_loop  # noqa: E402
 from broker_core.cluster.provision import Provisioner  # noqa: E402
-from devstack.services import start_zookeeper, stop_zookeeper  # noqa: E402
+from devstack.zookeeper import start_zookeeper, stop_zookeeper  # noqa: E402
 
 PUB_TOPIC, E2E_TOPIC, GROUP = "ratio-pub", "ratio-e2e", "ratio-group"
 PHASES = (("publish_pipelined", "publish (pipelined)"), ("publish_send_many", "publish (send_many)"),

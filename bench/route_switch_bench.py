@@ -37,7 +37,7 @@ from bench.broker_bench import BODY, BROKER_PORT, STATE, ZK_PORT, hold_bench_loc
 from broker_core.client import AsyncConsumer, AsyncProducer  # noqa: E402
 from broker_core.client._loop import new_event_loop  # noqa: E402
 from broker_core.cluster.provision import Provisioner  # noqa: E402
-from devstack.services import start_zookeeper, stop_zookeeper  # noqa: E402
+from devstack.zookeeper import start_zookeeper, stop_zookeeper  # noqa: E402
 
 APP, SECRET, TOPIC, GROUP = "bench-app", "bench-secret", "moving", "bench-group"
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from devstack import monitoring, services
+from devstack.processes import ServiceError, port_open, read_pid, spawn, wait_until
 from devstack.services import Ports
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -47,15 +48,15 @@ def up() -> None:
            "--secrets-file", str(state / DEMO_SECRETS))
     manage(env, "secure_zookeeper", "--all")  # ZooKeeper ACLs, also on chroots an older stack made open
     py = sys.executable
-    services.spawn("web", [py, "-m", "gunicorn", "control_plane.wsgi", "-b", f"127.0.0.1:{ports.web}",
+    spawn("web", [py, "-m", "gunicorn", "control_plane.wsgi", "-b", f"127.0.0.1:{ports.web}",
                            "-w", "3", "--access-logfile", "-"], state, env, ROOT)
-    services.spawn("celery-worker", [py, "-m", "celery", "-A", "control_plane", "worker", "-l", "info",
+    spawn("celery-worker", [py, "-m", "celery", "-A", "control_plane", "worker", "-l", "info",
                                      "-c", "2", "-n", "switchyard-dev@%h"], state, env, ROOT)
-    services.spawn("celery-beat", [py, "-m", "celery", "-A", "control_plane", "beat", "-l", "info",
+    spawn("celery-beat", [py, "-m", "celery", "-A", "control_plane", "beat", "-l", "info",
                                    "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler",
                                    "--pidfile", ""], state, env, ROOT)
     start_demo_brokers(state, ports, env)
-    services.wait_until(lambda: services.port_open(ports.web), 30, "web server")
+    wait_until(lambda: port_open(ports.web), 30, "web server")
     monitoring.start_monitoring(state, ports, control_plane=f"127.0.0.1:{ports.web}")
     manage(env, "publish_monitoring")  # the brokers to scrape and the alarm rules, rendered from the database
     print()
@@ -77,7 +78,7 @@ def start_demo_brokers(state: Path, ports: Ports, env: dict[str, str]) -> None:
     # a broker holds its own ZooKeeper credential, not the control plane's
     broker_env = {k: v for k, v in env.items() if not k.startswith("SWITCHYARD_ZK_CONTROL_AUTH")}
     for index, cluster in enumerate(("dev-a", "prod-a")):
-        services.spawn(
+        spawn(
             f"broker-{cluster}",
             [sys.executable, "-m", "broker_core", "--cluster", cluster, "--zk", f"{env['SWITCHYARD_ZK']}/switchyard/{cluster}",
              "--data-dir", str(state / "brokers" / cluster), "--port", str(ports.broker(index)),
@@ -85,7 +86,7 @@ def start_demo_brokers(state: Path, ports: Ports, env: dict[str, str]) -> None:
             state, broker_env, ROOT,
         )
     if demo.exists():
-        services.spawn("demo-traffic", [sys.executable, str(demo), "--secrets-file", str(state / DEMO_SECRETS)],
+        spawn("demo-traffic", [sys.executable, str(demo), "--secrets-file", str(state / DEMO_SECRETS)],
                        state, env, ROOT)
 
 
@@ -140,7 +141,7 @@ def status() -> None:
         pids = sorted((state / "pids").glob("*.pid")) if (state / "pids").exists() else []
         print(f"[{profile}] {state}")
         for pidfile in pids:
-            pid = services.read_pid(pidfile)
+            pid = read_pid(pidfile)
             print(f"  {pidfile.stem:<20} {'running pid ' + str(pid) if pid else 'stopped'}")
 
 
@@ -158,7 +159,7 @@ def main() -> int:
             down()
         else:
             status()
-    except (services.ServiceError, subprocess.CalledProcessError) as exc:
+    except (ServiceError, subprocess.CalledProcessError) as exc:
         print(f"dev {args.command}: {exc}", file=sys.stderr)
         print("Logs are under the state folder's logs/ (./dev status lists it); ./dev down stops what started.",
               file=sys.stderr)

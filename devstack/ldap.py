@@ -27,6 +27,7 @@ from cryptography.x509.oid import NameOID
 
 from broker_core.secret_source import read_secret_file
 from devstack import services
+from devstack.processes import ServiceError, port_open, read_pid, spawn, stop_pid, wait_until
 
 log = logging.getLogger("devstack")
 
@@ -147,7 +148,7 @@ def start_slapd(state: Path, port: int, fresh: bool = False) -> Directory:
     service_password = read_secret_file(services.secret_file(state, "ldap-service-password"))
     pidfile = state / "pids" / "slapd.pid"
     if fresh:
-        services.stop_pid(pidfile, "slapd")
+        stop_pid(pidfile, "slapd")
         shutil.rmtree(folder / "data", ignore_errors=True)
     (folder / "data").mkdir(parents=True, exist_ok=True)
     conf = folder / "slapd.conf"
@@ -157,24 +158,24 @@ def start_slapd(state: Path, port: int, fresh: bool = False) -> Directory:
                           admin_password_file=services.secret_file(state, "ldap-admin-password"), service_dn=SERVICE_DN,
                           service_password_file=services.secret_file(state, "ldap-service-password"),
                           ca_file=folder / "ca.pem")
-    if services.read_pid(pidfile) and services.port_open(port):
+    if read_pid(pidfile) and port_open(port):
         return directory
-    if services.port_open(port):
-        raise services.ServiceError(f"port {port} is taken by another process: stop it, or choose other ports with "
+    if port_open(port):
+        raise ServiceError(f"port {port} is taken by another process: stop it, or choose other ports with "
                                     "SWITCHYARD_PORT_BASE")
     if not SLAPD.exists():
-        raise services.ServiceError(f"{SLAPD} is missing: install Debian's slapd package (./dev does)")
+        raise ServiceError(f"{SLAPD} is missing: install Debian's slapd package (./dev does)")
     if not (folder / "data" / "data.mdb").exists():
         seeded = subprocess.run([str(SLAPADD), "-f", str(conf), "-b", SUFFIX], input=_seed(service_password),
                                 capture_output=True, text=True)
         if seeded.returncode != 0:
-            raise services.ServiceError(f"slapadd failed: {seeded.stderr.strip()}")
+            raise ServiceError(f"slapadd failed: {seeded.stderr.strip()}")
     # -d 0: stay in the foreground (spawn records this PID); logs go to state/logs/slapd.log
-    services.spawn("slapd", [str(SLAPD), "-d", "0", "-h", f"ldap://127.0.0.1:{port}/", "-f", str(conf)], state)
-    services.wait_until(lambda: services.port_open(port), 20, f"slapd on {port} (log: {state / 'logs' / 'slapd.log'})")
+    spawn("slapd", [str(SLAPD), "-d", "0", "-h", f"ldap://127.0.0.1:{port}/", "-f", str(conf)], state)
+    wait_until(lambda: port_open(port), 20, f"slapd on {port} (log: {state / 'logs' / 'slapd.log'})")
     return directory
 
 
 def stop_slapd(state: Path) -> None:
-    services.stop_pid(state / "pids" / "slapd.pid", "slapd")
+    stop_pid(state / "pids" / "slapd.pid", "slapd")
 

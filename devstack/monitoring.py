@@ -19,7 +19,8 @@ import json
 import urllib.request
 from pathlib import Path
 
-from devstack.services import Ports, port_open, secret_file, spawn, stop_pid, wait_until
+from devstack.processes import port_open, spawn, stop_pid, wait_until
+from devstack.services import Ports, secret_file
 
 PROMETHEUS = "/usr/bin/prometheus"
 ALERTMANAGER = "/usr/bin/prometheus-alertmanager"

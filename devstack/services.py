@@ -15,42 +15,17 @@ import logging
 import os
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from broker_core.secret_source import read_secret_file, write_secret_file
-from devstack.waiting import wait_for
+from devstack.processes import ServiceError, port_open, read_pid, stop_pid, wait_until
+from devstack.zookeeper import start_zookeeper
 
 log = logging.getLogger("devstack")
 
 PG_BIN = Path(os.environ.get("SWITCHYARD_PG_BIN", "/usr/lib/postgresql/15/bin"))
-JAVA_DIR = Path("/usr/share/java")
-ZK_CLASSPATH = ":".join(
-    str(JAVA_DIR / jar)
-    for jar in (
-        "zookeeper.jar",
-        "zookeeper-jute.jar",
-        "netty-handler.jar",
-        "netty-common.jar",
-        "netty-buffer.jar",
-        "netty-codec.jar",
-        "netty-resolver.jar",
-        "netty-transport.jar",
-        "netty-transport-native-unix-common.jar",
-        "netty-transport-native-epoll.jar",
-        "servlet-api.jar",
-        "slf4j-api.jar",
-        "slf4j-simple.jar",
-    )
-)
-
-
-class ServiceError(RuntimeError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -96,99 +71,6 @@ class Ports:
 
     def broker_metrics(self, index: int) -> int:
         return self.base + 40 + index
-
-
-def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.2) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
-def wait_until(predicate, timeout: float, what: str, interval: float = 0.1) -> None:
-    wait_for(predicate, timeout, f"{what} to be ready", interval, error=ServiceError)
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def read_pid(pidfile: Path) -> int | None:
-    try:
-        pid = int(pidfile.read_text().split()[0])
-    except (FileNotFoundError, ValueError, IndexError):
-        return None
-    return pid if pid_alive(pid) else None
-
-
-def stop_pid(pidfile: Path, name: str, timeout: float = 10.0) -> bool:
-    """Stop the process recorded in pidfile: SIGTERM to its group, then SIGKILL."""
-    pid = read_pid(pidfile)
-    if pid is None:
-        pidfile.unlink(missing_ok=True)
-        return False
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                break
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and pid_alive(pid):
-            _reap(pid)
-            time.sleep(0.05)
-        if not pid_alive(pid):
-            break
-    pidfile.unlink(missing_ok=True)
-    log.info("stopped %s (pid %s)", name, pid)
-    return True
-
-
-def _reap(pid: int) -> None:
-    try:
-        os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass
-
-
-def spawn(
-    name: str,
-    argv: list[str],
-    state: Path,
-    env: dict[str, str] | None = None,
-    cwd: Path | None = None,
-) -> int:
-    """Start argv in its own process group, log to state/logs/NAME.log, record its PID."""
-    pidfile = state / "pids" / f"{name}.pid"
-    existing = read_pid(pidfile)
-    if existing:
-        log.info("%s already running (pid %s)", name, existing)
-        return existing
-    (state / "pids").mkdir(parents=True, exist_ok=True)
-    (state / "logs").mkdir(parents=True, exist_ok=True)
-    logfile = open(state / "logs" / f"{name}.log", "ab")
-    proc = subprocess.Popen(
-        argv,
-        stdout=logfile,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, **(env or {})},
-        cwd=cwd,
-        start_new_session=True,
-    )
-    logfile.close()
-    pidfile.write_text(f"{proc.pid}\n")
-    log.info("started %s (pid %s)", name, proc.pid)
-    return proc.pid
 
 
 # --- PostgreSQL -------------------------------------------------------------------------
@@ -362,52 +244,6 @@ def start_redis(state: Path, port: int) -> None:
     )
     wait_until(lambda: port_open(port), 10, "redis")
     log.info("started redis on %s", port)
-
-
-# --- ZooKeeper --------------------------------------------------------------------------
-
-
-def zk_ruok(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
-            s.sendall(b"ruok")
-            return s.recv(8) == b"imok"
-    except OSError:
-        return False
-
-
-def start_zookeeper(state: Path, port: int, name: str = "zookeeper") -> None:
-    zdir = state / name
-    (zdir / "data").mkdir(parents=True, exist_ok=True)
-    cfg = zdir / "zoo.cfg"
-    cfg.write_text(
-        "\n".join([
-            "tickTime=500",
-            "initLimit=10",
-            "syncLimit=5",
-            "minSessionTimeout=1000",
-            f"dataDir={zdir / 'data'}",
-            f"clientPort={port}",
-            "clientPortAddress=127.0.0.1",
-            "admin.enableServer=false",
-            "4lw.commands.whitelist=ruok,stat,srvr,mntr",
-            "maxClientCnxns=0",
-            "",
-        ])
-    )
-    if zk_ruok(port):
-        return
-    spawn(
-        name,
-        ["java", "-Xmx256m", "-Dzookeeper.log.dir=" + str(zdir), "-cp", ZK_CLASSPATH,
-         "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)],
-        state,
-    )
-    wait_until(lambda: zk_ruok(port), 30, f"zookeeper on {port}")
-
-
-def stop_zookeeper(state: Path, name: str = "zookeeper") -> None:
-    stop_pid(state / "pids" / f"{name}.pid", name)
 
 
 # --- the whole set ----------------------------------------------------------------------

@@ -26,10 +26,10 @@ from kazoo.client import KazooClient
 from broker_core.cluster.provision import Provisioner
 from broker_core.layout import LAYOUT
 from broker_core.secret_source import read_secret
-from devstack.services import start_zookeeper, stop_zookeeper
 from devstack.waiting import (
     wait_closely as wait_for,  # the broker tests' wait (they import it from here)
 )
+from devstack.zookeeper import start_zookeeper, stop_zookeeper
 from tests.support.stack import broker_environment, control_zk_client, zk_acl_policy
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import pytest
 
 from broker_core.client import Consumer, Producer
 from broker_core.layout import LAYOUT
-from devstack.services import start_zookeeper, stop_zookeeper
+from devstack.zookeeper import start_zookeeper, stop_zookeeper
 from tests.broker.conftest import APP, SECOND_ZK_PORT, SECRET, STATE, Cluster, wait_for
 from tests.broker.helpers import RawConsumer, Received
 from tests.support.stack import control_zk_client

@@ -16,7 +16,7 @@ FLAKY_PORT = ports().base + 450
 
 @pytest.fixture
 def flaky_zookeeper():
-    from devstack.services import start_zookeeper, stop_zookeeper
+    from devstack.zookeeper import start_zookeeper, stop_zookeeper
 
     state = state_dir() / "gov-flaky"
     start_zookeeper(state, FLAKY_PORT, name="zk-flaky")

@@ -20,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from broker_core.secret_source import read_secret_file, write_secret_file
 from devstack import services
 from devstack.ldap import GROUPS, PEOPLE, Directory
+from devstack.processes import ServiceError, port_open, spawn, stop_pid, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT_ID = "switchyard-tests"
@@ -142,18 +143,18 @@ def start_provider(state: Path, port: int) -> Provider:
            "OIDC_PROVIDER_SECRET_KEY_FILE": str(services.secret_file(state, "oidc-provider-secret-key", nbytes=48)),
            "OIDC_PROVIDER_RSA_KEY_FILE": str(key_file), "OIDC_PROVIDER_ADMIN_TOKEN_FILE": str(admin_token_file)}
     pidfile = state / "pids" / "oidc-provider.pid"
-    services.stop_pid(pidfile, "oidc-provider")
+    stop_pid(pidfile, "oidc-provider")
     migrated = subprocess.run([sys.executable, "-m", "django", "migrate", "--run-syncdb", "--noinput", "-v", "0"], cwd=ROOT,
                               env={**_clean_environ(), **env}, capture_output=True, text=True, timeout=120)
     if migrated.returncode != 0:
-        raise services.ServiceError(f"the OIDC provider's migrate failed: {migrated.stderr.strip()}")
-    services.spawn("oidc-provider", [sys.executable, "-m", "gunicorn", "tests.sso.provider.wsgi", "-b",
+        raise ServiceError(f"the OIDC provider's migrate failed: {migrated.stderr.strip()}")
+    spawn("oidc-provider", [sys.executable, "-m", "gunicorn", "tests.sso.provider.wsgi", "-b",
                                      f"127.0.0.1:{port}", "-w", "1", "--threads", "4", "--no-control-socket",
                                      "--graceful-timeout", "2"],  # a browser's keep-alive must not hold the stop
                    state, env, ROOT)
     provider = Provider(url=f"http://127.0.0.1:{port}", admin_token=read_secret_file(admin_token_file),
                         client_secret_file=services.secret_file(state, "oidc-client-secret"))
-    services.wait_until(lambda: services.port_open(port), 30, f"the OIDC provider on {port} "
+    wait_until(lambda: port_open(port), 30, f"the OIDC provider on {port} "
                                                               f"(log: {state / 'logs' / 'oidc-provider.log'})")
     provider.register_client()
     return provider
@@ -164,7 +165,7 @@ def _clean_environ() -> dict[str, str]:
 
 
 def stop_provider(state: Path) -> None:
-    services.stop_pid(state / "pids" / "oidc-provider.pid", "oidc-provider")
+    stop_pid(state / "pids" / "oidc-provider.pid", "oidc-provider")
 
 
 def walk_provider(start: str, provider: Provider, username: str, password: str = PASSWORD,
