@@ -14,7 +14,7 @@ from devstack.processes import ServiceError, port_open, read_pid, spawn, wait_un
 from devstack.services import Ports
 
 ROOT = Path(__file__).resolve().parent.parent
-PROFILES = {"dev": 27100, "test": 27200}
+PROFILES = {"dev": 27100, "test": 27200, "multi": 27400}  # multi: `./dev up --nodes 3` (docs/deploy.md)
 DEMO_LOGINS = [
     ("dev-alice", "developer"),
     ("appr-bob", "approver"),
@@ -37,10 +37,13 @@ def manage(env: dict[str, str], *args: str) -> None:
                    cwd=ROOT)
 
 
-def up() -> None:
-    state, ports = state_for("dev")
-    services.start_core(state, ports)
-    env = services.environment(state, ports)
+def up(nodes: int = 1) -> None:
+    """The whole stack with demo data; NODES > 1: a ZooKeeper ensemble of that many servers and that many brokers
+    per demo cluster, under their own state folder and ports (the "multi" profile)."""
+    state, ports = state_for("dev" if nodes == 1 else "multi")
+    ensemble = services.ensemble_of(ports, nodes) if nodes > 1 else None
+    services.start_core(state, ports, ensemble=ensemble)
+    env = services.environment(state, ports, zk_hosts=ensemble.hosts if ensemble else None)
     services.write_env(state, env)
     manage({**env, "SWITCHYARD_DB_ROLE": "owner"}, "migrate", "--noinput", "-v", "0")  # DDL as the owner
     manage(env, "collectstatic", "--noinput", "-v", "0")
@@ -55,7 +58,7 @@ def up() -> None:
     spawn("celery-beat", [py, "-m", "celery", "-A", "control_plane", "beat", "-l", "info",
                                    "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler",
                                    "--pidfile", ""], state, env, ROOT)
-    start_demo_brokers(state, ports, env)
+    start_demo_brokers(state, ports, env, nodes)
     wait_until(lambda: port_open(ports.web), 30, "web server")
     monitoring.start_monitoring(state, ports, control_plane=f"127.0.0.1:{ports.web}")
     manage(env, "publish_monitoring")  # the brokers to scrape and the alarm rules, rendered from the database
@@ -70,21 +73,26 @@ def up() -> None:
     print("  stop everything: ./dev down")
 
 
-def start_demo_brokers(state: Path, ports: Ports, env: dict[str, str]) -> None:
-    """Start one broker node per demo cluster, when the broker core is present."""
+def start_demo_brokers(state: Path, ports: Ports, env: dict[str, str], nodes: int = 1) -> None:
+    """Start NODES broker nodes per demo cluster, when the broker core is present."""
     demo = ROOT / "devstack" / "demo_traffic.py"
     if not (ROOT / "broker_core" / "__main__.py").exists():
         return
     # a broker holds its own ZooKeeper credential, not the control plane's
     broker_env = {k: v for k, v in env.items() if not k.startswith("SWITCHYARD_ZK_CONTROL_AUTH")}
-    for index, cluster in enumerate(("dev-a", "prod-a")):
-        spawn(
-            f"broker-{cluster}",
-            [sys.executable, "-m", "broker_core", "--cluster", cluster, "--zk", f"{env['SWITCHYARD_ZK']}/switchyard/{cluster}",
-             "--data-dir", str(state / "brokers" / cluster), "--port", str(ports.broker(index)),
-             "--metrics-port", str(ports.broker_metrics(index))],  # admin token: env's _FILE, never argv
-            state, broker_env, ROOT,
-        )
+    for c, cluster in enumerate(("dev-a", "prod-a")):
+        for n in range(nodes):
+            index = c * nodes + n
+            name = f"broker-{cluster}" if nodes == 1 else f"broker-{cluster}-{n + 1}"
+            node = ["--node-id", f"{cluster}-b{n + 1}"] if nodes > 1 else []
+            data = state / "brokers" / (cluster if nodes == 1 else f"{cluster}-{n + 1}")
+            spawn(
+                name,
+                [sys.executable, "-m", "broker_core", "--cluster", cluster, "--zk",
+                 f"{env['SWITCHYARD_ZK']}/switchyard/{cluster}", "--data-dir", str(data), *node,
+                 "--port", str(ports.broker(index)), "--metrics-port", str(ports.broker_metrics(index))],
+                state, broker_env, ROOT,  # admin token: env's _FILE, never argv
+            )
     if demo.exists():
         spawn("demo-traffic", [sys.executable, str(demo), "--secrets-file", str(state / DEMO_SECRETS)],
                        state, env, ROOT)
@@ -149,10 +157,12 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="devstack %(levelname)s %(message)s")
     parser = argparse.ArgumentParser(prog="dev")
     parser.add_argument("command", choices=["up", "test", "down", "status"])
+    parser.add_argument("--nodes", type=int, choices=[1, 3], default=1,
+                        help="up: 3 starts a three-server ZooKeeper ensemble and three brokers per demo cluster")
     args, rest = parser.parse_known_args()
     try:
         if args.command == "up":
-            up()
+            up(args.nodes)
         elif args.command == "test":
             return test(rest)
         elif args.command == "down":

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from broker_core.secret_source import read_secret_file, write_secret_file
 from devstack.processes import ServiceError, port_open, read_pid, stop_pid, wait_until
-from devstack.zookeeper import start_zookeeper
+from devstack.zookeeper import Ensemble, start_zookeeper, start_zookeeper_ensemble
 
 log = logging.getLogger("devstack")
 
@@ -249,10 +249,19 @@ def start_redis(state: Path, port: int) -> None:
 # --- the whole set ----------------------------------------------------------------------
 
 
-def start_core(state: Path, ports: Ports, tuned_for_tests: bool = False) -> None:
+def ensemble_of(ports: Ports, nodes: int) -> Ensemble:
+    """The multi-node profile's ZooKeeper ensemble: clients on base+2, base+7, base+8 (, ...), quorum on base+50...."""
+    client = (ports.zookeeper, *(ports.base + 7 + i for i in range(nodes - 1)))
+    return Ensemble("zookeeper", client, tuple(ports.base + 50 + i for i in range(2 * nodes)))
+
+
+def start_core(state: Path, ports: Ports, tuned_for_tests: bool = False, ensemble: Ensemble | None = None) -> None:
     start_postgres(state, ports.postgres, tuned_for_tests=tuned_for_tests)
     start_redis(state, ports.redis)
-    start_zookeeper(state, ports.zookeeper)
+    if ensemble is None:
+        start_zookeeper(state, ports.zookeeper)
+    else:
+        start_zookeeper_ensemble(state, ensemble)
 
 
 def stop_all(state: Path) -> None:
@@ -260,7 +269,7 @@ def stop_all(state: Path) -> None:
     pids = state / "pids"
     if pids.is_dir():
         # application processes first, data services last
-        order = sorted(pids.glob("*.pid"), key=lambda p: p.stem in ("redis", "zookeeper"))
+        order = sorted(pids.glob("*.pid"), key=lambda p: p.stem == "redis" or p.stem.startswith("zookeeper"))
         for pidfile in order:
             stop_pid(pidfile, pidfile.stem)
     stop_postgres(state)
@@ -294,8 +303,9 @@ def admin_token(state: Path) -> str:
     return read_secret_file(secret_file(state, "broker-admin-token"))
 
 
-def environment(state: Path, ports: Ports, dbname: str = "switchyard") -> dict[str, str]:
-    """The variables the control plane, workers and tests read to find this stack."""
+def environment(state: Path, ports: Ports, dbname: str = "switchyard", zk_hosts: str | None = None) -> dict[str, str]:
+    """The variables the control plane, workers and tests read to find this stack (ZK_HOSTS: an ensemble's
+    connection string, instead of the one server on base+2)."""
     return {
         "SWITCHYARD_STATE": str(state),
         "SWITCHYARD_PORT_BASE": str(ports.base),
@@ -309,7 +319,7 @@ def environment(state: Path, ports: Ports, dbname: str = "switchyard") -> dict[s
         "SWITCHYARD_DB_OWNER_PASSWORD_FILE": str(secret_file(state, "db-owner-password")),
         "SWITCHYARD_AUDIT_CHECKPOINT_KEY_FILE": str(secret_file(state, "audit-checkpoint-key")),
         "SWITCHYARD_REDIS_URL": f"redis://127.0.0.1:{ports.redis}/0",
-        "SWITCHYARD_ZK": f"127.0.0.1:{ports.zookeeper}",
+        "SWITCHYARD_ZK": zk_hosts or f"127.0.0.1:{ports.zookeeper}",
         "SPARK_LOCAL_IP": "127.0.0.1",
         # the brokers' admin token (their HTTP side but /healthz and /metrics): the path of its file, never the
         # value; the control plane (settings, read_secret) and the demo brokers read it from there
