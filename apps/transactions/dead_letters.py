@@ -104,7 +104,7 @@ def preview(row: dict) -> dict:
     if text is None:
         text = raw.hex(" ")
     dead_at = datetime.fromtimestamp(row["dead_ms"] / 1000, tz=UTC)
-    return {**row, "body_kind": kind, "body_text": text, "dead_at": dead_at}
+    return {**row, "body_kind": kind, "body_text": text, "preview_size": len(raw), "dead_at": dead_at}
 
 
 def read_page(cluster, topic: str, group: str, query: DeadLetterQuery, *, after: str | None = None,

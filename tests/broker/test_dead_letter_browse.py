@@ -12,8 +12,8 @@ import time
 import pytest
 
 from broker_core.client import Consumer, Message, Producer
-from tests.broker.conftest import APP, wait_for
-from tests.broker.helpers import Received
+from tests.broker.conftest import APP, SECRET, wait_for
+from tests.broker.helpers import RawConsumer, Received
 from tests.broker.test_redrive import GROUP, TOPIC, dead_letter
 from tests.broker.tx_helpers import TOKEN, admin
 
@@ -133,3 +133,34 @@ def test_reset_skips_the_backlog_stored_before_the_time_and_stays_after_a_restar
         time.sleep(0.5)
     assert sorted(got.ids("c")) == sorted(new)
     assert not set(old) & set(got.ids("c"))
+
+
+def test_reset_takes_messages_in_flight_and_a_broadcast_groups_copies(cluster):
+    """A consumer holding messages unacked: the reset takes them from it (its late ack is ignored); a broadcast
+    group's consumers each lose their copies of what was stored before the time."""
+    cluster.standard(TOPIC)
+    cluster.pv.binding(TOPIC, GROUP, APP)
+    cluster.pv.binding(TOPIC, "fanout", APP, mode="broadcast")
+    broker = cluster.broker(admin_token=TOKEN)
+    holder = RawConsumer(broker.address, APP, SECRET, TOPIC, GROUP, credit=10)
+    watchers = [RawConsumer(broker.address, APP, SECRET, TOPIC, "fanout", credit=5) for _ in range(2)]
+    for c in [holder, *watchers]:
+        c.start()
+    try:
+        with Producer(**cluster.client_kwargs()) as producer:
+            producer.send_many(TOPIC, [b"old %d" % i for i in range(30)])
+        wait_for(lambda: len(holder.deliveries) == 10, 20, "10 messages in flight on the holder")
+        wait_for(lambda: all(len(w.deliveries) == 5 for w in watchers), 20, "5 copies in flight on each watcher")
+        status, answer = admin(broker, "POST", "/admin/group/reset", {"topic": TOPIC, "group": GROUP})
+        assert (status, answer["skipped"]) == (200, 30), answer
+        status, answer = admin(broker, "POST", "/admin/group/reset", {"topic": TOPIC, "group": "fanout"})
+        assert (status, answer["skipped"]) == (200, 60), answer  # 30 copies per consumer lane
+        holder.ack([seq for seq, _, _, _ in holder.deliveries])  # late: ignored
+        stats = broker.group_stats(TOPIC, GROUP)
+        assert (stats["depth"], stats["in_flight"], stats["acked"]) == (0, 0, 0)
+        fanout = broker.group_stats(TOPIC, "fanout")
+        assert (fanout["depth"], fanout["in_flight"]) == (0, 0)
+        assert broker.stats()["topics"][TOPIC]["held"] == 0, "every group is done with every message"
+    finally:
+        for c in [holder, *watchers]:
+            c.close()

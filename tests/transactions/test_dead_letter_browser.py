@@ -169,6 +169,15 @@ def test_all_matching_runs_in_celery_and_copy_goes_to_a_team_topic(stack, people
     stack.refusing.clear()
     api = api_for(people.sre)
     assert _listed(api, stack.cp, message_type="paid", limit=1)["total"] == 1200
+    pages, after = [], None  # cursor paging: every dead letter once, in the brokers' order
+    while True:
+        page = _listed(api, stack.cp, limit=500, **({"after": after} if after else {}))
+        pages.append([d["message_id"] for d in page["dead_letters"]])
+        after = page["next_after"]
+        if not after:
+            break
+    assert [len(p) for p in pages] == [500, 500, 230]
+    assert sorted(sum(pages, [])) == sorted(paid + created)
 
     response = api.post("/api/v1/dead-letters/redrive/", {"cluster": stack.cp.name, "topic": "orders",
                                                           "group": "billing", "all_matching": True,
