@@ -131,6 +131,9 @@ def test_developer_previews_redrives_exactly_the_selected_and_deletes_durably(st
     assert binary.get_by_test_id("dlq-body").get_attribute("data-kind") == "hex"
     assert binary.get_by_test_id("dlq-body").inner_text() == b"\x00\x01\xfe binary".hex(" ")
 
+    page.get_by_test_id("dlq-redrive").click()  # nothing ticked: refused with the reason, nothing queued
+    assert "Select at least one dead letter" in page.get_by_test_id("dlq-action-errors").inner_text()
+    assert not Redrive.objects.exists()
     chosen = [ids[2], ids[5]]
     for message_id in chosen:
         page.locator(f'[data-testid=dlq-select][value="{message_id}"]').check()
@@ -161,6 +164,20 @@ def test_developer_previews_redrives_exactly_the_selected_and_deletes_durably(st
     assert (deleted.actor_name, deleted.after["message_ids"]) == (people.dev.username, 1)
     assert AuditRecord.objects.get(action="dlq.redrive_request").actor_name == people.dev.username
     assert Redrive.objects.get(operation="delete").done == 1
+
+    # all that match a filter, through the page: the 4 "created" ones left, not the "paid" one
+    page.goto(f"{live_server.url}/dead-letters/{stack.binding.pk}/?message_type=created")
+    assert page.get_by_test_id("dlq-total").inner_text() == "4"
+    page.get_by_test_id("scope-all").check()
+    page.get_by_test_id("dlq-redrive").click()
+    page.wait_for_url("**/redrives/*/")
+    wait_for(lambda: page.get_by_test_id("redrive-state").inner_text() == "succeeded", 30, interval=0.5,
+             what="the run over all matching to succeed")
+    assert page.get_by_test_id("redrive-done").inner_text() == "4"
+    wait_for(lambda: sum(stack.counts().values()) >= 6, 30, "the matching ones delivered")
+    time.sleep(1)
+    assert stack.counts() == Counter({i: 1 for i in (ids[2], ids[5], ids[3], ids[4], ids[6], ids[7])})
+    assert {d["message_id"] for d in _listed(api, stack.cp)["dead_letters"]} == {ids[0]}
 
 
 def test_all_matching_runs_in_celery_and_copy_goes_to_a_team_topic(stack, people, api_for):
@@ -228,10 +245,17 @@ def test_reset_position_skips_the_backlog_and_is_audited(stack, people, page, li
     login(page, live_server.url, people.dev.username)
     page.goto(f"{live_server.url}/dead-letters/{stack.binding.pk}/")
     page.get_by_test_id("reset-position").click()
+    page.fill("#id_to", (timezone.now() + timezone.timedelta(hours=1)).strftime("%Y-%m-%d %H:%M:%S"))
+    page.check("#id_confirm")
+    page.get_by_test_id("reset-submit").click()  # in the future: refused, nothing changes
+    assert "time in the past" in page.get_by_test_id("error-to").inner_text()
+    assert stack.broker.group_stats("orders", "billing")["depth"] == 45
     page.fill("#id_to", reset_at.strftime("%Y-%m-%d %H:%M:%S.%f"))
+    page.uncheck("#id_confirm")
     page.get_by_test_id("reset-submit").click()  # not confirmed: refused, nothing changes
     assert "Tick the box" in page.get_by_test_id("error-confirm").inner_text()
     assert stack.broker.group_stats("orders", "billing")["depth"] == 45
+    assert not AuditRecord.objects.filter(action="binding.reset_position").exists()
     page.check("#id_confirm")
     page.get_by_test_id("reset-submit").click()
     page.wait_for_url(f"**/bindings/{stack.binding.pk}/")
