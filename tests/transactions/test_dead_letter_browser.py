@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 from django.db import connection
+from django.urls import reverse
 from django.utils import timezone
 
 from apps.audit.models import AuditRecord
@@ -242,8 +243,11 @@ def test_reset_position_skips_the_backlog_and_is_audited(stack, people, page, li
         new = producer.send_many("orders", [Message(b"new %d" % i, message_type="paid") for i in range(5)])
     wait_for(lambda: stack.broker.group_stats("orders", "billing").get("depth") == 45, 30, "the whole backlog")
 
-    login(page, live_server.url, people.dev.username)
-    page.goto(f"{live_server.url}/dead-letters/{stack.binding.pk}/")
+    login(page, live_server.url, people.dev.username)  # from the cluster page to the group, then its reset
+    page.goto(f"{live_server.url}{reverse('clusters:detail', args=[stack.cp.name])}")
+    page.get_by_test_id("cluster-dead-letters").click()
+    page.get_by_test_id("dlq-group-orders-billing").get_by_role("link", name="billing").click()
+    page.wait_for_url(f"**/dead-letters/{stack.binding.pk}/")
     page.get_by_test_id("reset-position").click()
     page.fill("#id_to", (timezone.now() + timezone.timedelta(hours=1)).strftime("%Y-%m-%d %H:%M:%S"))
     page.check("#id_confirm")
@@ -280,6 +284,8 @@ def test_other_team_is_refused_and_bad_input_changes_nothing(stack, people, page
         response = outsider.post(f"/api/v1/dead-letters/{path}/", {**base, **body}, format="json")
         assert response.status_code == 403, (path, response.content)
     login(page, live_server.url, people.consumer.username)
+    page.goto(f"{live_server.url}/dead-letters/?cluster={stack.cp.name}")
+    assert page.get_by_test_id("dlq-group-orders-billing").count() == 0  # not listed to another team
     for url in (f"/dead-letters/{stack.binding.pk}/", f"/dead-letters/{stack.binding.pk}/reset-position/"):
         assert page.goto(f"{live_server.url}{url}").status == 403
 
