@@ -289,7 +289,14 @@ def test_other_team_is_refused_and_bad_input_changes_nothing(stack, people, page
     for url in (f"/dead-letters/{stack.binding.pk}/", f"/dead-letters/{stack.binding.pk}/reset-position/"):
         assert page.goto(f"{live_server.url}{url}").status == 403
 
-    auditor = api_for(people.auditor)  # reads, changes nothing
+    page.context.clear_cookies()
+    login(page, live_server.url, people.auditor.username)  # reads every topic's dead letters, changes nothing
+    page.goto(f"{live_server.url}/dead-letters/{stack.binding.pk}/")
+    assert page.get_by_test_id("dlq-row").count() == 3
+    assert page.get_by_test_id("dlq-select").count() == 0 and page.get_by_test_id("reset-position").count() == 0
+    assert page.goto(f"{live_server.url}/dead-letters/{stack.binding.pk}/reset-position/").status == 403
+
+    auditor = api_for(people.auditor)
     assert auditor.get("/api/v1/dead-letters/", base).json()["total"] == 3
     assert auditor.post("/api/v1/dead-letters/delete/", {**base, "message_ids": ids}, format="json").status_code \
         == 403
