@@ -122,13 +122,28 @@ class BrokerAdmin:
         return results
 
     def dead_letters(self, *, topic: str, group: str, since_ms: int | None = None, until_ms: int | None = None,
-                     limit: int = 1000, after: str | None = None) -> dict:
-        return self._call("GET", "/admin/dlq", params={"topic": topic, "group": group, "since_ms": since_ms,
-                                                       "until_ms": until_ms, "limit": limit, "after": after})
+                     limit: int = 1000, after: str | None = None, message_type: str | None = None,
+                     key: str | None = None, business_id: str | None = None, preview_bytes: int = 0) -> dict:
+        return self._call("GET", "/admin/dlq", params={
+            "topic": topic, "group": group, "since_ms": since_ms, "until_ms": until_ms, "limit": limit, "after": after,
+            "message_type": message_type, "key": key, "business_id": business_id,
+            "preview_bytes": preview_bytes or None})
 
     def redrive(self, *, topic: str, group: str, message_ids: list[str]) -> dict:
         return self._call("POST", "/admin/dlq/redrive", body={"topic": topic, "group": group,
                                                                "message_ids": message_ids})
+
+    def delete(self, *, topic: str, group: str, message_ids: list[str]) -> dict:
+        return self._call("POST", "/admin/dlq/delete", body={"topic": topic, "group": group,
+                                                              "message_ids": message_ids})
+
+    def copy(self, *, topic: str, group: str, message_ids: list[str], to_topic: str) -> dict:
+        return self._call("POST", "/admin/dlq/copy", body={"topic": topic, "group": group,
+                                                            "message_ids": message_ids, "to_topic": to_topic})
+
+    def reset_group(self, *, topic: str, group: str, before_ms: int) -> dict:
+        return self._call("POST", "/admin/group/reset", body={"topic": topic, "group": group,
+                                                               "before_ms": before_ms})
 
     # --- transport ----------------------------------------------------------------------------
 

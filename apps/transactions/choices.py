@@ -37,3 +37,8 @@ class RedriveState(models.TextChoices):
     RUNNING = "running", "Running"
     SUCCEEDED = "succeeded", "Succeeded"
     FAILED = "failed", "Failed"
+
+
+class RedriveOperation(models.TextChoices):
+    REDRIVE = "redrive", "Re-drive"
+    DELETE = "delete", "Delete"

@@ -13,6 +13,7 @@ from apps.clusters.models import Cluster
 from apps.transactions.choices import (
     CheckAnswer,
     CheckVia,
+    RedriveOperation,
     RedriveState,
     Resolution,
     ResolutionSource,
@@ -81,19 +82,22 @@ class TxCheck(models.Model):
 
 
 class Redrive(models.Model):
-    """An SRE's request to deliver dead letters of one group again, and its progress."""
+    """A request to deliver dead letters of one group again (or to delete them), and its progress."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="+")
     topic = models.CharField(max_length=255)
     group = models.CharField(max_length=63)
+    operation = models.CharField(max_length=16, choices=RedriveOperation.choices, default=RedriveOperation.REDRIVE)
     since = models.DateTimeField(null=True, blank=True)
     until = models.DateTimeField(null=True, blank=True)
+    # with no ids: every dead letter the broker lists for these filters (message_type, key, business_id)
+    filters = models.JSONField(default=dict, blank=True)
     message_ids = models.JSONField(default=list, blank=True)
     requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                      related_name="+")
     state = models.CharField(max_length=16, choices=RedriveState.choices, default=RedriveState.QUEUED)
     total = models.PositiveIntegerField(default=0, help_text="dead letters selected so far")
-    done = models.PositiveIntegerField(default=0, help_text="re-driven by this run")
+    done = models.PositiveIntegerField(default=0, help_text="re-driven (or deleted) by this run")
     skipped = models.PositiveIntegerField(default=0, help_text="re-driven before, or no longer dead-lettered")
     batches = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
@@ -106,9 +110,12 @@ class Redrive(models.Model):
     class Meta:
         db_table = "transactions_redrive"
         ordering = ["-id"]
+        permissions = [("browse_deadletters", "Can browse dead letters with their message bodies"),
+                       ("manage_deadletters", "Can re-drive, delete and copy dead letters and reset a group's "
+                                              "position (SREs: any topic; developers: their team's topics)")]
 
     def __str__(self) -> str:
-        return f"re-drive #{self.pk} {self.topic}/{self.group} ({self.state})"
+        return f"{self.get_operation_display().lower()} #{self.pk} {self.topic}/{self.group} ({self.state})"
 
     @property
     def active(self) -> bool:

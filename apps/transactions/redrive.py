@@ -1,5 +1,7 @@
-"""Run one dead-letter re-drive (docs/transactions.md): page the broker's dead letters of the group, send
-the ones never re-driven before in batches, record each one re-driven, keep the progress on the run.
+"""Run one dead-letter re-drive or delete (docs/transactions.md): page the broker's dead letters of the group
+(those the run's time range and filters take, or its ids), send the ones never re-driven before in batches,
+record each one re-driven, keep the progress on the run. A delete run goes the same way and calls the brokers'
+delete instead (nothing is recorded per message: a deleted dead letter is gone).
 
 Idempotent: a (cluster, topic, group, message id) is recorded once (unique) and never sent again; the
 broker also skips ids it already re-drove.
@@ -22,7 +24,7 @@ from django.utils import timezone
 from apps.clusters.zookeeper import ZooKeeperUnreachable
 from apps.transactions import actions
 from apps.transactions.broker_admin import BrokerAdmin, BrokerAdminError, live_brokers
-from apps.transactions.choices import RedriveState
+from apps.transactions.choices import RedriveOperation, RedriveState
 from apps.transactions.models import Redrive, RedrivenMessage
 from control_plane import actors
 
@@ -104,6 +106,9 @@ def _recorded(run: Redrive, ids: list[str]) -> dict[str, int]:
 def _send(run: Redrive, admin: BrokerAdmin, ids: list[str]) -> tuple[list[str], list[str], list[dict]]:
     """Send the ids never re-driven before; record the ones the broker re-drove. (re-driven now, re-driven by
     this run before it was resumed, skipped)."""
+    if run.operation == RedriveOperation.DELETE:  # nothing is recorded per id: the broker knows what is gone
+        answer = admin.delete(topic=run.topic, group=run.group, message_ids=ids)
+        return [str(i) for i in answer.get("deleted", [])], [], list(answer.get("skipped", []))
     recorded = _recorded(run, ids)
     mine = [i for i in ids if recorded.get(i) == run.pk]
     skipped = [{"message_id": i, "reason": "already_redriven"} for i in ids if i in recorded and i not in mine]
@@ -123,7 +128,7 @@ def _by_range(run: Redrive, admin: BrokerAdmin) -> None:
     after = None
     while True:
         page = admin.dead_letters(topic=run.topic, group=run.group, since_ms=_ms(run.since), until_ms=_ms(run.until),
-                                  limit=batch, after=after)
+                                  limit=batch, after=after, **run.filters)
         ids = [d["message_id"] for d in page.get("dead_letters", [])]
         if ids:
             redriven, mine, _ = _send(run, admin, ids)
@@ -147,7 +152,9 @@ def _by_ids(run: Redrive, admins: list[BrokerAdmin]) -> None:
                 break
             redriven, mine, _ = _send(run, admin, left)
             sent += len(redriven) + len(mine)
-            gone = set(redriven) | set(mine) | set(_recorded(run, left))
+            gone = set(redriven) | set(mine)
+            if run.operation == RedriveOperation.REDRIVE:
+                gone |= set(_recorded(run, left))
             left = [m for m in left if m not in gone]
         _update(run, done=run.done + sent, skipped=run.skipped + len(ids) - sent, batches=run.batches + 1)
 

@@ -11,10 +11,9 @@ and errors are JSON; errors are {"error", "message"}.
     GET  /admin/tx/state      state of messages by id
     POST /admin/tx/check      ask the producing apps in-band (CheckTx), wait for their answers
     POST /admin/tx/resolve    commit or roll back (durable before the answer; idempotent)
-    GET  /admin/dlq           dead letters of a group not re-driven yet (by time range, paged)
-    POST /admin/dlq/redrive   deliver listed dead letters to their group again, once
 
-and those a migration between clusters needs (`broker_core.admin.migration`): /admin/drain,
+the dead-letter endpoints (`broker_core.admin.dead_letters`: /admin/dlq listing, re-drive, delete, copy, and
+/admin/group/reset), and those a migration between clusters needs (`broker_core.admin.migration`): /admin/drain,
 /admin/dlq/export, /admin/dlq/import.
 """
 
@@ -32,13 +31,12 @@ from broker_core.admin.common import (
     BadRequest,
     NodeView,
     cursor_param,
-    durable,
     error,
     id_list,
     int_param,
-    topic_and_group,
 )
-from broker_core.admin.migration import MAX_IMPORT_BODY, MigrationAdmin, dead_letter_row
+from broker_core.admin.dead_letters import DeadLetterAdmin
+from broker_core.admin.migration import MAX_IMPORT_BODY, MigrationAdmin
 
 MAX_BODY = 1024 * 1024
 BODY_LIMITS = {"/admin/dlq/import": MAX_IMPORT_BODY}  # paths that take more than MAX_BODY
@@ -69,8 +67,7 @@ class Admin:
             ("GET", "/admin/tx/state"): self.tx_state,
             ("POST", "/admin/tx/check"): self.tx_check,
             ("POST", "/admin/tx/resolve"): self.tx_resolve,
-            ("GET", "/admin/dlq"): self.dlq_list,
-            ("POST", "/admin/dlq/redrive"): self.dlq_redrive,
+            **DeadLetterAdmin(broker).routes,
             **MigrationAdmin(broker).routes,
         }
 
@@ -174,51 +171,3 @@ class Admin:
                 return error(500, "store_failed", f"the broker could not make the decisions durable: "
                                                    f"{failures[0] if failures else 'timed out'}")
         return 200, {"results": results}
-
-    # -- dead letters ---------------------------------------------------------------------------
-
-    def _group_store(self, topic: str, group: str):
-        t = self.broker.topics.get(topic)
-        return t, (t.store if t is not None else None)
-
-    async def dlq_list(self, q: dict[str, str]) -> Answer:
-        topic, group = topic_and_group(q)
-        since_ms = int_param(q, "since_ms", None, 0, None)
-        until_ms = int_param(q, "until_ms", None, 0, None)
-        limit = int_param(q, "limit", 1000, 1, MAX_PAGE)
-        after = cursor_param(q.get("after"))
-        t, store = self._group_store(topic, group)
-        rows = store.dead_index.page(group, since_ms, until_ms, after, limit + 1) if store is not None else []
-        page = rows[:limit]
-        entries = [dead_letter_row(topic, group, d) for d in page]
-        next_after = f"{page[-1].dead_ms}:{page[-1].fields[p.M_ID]}" if len(rows) > limit else None
-        return 200, {"dead_letters": entries, "next_after": next_after}
-
-    async def dlq_redrive(self, q: dict[str, str], body: dict) -> Answer:
-        topic, group = topic_and_group(body)
-        ids = list(dict.fromkeys(id_list(body, "message_ids")))
-        t, store = self._group_store(topic, group)
-        if store is None:
-            return 200, {"redriven": [], "skipped": [{"message_id": i, "reason": "not_dead_lettered"} for i in ids]}
-        index = store.dead_index
-        found = index.by_message_id(group, ids)
-        redriven_before = index.redriven_ids(group)
-        skipped, chosen, superseded = [], [], []
-        for message_id in ids:
-            dead = found.get(message_id)
-            if not dead:
-                reason = "already_redriven" if message_id in redriven_before else "not_dead_lettered"
-                skipped.append({"message_id": message_id, "reason": reason})
-                continue
-            chosen.append(max(dead, key=lambda d: d.seq))  # the latest copy (a crash can leave two)
-            superseded += [d for d in dead if d is not chosen[-1]]  # retired with it, not re-driven
-        with_bodies = store.dead_letter_bodies(group, chosen) if chosen else []
-        missing = {d.seq for d in chosen} - {d.seq for d in with_bodies}
-        skipped += [{"message_id": d.fields[p.M_ID], "reason": "not_dead_lettered"} for d in chosen
-                    if d.seq in missing]
-        if not with_bodies:
-            return 200, {"redriven": [], "skipped": skipped}
-        exc = await durable(lambda done: t.redrive(group, with_bodies, done, superseded))
-        if exc is not None:
-            return error(500, "store_failed", f"the broker could not store the re-drive: {exc}")
-        return 200, {"redriven": [d.fields[p.M_ID] for d in with_bodies], "skipped": skipped}

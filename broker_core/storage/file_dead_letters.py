@@ -14,6 +14,9 @@ that is durable, a KIND_REDRIVEN marker per dead letter to the group's .dlq file
 not listed again, even after the segment is deleted). Recovery writes the markers of a re-drive whose log
 record survived but whose markers did not: a re-drive is never repeated.
 
+A delete (`POST /admin/dlq/delete`) writes a KIND_DEAD_DELETED record per dead letter to the group's .dlq file
+before it answers, so a restart does not bring them back.
+
 Imported dead letters (`POST /admin/dlq/import`: moved from another cluster) are KIND_DEAD records like
 any other, with a seq this store handed out for them; recovery keeps the store's seqs above them.
 """
@@ -22,15 +25,21 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 from urllib.parse import quote
 
 from broker_core.protocol import M_BODY, M_ID
 from broker_core.storage.store import (
     KIND_DEAD,
+    KIND_DEAD_DELETED,
+    KIND_REDRIVE,
     KIND_REDRIVEN,
     DeadLetter,
     DeadLetterIndex,
+    DoneCallback,
+    StoredMessage,
+    StoreError,
     encode_record,
     scan_records,
 )
@@ -95,6 +104,8 @@ class DeadLetterFiles:
                     index.add(dead)
                 elif kind == KIND_REDRIVEN and group is not None:
                     index.mark_redriven(group, payload[0], seq_ids.get(payload[0], ""))
+                elif kind == KIND_DEAD_DELETED and group is not None:
+                    index.mark_deleted(group, payload[0], seq_ids.get(payload[0], ""))
             if end < len(data):
                 log.warning("%s: truncating a torn or corrupt tail of %d bytes", path, len(data) - end)
                 os.truncate(path, end)
@@ -113,8 +124,7 @@ class DeadLetterFiles:
 
     def drop(self, group: str) -> None:
         """Forget the group's dead letters; its file is deleted by the next job."""
-        self.index.live.pop(group, None)
-        self.index.redriven.pop(group, None)
+        self.index.drop(group)
         self.writes.pop(group, None)
         self.drops.append(group)
 
@@ -181,3 +191,85 @@ class DeadLetterFiles:
 def marker(dead_seq: int, new_seq: int, redriven_ms: int) -> bytes:
     """A KIND_REDRIVEN record: that dead letter was re-driven (as `new_seq`; 0: retired without a copy)."""
     return encode_record(KIND_REDRIVEN, [dead_seq, new_seq, redriven_ms])
+
+
+class FileDeadLetters:
+    """The file store's dead-letter operations (`broker_core.storage.file_store.FileStore` mixes this in): it
+    brings `dlq`, `held`, `next_seq`, `notify`, `_failed`, `_waiters`, `_kick`, `_place`, `_queue`, `finish`."""
+
+    dlq: DeadLetterFiles
+
+    @property
+    def dead_index(self) -> DeadLetterIndex:
+        return self.dlq.index
+
+    def dead_letter(self, message: StoredMessage, group: str, cause: str, attempts: int, now_ms: int,
+                    finish: bool = True) -> None:
+        self.dlq.add(DeadLetter(message.seq, group, cause, attempts, now_ms, message.app_id, message.received_ms,
+                                message.fields))
+        if finish:
+            self.finish(message, group)
+
+    def dead_letters(self, group: str, limit: int) -> list[DeadLetter]:
+        return self.dlq.read(group, limit=limit)
+
+    def dead_letter_count(self, group: str) -> int:
+        return self.dlq.index.count(group)
+
+    def dead_letter_bodies(self, group: str, dead: list[DeadLetter]) -> list[DeadLetter]:
+        found = {d.seq: d for d in self.dlq.read(group, wanted={d.seq for d in dead})}
+        return [found[d.seq] for d in dead if d.seq in found]
+
+    def drop_dead_letters(self, group: str) -> None:
+        self.dlq.drop(group)
+        self._kick()
+
+    def _wait_for_job(self, on_done: DoneCallback) -> bool:
+        """`on_done` runs after the next flush job (False: the store failed, `on_done` was told)."""
+        if self._failed is not None:
+            self.notify(on_done, StoreError(f"store failed earlier: {self._failed}"))
+            return False
+        self._waiters.append(on_done)
+        return True
+
+    def import_dead_letters(self, group: str, dead: list[DeadLetter], on_done: DoneCallback) -> None:
+        """Store dead letters brought from elsewhere (with bodies; each gets a seq of this store); `on_done`
+        once they are durable."""
+        if not self._wait_for_job(on_done):
+            return
+        for d in dead:
+            d.seq, d.group = self.next_seq, group
+            self.next_seq += 1
+            self.dlq.add(d)
+        self._kick()
+
+    def delete_dead_letters(self, group: str, dead: list[DeadLetter], on_done: DoneCallback) -> None:
+        if not self._wait_for_job(on_done):
+            return
+        now_ms = int(time.time() * 1000)
+        for d in dead:
+            self.dlq.index.mark_deleted(group, d.seq, d.fields[M_ID])
+        self.dlq.add_markers(group, [encode_record(KIND_DEAD_DELETED, [d.seq, now_ms]) for d in dead])
+        self._kick()
+
+    def redrive(self, group: str, dead: list[DeadLetter], received_ms: int, on_done: DoneCallback,
+                superseded: list[DeadLetter] = ()):
+        place = self._place(on_done)
+        if place is None:
+            return []
+        seq, seg = place
+        messages = [StoredMessage(seq + i, d.fields, d.app_id, received_ms, (group,), seg) for i, d in enumerate(dead)]
+        record = encode_record(KIND_REDRIVE, [seq, received_ms, group, [[d.seq, d.app_id, d.fields] for d in dead]])
+        markers = [marker(d.seq, seq + i, received_ms) for i, d in enumerate(dead)]
+        markers += [marker(d.seq, 0, received_ms) for d in superseded]
+        for d in [*dead, *superseded]:
+            self.dlq.index.mark_redriven(group, d.seq, d.fields[M_ID])
+        self.held += len(messages)
+
+        def durable(exc: BaseException | None) -> None:
+            if exc is None:  # the copies are safe: now the markers (the next job writes them)
+                self.dlq.add_markers(group, markers)
+            on_done(exc)
+
+        self._queue(seg, record, len(dead), len(dead), durable)
+        return messages

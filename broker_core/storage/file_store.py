@@ -35,8 +35,8 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from pathlib import Path
 
-from broker_core.protocol import M_ID, TX_COMMITTED, TX_PREPARED, TX_ROLLED_BACK
-from broker_core.storage.file_dead_letters import DeadLetterFiles, marker, write_all
+from broker_core.protocol import TX_COMMITTED, TX_PREPARED, TX_ROLLED_BACK
+from broker_core.storage.file_dead_letters import DeadLetterFiles, FileDeadLetters, write_all
 from broker_core.storage.file_segments import Segment, SegmentRecovery
 from broker_core.storage.fsync import fsync_dir
 from broker_core.storage.store import (
@@ -44,10 +44,7 @@ from broker_core.storage.store import (
     KIND_COMMIT,
     KIND_FINISH,
     KIND_PREPARED,
-    KIND_REDRIVE,
     KIND_ROLLBACK,
-    DeadLetter,
-    DeadLetterIndex,
     DoneCallback,
     StoredMessage,
     StoreError,
@@ -60,7 +57,7 @@ log = logging.getLogger("broker_core.file_store")
 FSYNC_POLICIES = ("batch", "interval", "never")
 
 
-class FileStore(SegmentRecovery):
+class FileStore(FileDeadLetters, SegmentRecovery):
     durable = True
 
     def __init__(
@@ -109,13 +106,10 @@ class FileStore(SegmentRecovery):
         self._last_data_sync = time.monotonic()
         self._last_ack_sync = time.monotonic()
         self._unsynced = False
+        self._force_ack_sync = False  # a caller waits for the finishes to be durable (`sync_finishes`)
         self.flushes = 0
         self.fsyncs = 0  # fdatasyncs of log segments
         self._other_fsyncs = 0  # fsyncs of ack files and the folder (dead-letter files count their own)
-
-    @property
-    def dead_index(self) -> DeadLetterIndex:
-        return self.dlq.index
 
     @property
     def other_fsyncs(self) -> int:
@@ -186,61 +180,10 @@ class FileStore(SegmentRecovery):
         retention_s = self.retention_s()
         return retention_s is not None and seg.rolled_back_ms + retention_s * 1000 <= time.time() * 1000
 
-    def dead_letter(self, message: StoredMessage, group: str, cause: str, attempts: int, now_ms: int,
-                    finish: bool = True) -> None:
-        self.dlq.add(DeadLetter(message.seq, group, cause, attempts, now_ms, message.app_id, message.received_ms,
-                                message.fields))
-        if finish:
-            self.finish(message, group)
-
-    def dead_letters(self, group: str, limit: int) -> list[DeadLetter]:
-        return self.dlq.read(group, limit=limit)
-
-    def dead_letter_count(self, group: str) -> int:
-        return self.dlq.index.count(group)
-
-    def dead_letter_bodies(self, group: str, dead: list[DeadLetter]) -> list[DeadLetter]:
-        found = {d.seq: d for d in self.dlq.read(group, wanted={d.seq for d in dead})}
-        return [found[d.seq] for d in dead if d.seq in found]
-
-    def drop_dead_letters(self, group: str) -> None:
-        self.dlq.drop(group)
-        self._kick()
-
-    def import_dead_letters(self, group: str, dead: list[DeadLetter], on_done: DoneCallback) -> None:
-        """Store dead letters brought from elsewhere (with bodies; each gets a seq of this store); `on_done`
-        once they are durable."""
-        if self._failed is not None:
-            self.notify(on_done, StoreError(f"store failed earlier: {self._failed}"))
-            return
-        for d in dead:
-            d.seq, d.group = self.next_seq, group
-            self.next_seq += 1
-            self.dlq.add(d)
-        self._waiters.append(on_done)
-        self._kick()
-
-    def redrive(self, group: str, dead: list[DeadLetter], received_ms: int, on_done: DoneCallback,
-                superseded: list[DeadLetter] = ()):
-        place = self._place(on_done)
-        if place is None:
-            return []
-        seq, seg = place
-        messages = [StoredMessage(seq + i, d.fields, d.app_id, received_ms, (group,), seg) for i, d in enumerate(dead)]
-        record = encode_record(KIND_REDRIVE, [seq, received_ms, group, [[d.seq, d.app_id, d.fields] for d in dead]])
-        markers = [marker(d.seq, seq + i, received_ms) for i, d in enumerate(dead)]
-        markers += [marker(d.seq, 0, received_ms) for d in superseded]
-        for d in [*dead, *superseded]:
-            self.dlq.index.mark_redriven(group, d.seq, d.fields[M_ID])
-        self.held += len(messages)
-
-        def durable(exc: BaseException | None) -> None:
-            if exc is None:  # the copies are safe: now the markers (the next job writes them)
-                self.dlq.add_markers(group, markers)
-            on_done(exc)
-
-        self._queue(seg, record, len(dead), len(dead), durable)
-        return messages
+    def sync_finishes(self, on_done: DoneCallback) -> None:
+        if self._wait_for_job(on_done):
+            self._force_ack_sync = True
+            self._kick()
 
     def _place(self, on_done: DoneCallback) -> tuple[int, Segment] | None:
         """The next seq and the segment a new record goes to (None: the store failed; `on_done` told)."""
@@ -348,7 +291,9 @@ class FileStore(SegmentRecovery):
         now = time.monotonic()
         sync_data = self.fsync == "batch" or (
             self.fsync == "interval" and now - self._last_data_sync >= self.fsync_interval_s)
-        sync_acks = self.fsync != "never" and now - self._last_ack_sync >= self.ack_sync_interval_s
+        sync_acks = self.fsync != "never" and (self._force_ack_sync or
+                                               now - self._last_ack_sync >= self.ack_sync_interval_s)
+        self._force_ack_sync = False
         if sync_data:
             self._last_data_sync = now
         if sync_acks:

@@ -76,8 +76,7 @@ class MemoryStore:
         return dead  # kept whole
 
     def drop_dead_letters(self, group: str) -> None:
-        self.dead_index.live.pop(group, None)
-        self.dead_index.redriven.pop(group, None)
+        self.dead_index.drop(group)
         self._dead_order.pop(group, None)
 
     def import_dead_letters(self, group: str, dead: list[DeadLetter], on_done) -> None:
@@ -86,6 +85,14 @@ class MemoryStore:
             self.next_seq += 1
             self._keep(d)
         self.notify(on_done, None)
+
+    def delete_dead_letters(self, group: str, dead: list[DeadLetter], on_done) -> None:
+        for d in dead:
+            self.dead_index.mark_deleted(group, d.seq, d.fields[M_ID])
+        self.notify(on_done, None)
+
+    def sync_finishes(self, on_done) -> None:
+        self.notify(on_done, None)  # nothing here outlives the process: finishes are as final as they get
 
     def redrive(self, group: str, dead: list[DeadLetter], received_ms: int, on_done,
                 superseded: list[DeadLetter] = ()) -> list[StoredMessage]:

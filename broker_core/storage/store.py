@@ -27,6 +27,11 @@ Dead-letter re-drive:
                   (the group's .dlq file: that dead letter was re-driven; written once the log
                   record is durable, and written again at recovery if a crash came in between)
 
+Dead-letter delete (the admin API's `POST /admin/dlq/delete`):
+
+    KIND_DEAD_DELETED [dead_seq, deleted_ms]
+                  (the group's .dlq file: that dead letter was deleted; never listed again)
+
 A message array is `broker_core.protocol.message`, as the producer sent it.
 """
 
@@ -59,6 +64,7 @@ KIND_FINISH = 16
 KIND_REDRIVE = 17
 KIND_DEAD = 32
 KIND_REDRIVEN = 33
+KIND_DEAD_DELETED = 34
 
 RECORD_HEADER = struct.Struct(">IIB")
 MAX_RECORD = 256 * 1024 * 1024
@@ -165,22 +171,51 @@ class TxEntry:
         return self.message.received_ms
 
 
+@dataclass(frozen=True)
+class DeadLetterFilter:
+    """Which dead letters a listing wants: dead_ms in [since_ms, until_ms), and exact message type, key and
+    business id when given (None: any)."""
+
+    since_ms: int | None = None
+    until_ms: int | None = None
+    message_type: str | None = None
+    key: str | None = None
+    business_id: str | None = None
+
+    def __call__(self, d: DeadLetter) -> bool:
+        f = d.fields
+        return ((self.since_ms is None or d.dead_ms >= self.since_ms)
+                and (self.until_ms is None or d.dead_ms < self.until_ms)
+                and (self.message_type is None or f[M_TYPE] == self.message_type)
+                and (self.key is None or f[M_KEY] == self.key)
+                and (self.business_id is None or f[M_BUSINESS_ID] == self.business_id))
+
+
 class DeadLetterIndex:
-    """The dead letters of a store's groups that were not re-driven, by group and seq (what the admin
-    API lists, counts and re-drives), and the re-driven ones (seq -> message id). The file store keeps
-    the live ones without their bodies."""
+    """The dead letters of a store's groups that were neither re-driven nor deleted, by group and seq (what
+    the admin API lists, counts and re-drives), the re-driven ones (seq -> message id) and the deleted ones
+    (seq -> message id). The file store keeps the live ones without their bodies."""
 
     def __init__(self) -> None:
         self.live: dict[str, dict[int, DeadLetter]] = {}
         self.redriven: dict[str, dict[int, str]] = {}
+        self.deleted: dict[str, dict[int, str]] = {}
 
     def add(self, dead: DeadLetter) -> None:
-        if dead.seq not in self.redriven.get(dead.group, ()):
+        if dead.seq not in self.redriven.get(dead.group, ()) and dead.seq not in self.deleted.get(dead.group, ()):
             self.live.setdefault(dead.group, {})[dead.seq] = dead
 
     def mark_redriven(self, group: str, dead_seq: int, message_id: str) -> None:
         self.redriven.setdefault(group, {})[dead_seq] = message_id
         self.live.get(group, {}).pop(dead_seq, None)
+
+    def mark_deleted(self, group: str, dead_seq: int, message_id: str) -> None:
+        self.deleted.setdefault(group, {})[dead_seq] = message_id
+        self.live.get(group, {}).pop(dead_seq, None)
+
+    def drop(self, group: str) -> None:
+        for kept in (self.live, self.redriven, self.deleted):
+            kept.pop(group, None)
 
     def count(self, group: str) -> int:
         return len(self.live.get(group, ()))
@@ -188,11 +223,14 @@ class DeadLetterIndex:
     def page(self, group: str, since_ms: int | None, until_ms: int | None, after: tuple[int, str] | None,
              limit: int) -> list[DeadLetter]:
         """Live dead letters ordered by (dead_ms, message_id), dead_ms in [since, until), after a cursor."""
+        return self.matching(group, DeadLetterFilter(since_ms, until_ms), after)[:limit]
+
+    def matching(self, group: str, wanted: DeadLetterFilter, after: tuple[int, str] | None = None) -> list[DeadLetter]:
+        """Every live dead letter the filter takes, ordered by (dead_ms, message_id), after a cursor."""
         out = [d for d in self.live.get(group, {}).values()
-               if (since_ms is None or d.dead_ms >= since_ms) and (until_ms is None or d.dead_ms < until_ms)
-               and (after is None or (d.dead_ms, d.fields[M_ID]) > after)]
+               if wanted(d) and (after is None or (d.dead_ms, d.fields[M_ID]) > after)]
         out.sort(key=lambda d: (d.dead_ms, d.fields[M_ID], d.seq))
-        return out[:limit]
+        return out
 
     def by_message_id(self, group: str, message_ids) -> dict[str, list[DeadLetter]]:
         wanted = set(message_ids)
@@ -204,6 +242,9 @@ class DeadLetterIndex:
 
     def redriven_ids(self, group: str) -> set[str]:
         return set(self.redriven.get(group, {}).values())
+
+    def deleted_ids(self, group: str) -> set[str]:
+        return set(self.deleted.get(group, {}).values())
 
 
 # A publish's completion: called on the owner's thread with the exception, or None when durable.
@@ -288,6 +329,15 @@ class TopicStore(Protocol):
     def import_dead_letters(self, group: str, dead: list[DeadLetter], on_done: DoneCallback) -> None:
         """Store dead letters brought from another broker (with bodies) as the group's; each gets a seq of this
         store (set on it). `on_done` once they are durable."""
+        ...
+
+    def delete_dead_letters(self, group: str, dead: list[DeadLetter], on_done: DoneCallback) -> None:
+        """Delete these dead letters of the group (never listed again, after a restart too); `on_done` once
+        that is durable."""
+        ...
+
+    def sync_finishes(self, on_done: DoneCallback) -> None:
+        """`on_done` once every finish recorded so far is durable (a group's position reset waits for it)."""
         ...
 
     # -- life of the topic on this broker ----------------------------------------------------

@@ -114,6 +114,6 @@ def test_dlq_of_unknown_topic_or_group_is_empty(cluster):
     cluster.standard(TOPIC)
     broker = cluster.broker(admin_token=TOKEN)
     status, page = admin(broker, "GET", "/admin/dlq?topic=nope&group=none")
-    assert status == 200 and page == {"dead_letters": [], "next_after": None}
+    assert status == 200 and (page["dead_letters"], page["next_after"], page["total"]) == ([], None, 0)
     answer = redrive(broker, ["x"])
     assert answer == {"redriven": [], "skipped": [{"message_id": "x", "reason": "not_dead_lettered"}]}

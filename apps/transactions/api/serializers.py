@@ -69,8 +69,8 @@ class RedriveSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Redrive
-        fields = ["id", "cluster", "topic", "group", "since", "until", "message_ids", "requested_by", "state",
-                  "total", "done", "skipped", "batches", "error", "created_at", "started_at", "heartbeat_at",
-                  "finished_at"]
-        read_only_fields = ["state", "total", "done", "skipped", "batches", "error", "created_at", "started_at",
+        fields = ["id", "cluster", "topic", "group", "operation", "since", "until", "filters", "message_ids",
+                  "requested_by", "state", "total", "done", "skipped", "batches", "error", "created_at", "started_at",
+                  "heartbeat_at", "finished_at"]
+        read_only_fields = ["operation", "filters", "state", "total", "done", "skipped", "batches", "error", "created_at", "started_at",
                             "heartbeat_at", "finished_at"]

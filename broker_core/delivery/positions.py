@@ -1,0 +1,46 @@
+"""Resetting a group's position (docs/broker-admin-api.md `POST /admin/group/reset`): skip the backlog.
+
+Every message the group still owes that the broker received before the reset time is finished for the group,
+as an ack would finish it: waiting ones leave their lanes, in-flight ones leave their subscriptions (a late ack
+of one is ignored, as for a timed-out delivery). The store records the finishes (the ack file's KIND_FINISH
+records at the file level), so after a restart the skipped messages stay skipped; messages received at or
+after the reset time are delivered as before. Kept apart from `group.py`: it reads the group's lanes and
+subscriptions, and the delivery path never calls it.
+"""
+
+from __future__ import annotations
+
+from broker_core.delivery.group import Group
+from broker_core.delivery.lanes import Lane
+from broker_core.storage.store import StoredMessage
+
+
+def skip_backlog(group: Group, before_ms: int, detail: str) -> int:
+    """Finish for the group every message it owes that was received before `before_ms`; returns how many.
+    `detail` goes with each message's trace event (why it was not delivered)."""
+    taken: list[tuple[Lane, StoredMessage]] = []
+    for lane in [group.main, *group.lanes.values()]:
+        waiting = lane.waiting
+        for m in [*lane.ready, *(m for _, _, m in lane.deferred)]:
+            if m.seq in waiting and m.received_ms < before_ms:
+                waiting.discard(m.seq)  # stale entries left in `ready` and `deferred` are passed over there
+                lane.attempts.pop(m.seq, None)
+                taken.append((lane, m))
+    for sub in group.subs:
+        late = [seq for seq, (m, _, _) in sub.in_flight.items() if m.received_ms < before_ms]
+        for seq in late:
+            taken.append((sub.lane, sub.in_flight.pop(seq)[0]))
+    shared: list[StoredMessage] = []
+    for lane, m in taken:
+        group.trace.emit("expired", message_id=m.id, topic=group.topic, message_type=m.message_type, key=m.key,
+                         business_id=m.business_id, group=group.name, detail=detail)
+        if group.mode == "broadcast" and lane is not group.main:
+            group._copy_done(m)  # the message is finished once every consumer's copy is
+        else:
+            shared.append(m)
+    if shared:
+        group.store.finish_many(shared, group.name)
+        for m in shared:
+            m.pending -= 1
+    group.dispatch()
+    return len(taken)
