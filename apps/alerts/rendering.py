@@ -67,8 +67,14 @@ def expression(rule: AlertRule) -> str:
     raise ValueError(f"unknown rule kind {kind!r}")
 
 
+def _literal(text: str) -> str:
+    """Text Prometheus takes as it is: labels and annotations are Go templates to it, so text with '{{' (a rule's
+    name may have it) goes in as a template string constant; otherwise one such name breaks the whole rule file."""
+    return "{{ " + json.dumps(text) + " }}" if "{{" in text else text
+
+
 def rule_labels(rule: AlertRule) -> dict[str, str]:
-    labels = {"rule_id": str(rule.pk), "rule": rule.name, "kind": rule.kind, "cluster": rule.cluster.name}
+    labels = {"rule_id": str(rule.pk), "rule": _literal(rule.name), "kind": rule.kind, "cluster": rule.cluster.name}
     if rule.topic_id is not None:
         labels["topic"] = rule.topic.name
     if rule.group:
@@ -86,9 +92,10 @@ def prometheus_rules(rules) -> str:
             "for": f"{rule.for_seconds}s",
             "labels": rule_labels(rule),
             "annotations": {
-                "summary": f"{rule.name}: {what} {rule.threshold:g} on {rule.cluster.name}"
-                           + (f" / {rule.topic.name}" if rule.topic_id else "") + (f" / {rule.group}" if rule.group else ""),
-                "value": "{{ $value }}",
+                "summary": _literal(f"{rule.name}: {what} {rule.threshold:g} on {rule.cluster.name}"
+                                    + (f" / {rule.topic.name}" if rule.topic_id else "")
+                                    + (f" / {rule.group}" if rule.group else "")),
+                "value": "{{ $value | humanize }}",  # 4 significant digits: 94.44, 1.1k
             },
         })
     return json.dumps({"groups": [{"name": "switchyard", "rules": entries}]}, indent=2)
