@@ -193,12 +193,12 @@ def evaluate(application, *, applicant=None, unknown=()) -> Report:
     whose input was refused (a form's field errors); the checks that need them are left out."""
     applicant = applicant or application.applicant
     key = policy_key(application)
+    evaluator = EVALUATORS[key]
     if not unknown:
-        return EVALUATORS[key](application, applicant)
-    try:
-        return EVALUATORS[key](Partial(application, unknown), applicant)
-    except Unknown:  # a kind evaluated in one piece (not a RuleSet): nothing to say until its fields are fixed
+        return evaluator(application, applicant)
+    if not isinstance(evaluator, RuleSet):  # evaluated in one piece: nothing to say until its fields are right
         return Report(key)
+    return evaluator(Partial(application, unknown), applicant)
 
 
 def policy_key(application) -> str:

@@ -175,7 +175,10 @@ class ApplicationVerbView(LoginRequiredMixin, View):
                 application.refresh_from_db()
                 return self.detail_view().render_page(request, application, status=400,
                                                       comment_errors=errors["comment"], comment=kwargs["comment"])
-            messages.error(request, "; ".join(m for msgs in errors.values() for m in msgs))
+            text = " ".join(m for msgs in errors.values() for m in msgs)
+            if verb == "submit":  # the draft's form shows each message at its field
+                text += " Edit the draft to fix this, then submit it."
+            messages.error(request, text)
         except ActionError as exc:
             messages.error(request, exc.message)
         except PermissionDenied as exc:

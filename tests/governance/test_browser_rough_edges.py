@@ -167,3 +167,33 @@ def test_an_approver_beaten_to_the_slot_is_told_so_on_the_page(live_server, page
     assert error.evaluate("e => getComputedStyle(e).backgroundColor") == ERROR_RED
     assert [d.actor.username for d in first.decisions.all()] == ["lead-pay-2"]
     assert whose(page) == "dev-pay's application: it waits for an SRE."
+
+
+def test_the_topic_page_names_its_application_by_its_reference(live_server, page, people, make_cluster,
+                                                              approved_topic):
+    topic = approved_topic(make_cluster("dev-a", "dev"))
+    login(page, live_server.url, "dev-pay")
+    page.goto(f"{live_server.url}/topics/{topic.pk}/")
+    link = page.locator("[data-testid=application-link]")
+    assert link.inner_text() == topic.application.reference  # "T-<number>", as everywhere else, not a row id
+    link.click()
+    page.wait_for_url(f"**/applications/topics/{topic.application.pk}/")
+    assert page.locator("[data-testid=reference]").inner_text() == topic.application.reference
+
+
+def test_a_draft_refused_on_submit_says_what_to_do(live_server, page, people, make_cluster, topic_fields):
+    from apps.topics.actions import create_topic_application
+
+    draft = create_topic_application(actor=people.dev, submit=False,
+                                     **topic_fields(make_cluster("dev-a", "dev"), environment="prod"))
+    login(page, live_server.url, "dev-pay")
+    page.goto(f"{live_server.url}/applications/topics/{draft.pk}/")
+    page.click("[data-testid=submit]")
+    page.wait_for_url(f"**/applications/topics/{draft.pk}/")
+    assert page.locator("[data-testid=message-error]").inner_text() == (
+        "Cluster dev-a serves Development, not Production. Edit the draft to fix this, then submit it.")
+    assert page.locator("[data-testid=state]").inner_text() == "draft"
+    page.click("text=Edit draft")  # and the form says it where it belongs, before anything is sent
+    page.click("[data-testid=submit]")
+    assert page.locator("[data-testid=error-cluster]").inner_text() == (
+        "Cluster dev-a serves Development, not Production.")
