@@ -121,6 +121,8 @@ class ApplicationDetailView(LoginRequiredMixin, PermissionRequiredMixin, View):
         my_slots = decidable_slots(user, application)
         pending = application.state == State.PENDING
         report = application.policy_report or {}
+        waiting = waiting_for(application) if pending else ""
+        why_not = why_not_approver(user, application) if pending and not my_slots else ""
         return render(request, self.template_name, {
             **self.extra_context(application),
             "object": application,
@@ -133,8 +135,8 @@ class ApplicationDetailView(LoginRequiredMixin, PermissionRequiredMixin, View):
             "whose": "Your application" if is_applicant else f"{application.applicant.username}'s application",
             "my_slots": my_slots,
             "my_slot_label": SLOT_AS[my_slots[0]] if my_slots else "",
-            "waiting_for": waiting_for(application) if pending else "",
-            "why_not": why_not_approver(user, application) if pending and not my_slots else "",
+            "waiting_for": waiting,
+            "why_not": why_not if why_not != f"This application is waiting for {waiting}." else "",  # said above
             "is_applicant": is_applicant,
             "can_withdraw": is_applicant and application.state in (State.DRAFT, State.PENDING),
             "can_edit": is_applicant and application.state == State.DRAFT,

@@ -59,6 +59,7 @@ def test_the_wording_follows_who_reads_the_application(live_server, page, people
     login(page, live_server.url, "audit-1")
     page.goto(url)
     assert whose(page) == "dev-pay's application: it waits for an approver of team payments."
+    assert page.locator("[data-testid=why-not]").count() == 0  # said once, above
     assert page.locator("[data-testid=approve]").count() == 0 and page.locator("[data-testid=reject]").count() == 0
 
 
