@@ -54,7 +54,7 @@ CASES = {
         "quiet": ["4m", "6m", "10m30s"],
         "firing": {"7m": ["90"], "9m30s": ["90"]},
         "labels": [{"topic": TOPIC, "group": "billing"}],
-        "summaries": [f"billing lag: Oldest waiting message older than (seconds) 60 on {CLUSTER} / {TOPIC} / billing"],
+        "summaries": [f"billing lag: oldest waiting message older than 60 s on {CLUSTER} / {TOPIC} / billing"],
     },
     "backlog": {
         "rules": [dict(name="billing backlog", topic=True, group="billing", threshold=1000, for_seconds=60)],
@@ -66,7 +66,7 @@ CASES = {
         "quiet": ["2m30s", "3m30s", "8m30s"],
         "firing": {"4m30s": ["1.1k"], "7m30s": ["1.1k"]},
         "labels": [{"topic": TOPIC, "group": "billing"}],
-        "summaries": [f"billing backlog: Backlog larger than (messages) 1000 on {CLUSTER} / {TOPIC} / billing"],
+        "summaries": [f"billing backlog: backlog above 1000 messages on {CLUSTER} / {TOPIC} / billing"],
     },
     "no_consumers": {
         "rules": [dict(name="billing consumers", topic=True, group="billing", for_seconds=60)],  # threshold 1
@@ -78,7 +78,7 @@ CASES = {
         "quiet": ["2m30s", "3m30s", "8m30s"],
         "firing": {"4m": ["0"], "7m30s": ["0"]},
         "labels": [{"topic": TOPIC, "group": "billing"}],
-        "summaries": [f"billing consumers: Fewer consumers than (consumers) 1 on {CLUSTER} / {TOPIC} / billing"],
+        "summaries": [f"billing consumers: fewer than 1 consumers connected on {CLUSTER} / {TOPIC} / billing"],
     },
     "auth_failures": {
         "rules": [dict(name="refused logins", threshold=20, for_seconds=60)],
@@ -95,7 +95,7 @@ CASES = {
         # 8m: 1006 at 3m → 1092 at 8m = 86; 12m: 1052 at 7m → 1152, the restart, 0 → 80 = 180
         "firing": {"8m": ["86"], "12m": ["180"]},
         "labels": [{}],
-        "summaries": [f"refused logins: Authentication failures in 5 minutes above 20 on {CLUSTER}"],
+        "summaries": [f"refused logins: more than 20 authentication failures in 5 minutes on {CLUSTER}"],
     },
     "unresolved_tx": {
         "rules": [dict(name="order-paid unresolved", topic=True, threshold=0, for_seconds=0),
@@ -110,8 +110,8 @@ CASES = {
                       "2m": [(0, TOPIC, "2"), (1, OTHER_TOPIC, "7")],
                       "4m30s": [(0, TOPIC, "9"), (1, TOPIC, "9"), (1, OTHER_TOPIC, "7")],
                       "7m30s": [(1, OTHER_TOPIC, "7")]},
-        "summaries": [f"order-paid unresolved: Unresolved transaction messages above 0 on {CLUSTER} / {TOPIC}",
-                      f"any unresolved: Unresolved transaction messages above 5 on {CLUSTER}"],
+        "summaries": [f"order-paid unresolved: more than 0 unresolved transaction messages on {CLUSTER} / {TOPIC}",
+                      f"any unresolved: more than 5 unresolved transaction messages on {CLUSTER}"],
     },
     "broker_down": {
         "rules": [dict(name="brokers", threshold=2, for_seconds=30)],
@@ -124,7 +124,7 @@ CASES = {
         "quiet": ["1m30s", "2m", "3m30s", "5m30s"],
         "firing": {"2m30s": ["1"], "6m30s": ["1"], "7m30s": ["0"]},
         "labels": [{}],
-        "summaries": [f"brokers: Fewer live brokers than 2 on {CLUSTER}"],
+        "summaries": [f"brokers: fewer than 2 live brokers on {CLUSTER}"],
     },
     "zookeeper_drift": {
         "rules": [dict(name="drift", threshold=0, for_seconds=60)],
@@ -135,7 +135,7 @@ CASES = {
         "quiet": ["1m30s", "2m30s", "5m30s"],
         "firing": {"3m": ["3"], "5m": ["3"]},
         "labels": [{}],
-        "summaries": [f"drift: ZooKeeper nodes drifted above 0 on {CLUSTER}"],
+        "summaries": [f"drift: more than 0 ZooKeeper nodes drifted on {CLUSTER}"],
     },
 }
 
@@ -235,7 +235,7 @@ def test_a_rule_name_with_template_braces_is_taken_literally(people, estate, tmp
     [rule] = make_rules(people, cluster, topic, [{"kind": "backlog", "name": name, "topic": True, "group": "billing",
                                                   "threshold": 1000, "for_seconds": 60}])
     case = CASES["backlog"]
-    summary = f"{name}: Backlog larger than (messages) 1000 on {CLUSTER} / {TOPIC} / billing"
+    summary = f"{name}: backlog above 1000 messages on {CLUSTER} / {TOPIC} / billing"
     alert = expected_alert(rule, {"topic": TOPIC, "group": "billing"}, summary, "1.1k")
     result = run_promtool(tmp_path, [rule], "SwitchyardBacklog", case["series"], {"2m30s": [], "4m30s": [alert]})
     assert result.returncode == 0 and "SUCCESS" in result.stdout, result.stdout + result.stderr
