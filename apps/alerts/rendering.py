@@ -32,10 +32,10 @@ ALERT_NAMES = {
 CONDITIONS = {
     RuleKind.LAG_AGE: "oldest waiting message older than {t} s",
     RuleKind.BACKLOG: "backlog above {t} messages",
-    RuleKind.NO_CONSUMERS: "fewer than {t} consumers connected",
+    RuleKind.NO_CONSUMERS: "fewer consumers connected than {t}",
     RuleKind.AUTH_FAILURES: "more than {t} authentication failures in 5 minutes",
     RuleKind.UNRESOLVED_TX: "more than {t} unresolved transaction messages",
-    RuleKind.BROKER_DOWN: "fewer than {t} live brokers",
+    RuleKind.BROKER_DOWN: "fewer live brokers than {t}",
     RuleKind.ZOOKEEPER_DRIFT: "more than {t} ZooKeeper nodes drifted",
 }
 

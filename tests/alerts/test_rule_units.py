@@ -78,7 +78,7 @@ CASES = {
         "quiet": ["2m30s", "3m30s", "8m30s"],
         "firing": {"4m": ["0"], "7m30s": ["0"]},
         "labels": [{"topic": TOPIC, "group": "billing"}],
-        "summaries": [f"billing consumers: fewer than 1 consumers connected on {CLUSTER} / {TOPIC} / billing"],
+        "summaries": [f"billing consumers: fewer consumers connected than 1 on {CLUSTER} / {TOPIC} / billing"],
     },
     "auth_failures": {
         "rules": [dict(name="refused logins", threshold=20, for_seconds=60)],
@@ -124,7 +124,7 @@ CASES = {
         "quiet": ["1m30s", "2m", "3m30s", "5m30s"],
         "firing": {"2m30s": ["1"], "6m30s": ["1"], "7m30s": ["0"]},
         "labels": [{}],
-        "summaries": [f"brokers: fewer than 2 live brokers on {CLUSTER}"],
+        "summaries": [f"brokers: fewer live brokers than 2 on {CLUSTER}"],
     },
     "zookeeper_drift": {
         "rules": [dict(name="drift", threshold=0, for_seconds=60)],
