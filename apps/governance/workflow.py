@@ -54,6 +54,9 @@ class Slot(models.TextChoices):
     SRE = "sre", "SRE (production cluster)"
 
 
+SLOT_AS = {Slot.OWNER: "the owning team's approver", Slot.SRE: "an SRE"}  # "approved as …"
+
+
 class Verdict(models.TextChoices):
     APPROVE = "approve", "Approved"
     REJECT = "reject", "Rejected"
@@ -274,13 +277,17 @@ def why_not_approver(user, application) -> str:
         return "Nobody approves their own application."
     if _decided_by(user, application):
         return "You have already decided on this application; another person fills the other slot."
-    slots = open_slots(application)
-    if not slots:
+    if not open_slots(application):
         return "Every approval slot is already filled."
-    needs = []
-    for slot in slots:
-        if slot == Slot.OWNER:
-            needs.append(f"an approver of team {application.approving_team().name}")
-        else:
-            needs.append("an SRE")
-    return "This application is waiting for " + " and ".join(needs) + "."
+    taken = [d for d in application.decisions.all() if can_fill(user, application, d.slot)]
+    if taken:  # the slot this person could fill went to someone else first
+        return (f"{taken[0].actor.username} has already approved as {SLOT_AS[taken[0].slot]}; this "
+                f"application is waiting for {waiting_for(application)}.")
+    return f"This application is waiting for {waiting_for(application)}."
+
+
+def waiting_for(application) -> str:
+    """Who the pending application still needs, in words: "an approver of team payments and an SRE"."""
+    needs = [f"an approver of team {application.approving_team().name}" if slot == Slot.OWNER else "an SRE"
+             for slot in open_slots(application)]
+    return " and ".join(needs) or "nobody (every approval slot is filled)"
