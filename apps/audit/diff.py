@@ -46,11 +46,11 @@ def _fields(value) -> dict:
 
 
 def changes(before: dict | None, after: dict | None) -> list[Change]:
-    """The fields whose value differs, in the order the after (then the before) names them; a record that is not
-    a pair of objects (a value that is not a dict) compares as one field, "value"."""
+    """The fields whose value differs, by name (PostgreSQL's jsonb keeps no key order); a value that is not an
+    object compares as one field, "value"."""
     old, new = _fields(before), _fields(after)
     out = []
-    for name in [*new, *(k for k in old if k not in new)]:
+    for name in sorted(set(old) | set(new)):
         if name in old and name in new:
             if old[name] == new[name]:
                 continue
