@@ -1,3 +1,4 @@
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.audit import diff, routine
@@ -27,7 +28,8 @@ class AuditRecordSerializer(serializers.ModelSerializer):
                   "changes", "routine", "request_id", "source", "prev_hash", "hash"]
         read_only_fields = fields
 
-    def get_changes(self, obj) -> list[ChangeSerializer]:
+    @extend_schema_field(ChangeSerializer(many=True))
+    def get_changes(self, obj) -> list[dict]:
         return ChangeSerializer(diff.changes(obj.before, obj.after), many=True).data
 
     def get_routine(self, obj) -> bool:
