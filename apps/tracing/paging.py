@@ -54,10 +54,13 @@ def page_of(queryset: QuerySet, cursor: str | None, size: int) -> Page:
     back = False
     if cursor:
         at, message_id, back = decode(cursor)
+        # the bound on first_at alone is what an index on (…, first_at) can start its scan at; the OR settles ties
         if back:
-            queryset = queryset.filter(Q(first_at__gt=at) | Q(first_at=at, message_id__gt=message_id))
+            queryset = queryset.filter(Q(first_at__gte=at),
+                                       Q(first_at__gt=at) | Q(first_at=at, message_id__gt=message_id))
         else:
-            queryset = queryset.filter(Q(first_at__lt=at) | Q(first_at=at, message_id__lt=message_id))
+            queryset = queryset.filter(Q(first_at__lte=at),
+                                       Q(first_at__lt=at) | Q(first_at=at, message_id__lt=message_id))
     rows = list(queryset.order_by(*(OLDEST_FIRST if back else NEWEST_FIRST))[: size + 1])
     more = len(rows) > size
     rows = rows[:size]
