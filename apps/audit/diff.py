@@ -70,10 +70,19 @@ def _cut(text: str) -> str:
     return text if len(text) <= SUMMARY_VALUE_CHARS else text[: SUMMARY_VALUE_CHARS - 1] + "…"
 
 
+def _line(c: Change) -> str:
+    if c.kind == "added":
+        return f"{c.field} = {_cut(c.after_text)}"
+    if c.kind == "removed":
+        return f"{c.field} (was {_cut(c.before_text)})"
+    return f"{c.field} {_cut(c.before_text)} → {_cut(c.after_text)}"
+
+
 def summary(before: dict | None, after: dict | None) -> str:
-    """One line for the list: `retention_hours 48 → 96; description — → Paid orders; +2 more`."""
+    """One line for the list: `retention_hours 48 → 96; application = C-12; +2 more` (added fields as `= value`,
+    removed ones as `(was value)`)."""
     rows = changes(before, after)
-    parts = [f"{c.field} {_cut(c.before_text)} → {_cut(c.after_text)}" for c in rows[:SUMMARY_FIELDS]]
+    parts = [_line(c) for c in rows[:SUMMARY_FIELDS]]
     if len(rows) > SUMMARY_FIELDS:
         parts.append(f"+{len(rows) - SUMMARY_FIELDS} more")
     return "; ".join(parts)

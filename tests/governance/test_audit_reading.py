@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
+from apps.audit.diff import changes, summary
 from apps.audit.models import AuditRecord
 from apps.audit.recorder import verify_chain
 from apps.clusters import actions as clusters
@@ -30,7 +31,7 @@ def test_the_record_page_list_and_rest_show_a_changed_topics_diff(live_server, p
     page.goto(f"{live_server.url}/audit/?action=topic.change")
     row = page.locator(f"tr[data-record='{record.pk}']")
     summary = row.locator("[data-testid=diff-summary]").inner_text()
-    assert summary == (f'application — → {body["reference"]}; message_types ["created", "paid"] → '
+    assert summary == (f'application = {body["reference"]}; message_types ["created", "paid"] → '
                        '["created", "paid", "refunded"]; retention_hours 48 → 96; +1 more')
     with page.expect_navigation():
         row.locator("a").first.click()
@@ -116,3 +117,13 @@ def test_routine_events_are_hidden_by_default_grouped_with_counts_and_shown_with
     listed = page.locator("[data-testid=audit-results] tbody tr[data-record]")
     ids = [int(listed.nth(i).get_attribute("data-record")) for i in range(listed.count())]
     assert ids == list(AuditRecord.objects.filter(action="tx.resolve").order_by("-id").values_list("pk", flat=True))[5:]
+
+
+def test_a_removed_field_and_a_record_that_is_no_object_read_as_changes():
+    assert [(c.field, c.kind, c.before_text, c.after_text) for c in changes(
+        {"grants": ["a", "b"], "ttl_s": 60}, {"grants": ["b", "c"]})] == [
+        ("grants", "changed", '["a", "b"]', '["b", "c"]'), ("ttl_s", "removed", "60", "—")]
+    assert changes({"grants": ["a", "b"]}, {"grants": ["b", "c"]})[0].added == ["c"]
+    assert summary({"ttl_s": 60, "x": 1}, {"x": 1}) == "ttl_s (was 60)"
+    assert [(c.field, c.kind) for c in changes(None, "retired")] == [("value", "added")]
+    assert changes({"a": 1}, {"a": 1}) == [] and summary(None, None) == ""
