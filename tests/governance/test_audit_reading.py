@@ -50,8 +50,8 @@ def test_the_record_page_list_and_rest_show_a_changed_topics_diff(live_server, p
     cluster = clusters.update_cluster(actor=people.sre, cluster=e.cluster, description="moved to rack 4")
     update = AuditRecord.objects.filter(action="cluster.update").last()
     assert set(update.before) == set(update.after) and len(update.after) > 10  # every field, twice
-    changes = api_for(people.auditor).get(f"/api/v1/audit-records/{update.pk}/").json()["changes"]
-    assert [(c["field"], c["kind"], c["before"], c["after"]) for c in changes] == [
+    listed = api_for(people.auditor).get(f"/api/v1/audit-records/{update.pk}/").json()["changes"]
+    assert [(c["field"], c["kind"], c["before"], c["after"]) for c in listed] == [
         ("description", "changed", "", "moved to rack 4"),
         ("updated_at", "changed", update.before["updated_at"], cluster.updated_at.isoformat())]
     rest = api_for(people.auditor).get(f"/api/v1/audit-records/{record.pk}/").json()["changes"]

@@ -81,6 +81,8 @@ def test_a_developer_on_the_pages(client, estate):
     page = client.get("/tracing/", {"key": "cust-7"})
     assert [m.message_id for m in page.context["results"]] == ["m-pay-b", "m-pay-1"]
     assert b'data-testid="team-scope"' in page.content
+    bad = client.get("/tracing/", {"key": "cust-7", "cursor": "junk"})
+    assert bad.status_code == 400 and b'data-testid="error-cursor"' in bad.content
     assert client.get("/tracing/index/").status_code == 403  # index builds stay with SREs and auditors
 
 
