@@ -17,6 +17,7 @@ from broker_core import protocol as p
 from broker_core.client.connection import BrokerAddress, BrokerConnection
 from broker_core.client.discovery import Discovery
 from broker_core.client.errors import AuthError, BrokerError, ConnectionLost, SwitchyardError
+from broker_core.client.options import ClientOptions
 
 log = logging.getLogger("broker_core.client.consumer")
 
@@ -56,13 +57,9 @@ class SessionOwner(Protocol):
 
     topic: str
     group: str
-    app_id: str
-    secret: str
-    client_id: str
+    options: ClientOptions  # who it is, its heartbeat and connect timeout
     credit: int
     ack_timeout_ms: int
-    heartbeat_ms: int
-    connect_timeout: float
     resubscribe_delay: float
     forget_after: float
     received: int  # counters the sessions raise
@@ -104,9 +101,8 @@ class _BrokerSession:
                 return
             try:
                 conn = await BrokerConnection.open(
-                    self.address, timeout=consumer.connect_timeout, app_id=consumer.app_id, secret=consumer.secret,
-                    client_id=consumer.client_id, heartbeat_ms=consumer.heartbeat_ms, on_deliver=self._delivered,
-                    on_unsubscribed=self._unsubscribed)
+                    self.address, timeout=consumer.options.connect_timeout, on_deliver=self._delivered,
+                    on_unsubscribed=self._unsubscribed, **consumer.options.conn_args())
             except (OSError, SwitchyardError, TimeoutError) as exc:
                 if isinstance(exc, AuthError):
                     self.refusal = exc
@@ -120,7 +116,7 @@ class _BrokerSession:
             try:
                 answer = await asyncio.wait_for(conn.request(p.Subscribe(
                     conn.next_ref(), consumer.topic, consumer.group, consumer.credit, consumer.ack_timeout_ms)),
-                    consumer.connect_timeout)
+                    consumer.options.connect_timeout)
             except BrokerError as exc:
                 self.refusal = exc
                 self.subscribed.set()

@@ -21,6 +21,7 @@ from broker_core import protocol as p
 from broker_core.client.connection import BrokerAddress, BrokerConnection
 from broker_core.client.discovery import Discovery
 from broker_core.client.errors import AuthError, SwitchyardError
+from broker_core.client.options import ClientOptions
 
 log = logging.getLogger("broker_core.client.transactions")
 
@@ -92,7 +93,7 @@ class CheckAnswerer:
 class CheckOwner(Protocol):
     """What check connections read of their producer (`producer.AsyncProducer` is one)."""
 
-    connect_timeout: float
+    options: ClientOptions
 
     def conn_args(self) -> dict:
         """`BrokerConnection.open` arguments, with the check listener."""
@@ -135,7 +136,7 @@ class CheckSessions:
                 self.tasks.pop(address, None)
                 return
             try:
-                conn = await BrokerConnection.open(address, timeout=producer.connect_timeout, **producer.conn_args())
+                conn = await BrokerConnection.open(address, timeout=producer.options.connect_timeout, **producer.conn_args())
             except AuthError as exc:
                 self.last_error = exc
                 await asyncio.sleep(2.0)
