@@ -32,13 +32,13 @@ def test_a_producer_takes_app_id_and_secret_first_and_the_defaults():
     assert producer.locator.zk == "zk1:2181/switchyard/prod-a" and producer.locator.start_timeout == 5.0
 
 
-def test_a_consumer_takes_topic_group_handler_first_and_the_defaults():
+def test_a_consumer_takes_topic_group_handler_first_and_the_defaults(tmp_path):
     consumer = AsyncConsumer("orders", "billing", print, app_id="billing-svc", secret="s3cret",
                              control_plane="http://cp:8000", environment="prod", api_token="tok",
-                             client_id="billing-1", heartbeat_ms=2000, connect_timeout=1.5, cache_dir="/tmp/x")
+                             client_id="billing-1", heartbeat_ms=2000, connect_timeout=1.5, cache_dir=tmp_path)
     assert shared(consumer.options) == {**SHARED_DEFAULTS, "control_plane": "http://cp:8000", "environment": "prod",
                                         "api_token": "tok", "heartbeat_ms": 2000, "connect_timeout": 1.5,
-                                        "cache_dir": "/tmp/x"}
+                                        "cache_dir": tmp_path}
     assert (consumer.credit, consumer.ack_timeout_ms, consumer.resubscribe_delay, consumer.forget_after,
             consumer.drain_timeout) == (1000, 0, 2.0, 600.0, 30.0)
     assert consumer.options.conn_args() == {"app_id": "billing-svc", "secret": "s3cret", "client_id": "billing-1",
