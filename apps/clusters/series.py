@@ -1,0 +1,168 @@
+"""The console's plots: fixed PromQL queries run on the control plane's Prometheus, never PromQL from the browser.
+
+A scope says what is plotted: a whole cluster, one topic, or one group (a binding). Each panel is a list of fixed
+query templates; the only values put into them are the scope's names (from the database, quoted) and durations
+worked out here from one of `RANGES`. The answer is JSON with one time axis for every panel (uPlot's aligned data):
+
+    {"range": "1h", "start": s, "end": s, "step": s, "times": [s, ...],
+     "panels": [{"id", "title", "unit", "series": [{"name", "values": [float | null, ...]}]}],
+     "totals": {"published": int, ...}}
+
+Totals are `increase()` over the range: Prometheus adds across a counter's resets, so a broker restart never makes
+them drop (and brokers keep their counters across restarts anyway, see broker_core/node/counters.py).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import httpx
+from django.conf import settings
+
+RANGES = {"15m": 15 * 60, "1h": 3600, "6h": 6 * 3600, "24h": 24 * 3600}
+POINTS = 240  # per series: enough for a page-wide plot, cheap for Prometheus
+
+# (id, title, unit, [(series name, query template)]); {s} is the scope's selector, {w} the rate window
+PANELS = [
+    ("rates", "Publish and delivery rate", "msg/s", [
+        ("published", "sum(rate(switchyard_topic_published{t}[{w}]))"),
+        ("delivered", "sum(rate(switchyard_group_delivered{s}[{w}]))"),
+        ("acked", "sum(rate(switchyard_group_acked{s}[{w}]))"),
+    ]),
+    ("backlog", "Backlog", "messages", [
+        ("waiting", "sum(switchyard_group_depth{s})"),
+        ("in flight", "sum(switchyard_group_in_flight{s})"),
+    ]),
+    ("lag", "Oldest unacknowledged message", "seconds", [
+        ("age", "max(switchyard_group_oldest_age_seconds{s})"),
+    ]),
+    ("redeliveries", "Redeliveries and dead letters", "msg/s", [
+        ("redelivered", "sum(rate(switchyard_group_redelivered{s}[{w}]))"),
+        ("dead-lettered", "sum(rate(switchyard_group_dead_lettered{s}[{w}]) + rate(switchyard_group_expired{s}[{w}]))"),
+    ]),
+    ("dead_letters", "Dead-letter queue", "messages", [
+        ("entries", "sum(switchyard_group_dead_letter_queue{s})"),
+    ]),
+    ("consumers", "Consumers connected", "consumers", [
+        ("consumers", "sum(switchyard_group_consumers{s})"),
+    ]),
+]
+TOTALS = [
+    ("published", "switchyard_topic_published{t}"),
+    ("delivered", "switchyard_group_delivered{s}"),
+    ("acked", "switchyard_group_acked{s}"),
+    ("redelivered", "switchyard_group_redelivered{s}"),
+    ("dead_lettered", "switchyard_group_dead_lettered{s}"),
+]
+
+
+class PrometheusUnavailable(Exception):
+    """Prometheus did not answer (or answered an error): the page says so where the plots would be."""
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a plot covers: a cluster, a topic of it, or a group of that topic."""
+
+    cluster: str
+    topic: str = ""
+    group: str = ""
+
+    def selector(self, with_group: bool = True) -> str:
+        labels = [("cluster", self.cluster), ("topic", self.topic), ("group", self.group if with_group else "")]
+        return "{" + ", ".join(f"{k}={_quote(v)}" for k, v in labels if v) + "}"
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _duration(seconds: int) -> str:
+    return f"{int(seconds)}s"
+
+
+def _fill(template: str, scope: Scope, window: int) -> str:
+    # str.replace, not format(): PromQL is full of braces
+    return (template.replace("{s}", scope.selector()).replace("{t}", scope.selector(with_group=False))
+            .replace("{w}", _duration(window)))
+
+
+def plan(range_key: str, now: float | None = None) -> tuple[int, int, int, int]:
+    """(start, end, step, rate window) for one of RANGES, aligned on the step so that refreshes line up."""
+    seconds = RANGES[range_key]
+    step = max(5, math.ceil(seconds / POINTS))
+    end = int((now or time.time()) // step * step)
+    window = max(60, 2 * step)  # at least a few scrapes in every rate()
+    return end - seconds, end, step, window
+
+
+class Prometheus:
+    """The HTTP API of the control plane's Prometheus (SWITCHYARD_PROMETHEUS_URL), read-only."""
+
+    def __init__(self, base_url: str | None = None, timeout: float | None = None):
+        self.base_url = (base_url or settings.SWITCHYARD_PROMETHEUS_URL).rstrip("/")
+        self.client = httpx.Client(timeout=timeout or settings.SWITCHYARD_PROMETHEUS_TIMEOUT, trust_env=False)
+
+    def __enter__(self) -> Prometheus:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.client.close()
+
+    def _get(self, path: str, params: dict) -> list[dict]:
+        url = f"{self.base_url}{path}"
+        try:
+            response = self.client.get(url, params=params)
+            answer = response.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise PrometheusUnavailable(f"Prometheus at {self.base_url} did not answer "
+                                        f"({exc or type(exc).__name__}): check that it runs (./dev status)") from exc
+        if answer.get("status") != "success":
+            raise PrometheusUnavailable(f"Prometheus at {self.base_url} refused a query: {answer.get('error')}")
+        return answer["data"]["result"]
+
+    def query_range(self, query: str, start: int, end: int, step: int) -> list[dict]:
+        return self._get("/api/v1/query_range", {"query": query, "start": start, "end": end, "step": step})
+
+    def query(self, query: str, at: int) -> list[dict]:
+        return self._get("/api/v1/query", {"query": query, "time": at})
+
+
+def _aligned(result: list[dict], times: list[int]) -> list[float | None]:
+    """One series' values on the common time axis (None where Prometheus has no sample)."""
+    index = {t: i for i, t in enumerate(times)}
+    values: list[float | None] = [None] * len(times)
+    for series in result[:1]:  # every query aggregates to one series
+        for t, v in series["values"]:
+            i = index.get(int(float(t)))
+            if i is not None and v not in ("NaN", "+Inf", "-Inf"):
+                values[i] = float(v)
+    return values
+
+
+def read_series(scope: Scope, range_key: str, prometheus: Prometheus | None = None,
+                now: float | None = None) -> dict:
+    """Run every panel's queries for `scope` over `range_key` (one of RANGES); raises PrometheusUnavailable."""
+    start, end, step, window = plan(range_key, now)
+    times = list(range(start, end + 1, step))
+    owned = prometheus is None
+    prometheus = prometheus or Prometheus()
+    try:
+        panels = []
+        for panel_id, title, unit, queries in PANELS:
+            series = [{"name": name, "values": _aligned(prometheus.query_range(_fill(q, scope, window), start, end,
+                                                                                step), times)}
+                      for name, q in queries]
+            panels.append({"id": panel_id, "title": title, "unit": unit, "series": series})
+        totals = {}
+        for name, counter in TOTALS:
+            query = f"sum(increase({_fill(counter, scope, window)}[{_duration(end - start)}]))"
+            found = prometheus.query(query, end)
+            totals[name] = round(float(found[0]["value"][1])) if found else 0
+    finally:
+        if owned:
+            prometheus.client.close()
+    return {"range": range_key, "start": start, "end": end, "step": step, "times": times, "panels": panels,
+            "totals": totals}
