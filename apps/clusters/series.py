@@ -27,9 +27,9 @@ POINTS = 240  # per series: enough for a page-wide plot, cheap for Prometheus
 # (id, title, unit, [(series name, query template)]); {s} is the scope's selector, {w} the rate window
 PANELS = [
     ("rates", "Publish and delivery rate", "msg/s", [
-        ("published", "sum(rate(switchyard_topic_published{t}[{w}]))"),
-        ("delivered", "sum(rate(switchyard_group_delivered{s}[{w}]))"),
-        ("acked", "sum(rate(switchyard_group_acked{s}[{w}]))"),
+        ("published", "sum(rate(switchyard_topic_published_total{t}[{w}]))"),
+        ("delivered", "sum(rate(switchyard_group_delivered_total{s}[{w}]))"),
+        ("acked", "sum(rate(switchyard_group_acked_total{s}[{w}]))"),
     ]),
     ("backlog", "Backlog", "messages", [
         ("waiting", "sum(switchyard_group_depth{s})"),
@@ -39,8 +39,9 @@ PANELS = [
         ("age", "max(switchyard_group_oldest_age_seconds{s})"),
     ]),
     ("redeliveries", "Redeliveries and dead letters", "msg/s", [
-        ("redelivered", "sum(rate(switchyard_group_redelivered{s}[{w}]))"),
-        ("dead-lettered", "sum(rate(switchyard_group_dead_lettered{s}[{w}]) + rate(switchyard_group_expired{s}[{w}]))"),
+        ("redelivered", "sum(rate(switchyard_group_redelivered_total{s}[{w}]))"),
+        ("dead-lettered", "sum(rate(switchyard_group_dead_lettered_total{s}[{w}])"
+                          " + rate(switchyard_group_expired_total{s}[{w}]))"),
     ]),
     ("dead_letters", "Dead-letter queue", "messages", [
         ("entries", "sum(switchyard_group_dead_letter_queue{s})"),
@@ -50,11 +51,11 @@ PANELS = [
     ]),
 ]
 TOTALS = [
-    ("published", "switchyard_topic_published{t}"),
-    ("delivered", "switchyard_group_delivered{s}"),
-    ("acked", "switchyard_group_acked{s}"),
-    ("redelivered", "switchyard_group_redelivered{s}"),
-    ("dead_lettered", "switchyard_group_dead_lettered{s}"),
+    ("published", "switchyard_topic_published_total{t}"),
+    ("delivered", "switchyard_group_delivered_total{s}"),
+    ("acked", "switchyard_group_acked_total{s}"),
+    ("redelivered", "switchyard_group_redelivered_total{s}"),
+    ("dead_lettered", "switchyard_group_dead_lettered_total{s}"),
 ]
 
 
