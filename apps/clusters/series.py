@@ -6,10 +6,12 @@ worked out here from one of `RANGES`. The answer is JSON with one time axis for 
 
     {"range": "1h", "start": s, "end": s, "step": s, "times": [s, ...],
      "panels": [{"id", "title", "unit", "series": [{"name", "values": [float | null, ...]}]}],
-     "totals": {"published": int, ...}}
+     "totals": {"published": int, ...}, "in_range": {"published": int, ...}}
 
-Totals are `increase()` over the range: Prometheus adds across a counter's resets, so a broker restart never makes
-them drop (and brokers keep their counters across restarts anyway, see broker_core/node/counters.py).
+`totals` are the counters' last values summed over the brokers (last seen in the range, so a broker down for a
+moment still counts): brokers keep their counters across restarts (broker_core/node/counters.py), so these are
+the totals since each topic and group began. `in_range` is `increase()` over the range, which adds across a
+counter's resets (a crashed broker's last second) and is extrapolated by Prometheus to the range's ends (about).
 """
 
 from __future__ import annotations
@@ -143,27 +145,24 @@ def _aligned(result: list[dict], times: list[int]) -> list[float | None]:
     return values
 
 
-def read_series(scope: Scope, range_key: str, prometheus: Prometheus | None = None,
-                now: float | None = None) -> dict:
+def _scalar(result: list[dict]) -> int:
+    return round(float(result[0]["value"][1])) if result else 0
+
+
+def read_series(prometheus: Prometheus, scope: Scope, range_key: str, now: float | None = None) -> dict:
     """Run every panel's queries for `scope` over `range_key` (one of RANGES); raises PrometheusUnavailable."""
+    now = int(now or time.time())
     start, end, step, window = plan(range_key, now)
     times = list(range(start, end + 1, step))
-    owned = prometheus is None
-    prometheus = prometheus or Prometheus()
-    try:
-        panels = []
-        for panel_id, title, unit, queries in PANELS:
-            series = [{"name": name, "values": _aligned(prometheus.query_range(_fill(q, scope, window), start, end,
-                                                                                step), times)}
-                      for name, q in queries]
-            panels.append({"id": panel_id, "title": title, "unit": unit, "series": series})
-        totals = {}
-        for name, counter in TOTALS:
-            query = f"sum(increase({_fill(counter, scope, window)}[{_duration(end - start)}]))"
-            found = prometheus.query(query, end)
-            totals[name] = round(float(found[0]["value"][1])) if found else 0
-    finally:
-        if owned:
-            prometheus.client.close()
+    panels = []
+    for panel_id, title, unit, queries in PANELS:
+        series = [{"name": name, "values": _aligned(prometheus.query_range(_fill(q, scope, window), start, end, step),
+                                                    times)} for name, q in queries]
+        panels.append({"id": panel_id, "title": title, "unit": unit, "series": series})
+    totals, in_range = {}, {}
+    for name, counter in TOTALS:  # read now, not at the plots' last step
+        selected = f"{_fill(counter, scope, window)}[{_duration(end - start)}]"
+        totals[name] = _scalar(prometheus.query(f"sum(last_over_time({selected}))", now))
+        in_range[name] = _scalar(prometheus.query(f"sum(increase({selected}))", now))
     return {"range": range_key, "start": start, "end": end, "step": step, "times": times, "panels": panels,
-            "totals": totals}
+            "totals": totals, "in_range": in_range}

@@ -10,7 +10,7 @@ from apps.clusters.broker_stats import read_cluster_stats
 from apps.clusters.filtersets import ClusterFilterSet
 from apps.clusters.forms import ClusterForm
 from apps.clusters.models import Cluster
-from apps.clusters.series import RANGES, PrometheusUnavailable, Scope, read_series
+from apps.clusters.series import RANGES, Prometheus, PrometheusUnavailable, Scope, read_series
 from apps.clusters.zookeeper import read_health
 from apps.provisioning.reconcile import latest_run
 from apps.topics.models import Topic
@@ -94,7 +94,8 @@ class SeriesView(LoginRequiredMixin, PermissionRequiredMixin, View):
                                 status=400)
         scope = self.scope()
         try:
-            return JsonResponse({"scope": vars(scope), **read_series(scope, range_key)})
+            with Prometheus() as prometheus:
+                return JsonResponse({"scope": vars(scope), **read_series(prometheus, scope, range_key)})
         except PrometheusUnavailable as exc:
             return JsonResponse({"error": "prometheus_unavailable", "message": str(exc)}, status=503)
 

@@ -64,7 +64,7 @@
       TOTALS.forEach(function (t) {
         var dt = document.createElement("dt"), dd = document.createElement("dd");
         dt.textContent = t[1];
-        dd.textContent = fmt(data.totals[t[0]]);
+        dd.textContent = fmt(data.totals[t[0]]) + " (about " + fmt(data.in_range[t[0]]) + " in this range)";
         dd.setAttribute("data-total", t[0]);
         totals.appendChild(dt);
         totals.appendChild(dd);
