@@ -96,7 +96,7 @@ def plan(range_key: str, now: float | None = None) -> tuple[int, int, int, int]:
     """(start, end, step, rate window) for one of RANGES, aligned on the step so that refreshes line up."""
     seconds = RANGES[range_key]
     step = max(5, math.ceil(seconds / POINTS))
-    end = int((now or time.time()) // step * step)
+    end = math.ceil((now or time.time()) / step) * step  # the last step covers now (Prometheus reads up to now)
     window = max(60, 2 * step)  # at least a few scrapes in every rate()
     return end - seconds, end, step, window
 
