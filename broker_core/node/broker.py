@@ -232,6 +232,8 @@ class Broker:
                 self.lifecycle.tick()
             if now >= next_save:
                 next_save = now + SAVE_S
+                if self.state.ready:  # a deleted topic's counters go with it
+                    self.counters.keep_only({*self.topics, *self.state.topics})
                 self.counters.save(self._live_counts())
 
     async def _zk_check_loop(self) -> None:

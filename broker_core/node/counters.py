@@ -86,6 +86,11 @@ class CarriedCounters:
                 group.update(totals["topics"][name]["groups"][g])
         return stats
 
+    def keep_only(self, topics: set[str]) -> None:
+        """Forget what was carried for topics no longer here nor in the cluster's state (deleted ones)."""
+        for name in [n for n in self.carried["topics"] if n not in topics]:
+            del self.carried["topics"][name]
+
     def save(self, live: dict) -> None:
         totals = self.totals(live)
         if totals == self._last_saved:

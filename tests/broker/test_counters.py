@@ -7,7 +7,7 @@ import json
 import re
 import signal
 
-from broker_core.client import Consumer, Producer
+from broker_core.client import BrokerError, Consumer, Producer
 from tests.broker.conftest import APP, wait_for
 from tests.broker.helpers import Received
 from tests.broker.tx_helpers import TOKEN
@@ -78,3 +78,34 @@ def test_committed_transaction_messages_count_as_published(cluster):
     assert topic["tx"]["committed"] == 4
     assert topic["published"] == 5  # 4 committed + 1 plain, as many as were delivered
     assert metric(broker, "switchyard_topic_published_total", topic="orders") == 5
+
+
+def test_a_deleted_topic_takes_its_counters_with_it(cluster):
+    from tests.broker.test_topic_lifecycle import delete_topic, nothing_left
+
+    cluster.standard("orders")
+    broker = cluster.broker()
+    with Producer(**cluster.client_kwargs()) as producer:
+        producer.send_many("orders", [b"1", b"2", b"3"])
+    wait_for(lambda: saved(broker)["topics"].get("orders", {}).get("figures", {}).get("published") == 3, 10,
+             "the counters saved")
+    broker.stop()
+    broker.start()  # carried over: 3
+    assert broker.stats()["topics"]["orders"]["published"] == 3
+    delete_topic(cluster, "orders")
+    wait_for(lambda: nothing_left(broker, "orders") and "orders" not in saved(broker)["topics"], 10,
+             "the topic and its saved counters to go")
+    broker.stop()
+    broker.start()
+    cluster.standard("orders")  # a new topic of the same name counts from zero
+
+    def sent(producer) -> bool:  # refused (unknown topic) until the broker has applied the new topic
+        try:
+            producer.send("orders", b"fresh")
+        except BrokerError:
+            return False
+        return True
+
+    with Producer(**cluster.client_kwargs()) as producer:
+        wait_for(lambda: sent(producer), 10, "the new topic to take a message")
+    assert broker.stats()["topics"]["orders"]["published"] == 1
