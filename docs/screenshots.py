@@ -67,6 +67,7 @@ def firing(page, base: str) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "docs")
+    parser.add_argument("--range", default="15m", choices=["15m", "1h", "6h", "24h"], help="the plots' time range")
     args = parser.parse_args()
     state, ports = state_for("dev")
     env = json.loads((state / "env.json").read_text())
@@ -81,7 +82,9 @@ def main() -> None:
 
         page.goto(f"{base}/clusters/{CLUSTER}/")
         page.wait_for_function("document.querySelector('[data-testid=plots]').dataset.state === 'drawn'")
-        page.get_by_test_id("plots").screenshot(path=str(args.out / "console-cluster.png"))
+        page.get_by_test_id("plot-range").select_option(args.range)
+        page.wait_for_function(f"document.querySelector('[data-testid=plots]').dataset.range === '{args.range}'")
+        page.screenshot(path=str(args.out / "console-cluster.png"), full_page=True)
         print(f"wrote {args.out / 'console-cluster.png'}")
 
         add_rule(page, base)

@@ -11,7 +11,8 @@ worked out here from one of `RANGES`. The answer is JSON with one time axis for 
 `totals` are the counters' last values summed over the brokers (last seen in the range, so a broker down for a
 moment still counts): brokers keep their counters across restarts (broker_core/node/counters.py), so these are
 the totals since each topic and group began. `in_range` is `increase()` over the range, which adds across a
-counter's resets (a crashed broker's last second) and is extrapolated by Prometheus to the range's ends (about).
+counter's resets (a crashed broker's last second) and is extrapolated by Prometheus to the range's ends (about; never
+more than the total).
 """
 
 from __future__ import annotations
@@ -163,6 +164,7 @@ def read_series(prometheus: Prometheus, scope: Scope, range_key: str, now: float
     for name, counter in TOTALS:  # read now, not at the plots' last step
         selected = f"{_fill(counter, scope, window)}[{_duration(end - start)}]"
         totals[name] = _scalar(prometheus.query(f"sum(last_over_time({selected}))", now))
-        in_range[name] = _scalar(prometheus.query(f"sum(increase({selected}))", now))
+        # extrapolated to the range's ends, increase() overshoots on young series: never more than the total
+        in_range[name] = min(totals[name], _scalar(prometheus.query(f"sum(increase({selected}))", now)))
     return {"range": range_key, "start": start, "end": end, "step": step, "times": times, "panels": panels,
             "totals": totals, "in_range": in_range}
