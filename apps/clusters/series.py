@@ -27,38 +27,55 @@ from django.conf import settings
 RANGES = {"15m": 15 * 60, "1h": 3600, "6h": 6 * 3600, "24h": 24 * 3600}
 POINTS = 240  # per series: enough for a page-wide plot, cheap for Prometheus
 
-# (id, title, unit, [(series name, query template)]); {s} is the scope's selector, {w} the rate window
+# Every figure is taken once per broker (its own `exported_node` label) before it is added up: when a target is
+# listed twice for a moment (a new broker on an old one's address, until the targets file is written again), the
+# same broker is scraped under two sets of target labels, and a plain sum would count it twice.
+TOPIC_SERIES = "max by (exported_node, topic) ({e})"
+GROUP_SERIES = "max by (exported_node, topic, group) ({e})"
+
+
+def _per_topic(expr: str) -> str:
+    return "sum(" + TOPIC_SERIES.replace("{e}", expr) + ")"
+
+
+def _per_group(expr: str, outer: str = "sum") -> str:
+    return outer + "(" + GROUP_SERIES.replace("{e}", expr) + ")"
+
+
+# (id, title, unit, [(series name, query template)]); {s} is the scope's selector, {t} the same without the group,
+# {w} the rate window
 PANELS = [
     ("rates", "Publish and delivery rate", "msg/s", [
-        ("published", "sum(rate(switchyard_topic_published_total{t}[{w}]))"),
-        ("delivered", "sum(rate(switchyard_group_delivered_total{s}[{w}]))"),
-        ("acked", "sum(rate(switchyard_group_acked_total{s}[{w}]))"),
+        ("published", _per_topic("rate(switchyard_topic_published_total{t}[{w}])")),
+        ("delivered", _per_group("rate(switchyard_group_delivered_total{s}[{w}])")),
+        ("acked", _per_group("rate(switchyard_group_acked_total{s}[{w}])")),
     ]),
     ("backlog", "Backlog", "messages", [
-        ("waiting", "sum(switchyard_group_depth{s})"),
-        ("in flight", "sum(switchyard_group_in_flight{s})"),
+        ("waiting", _per_group("switchyard_group_depth{s}")),
+        ("in flight", _per_group("switchyard_group_in_flight{s}")),
     ]),
     ("lag", "Oldest unacknowledged message", "seconds", [
-        ("age", "max(switchyard_group_oldest_age_seconds{s})"),
+        ("age", _per_group("switchyard_group_oldest_age_seconds{s}", outer="max")),
     ]),
     ("redeliveries", "Redeliveries and dead letters", "msg/s", [
-        ("redelivered", "sum(rate(switchyard_group_redelivered_total{s}[{w}]))"),
-        ("dead-lettered", "sum(rate(switchyard_group_dead_lettered_total{s}[{w}])"
-                          " + rate(switchyard_group_expired_total{s}[{w}]))"),
+        ("redelivered", _per_group("rate(switchyard_group_redelivered_total{s}[{w}])")),
+        ("dead-lettered", _per_group("rate(switchyard_group_dead_lettered_total{s}[{w}])"
+                                     " + rate(switchyard_group_expired_total{s}[{w}])")),
     ]),
     ("dead_letters", "Dead-letter queue", "messages", [
-        ("entries", "sum(switchyard_group_dead_letter_queue{s})"),
+        ("entries", _per_group("switchyard_group_dead_letter_queue{s}")),
     ]),
     ("consumers", "Consumers connected", "consumers", [
-        ("consumers", "sum(switchyard_group_consumers{s})"),
+        ("consumers", _per_group("switchyard_group_consumers{s}")),
     ]),
 ]
+# (name, counter selector, how one broker's series of it are told apart)
 TOTALS = [
-    ("published", "switchyard_topic_published_total{t}"),
-    ("delivered", "switchyard_group_delivered_total{s}"),
-    ("acked", "switchyard_group_acked_total{s}"),
-    ("redelivered", "switchyard_group_redelivered_total{s}"),
-    ("dead_lettered", "switchyard_group_dead_lettered_total{s}"),
+    ("published", "switchyard_topic_published_total{t}", TOPIC_SERIES),
+    ("delivered", "switchyard_group_delivered_total{s}", GROUP_SERIES),
+    ("acked", "switchyard_group_acked_total{s}", GROUP_SERIES),
+    ("redelivered", "switchyard_group_redelivered_total{s}", GROUP_SERIES),
+    ("dead_lettered", "switchyard_group_dead_lettered_total{s}", GROUP_SERIES),
 ]
 
 
@@ -161,10 +178,12 @@ def read_series(prometheus: Prometheus, scope: Scope, range_key: str, now: float
                                                     times)} for name, q in queries]
         panels.append({"id": panel_id, "title": title, "unit": unit, "series": series})
     totals, in_range = {}, {}
-    for name, counter in TOTALS:  # read now, not at the plots' last step
+    for name, counter, per_broker in TOTALS:  # read now, not at the plots' last step
         selected = f"{_fill(counter, scope, window)}[{_duration(end - start)}]"
-        totals[name] = _scalar(prometheus.query(f"sum(last_over_time({selected}))", now))
+        totals[name] = _scalar(prometheus.query(
+            "sum(" + per_broker.replace("{e}", f"last_over_time({selected})") + ")", now))
         # extrapolated to the range's ends, increase() overshoots on young series: never more than the total
-        in_range[name] = min(totals[name], _scalar(prometheus.query(f"sum(increase({selected}))", now)))
+        in_range[name] = min(totals[name], _scalar(prometheus.query(
+            "sum(" + per_broker.replace("{e}", f"increase({selected})") + ")", now)))
     return {"range": range_key, "start": start, "end": end, "step": step, "times": times, "panels": panels,
             "totals": totals, "in_range": in_range}
