@@ -145,9 +145,23 @@ def test_prometheus_down_is_said_in_the_plot_area_and_the_rest_of_the_page_works
     assert response.status_code == 503 and response.json()["error"] == "prometheus_unavailable"
 
     login(page, live_server.url, "sre-3")
+    page.clock.install()  # the page's timers under the test's control (auto-refresh below)
     page.goto(f"{live_server.url}/clusters/{cp.name}/")
     error = page.get_by_test_id("plot-error")
     error.wait_for()
     assert "Prometheus at" in error.inner_text() and "did not answer" in error.inner_text()
     assert page.get_by_test_id("plots").locator("canvas").count() == 0
     assert page.get_by_test_id("zk-status").inner_text() == "reachable"  # the rest of the page is there
+
+    # auto-refresh: the page asks again every 30 s while its box is ticked, and not when it is not
+    with page.expect_response(lambda r: "/series/" in r.url) as again:
+        page.clock.run_for(31_000)
+    assert again.value.status == 503
+    page.get_by_test_id("plot-refresh").uncheck()
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/series/" in r.url else None)
+    page.clock.run_for(61_000)
+    with page.expect_request(lambda r: "/series/" in r.url) as chosen:  # a request the page does make
+        page.get_by_test_id("plot-range").select_option("6h")
+    assert chosen.value.url.endswith("range=6h")
+    assert [u.rsplit("range=", 1)[1] for u in asked] == ["6h"]  # no refresh while unticked
