@@ -1,9 +1,9 @@
 """A trace sink that writes from a child process, so writing trace files never holds the broker's GIL.
 
 The broker side (`ProcessTraceSink`) adds records to a RecordBuffer and writes them to the child's stdin
-through a non-blocking asyncio pipe (made 1 MiB where the system allows), as a frame: a 4-byte big-endian
-length, then the records as msgpack (records.pack: plain lists and the store's bytes, an explicit layout,
-no pickle). It ships `ship_interval_s` after a first record, and at once (on the next loop turn) when
+through a non-blocking asyncio pipe (made 1 MiB where the system allows), as a frame: the lengths of its
+two parts (4 bytes big-endian each), the records as msgpack (records.pack: plain lists, an explicit layout,
+no pickle), then the store's encoded batch records they hold, written as they are (no copy). It ships `ship_interval_s` after a first record, and at once (on the next loop turn) when
 `ship_records` records or `ship_bytes` of store records are waiting: each shipment is a short step of the
 event loop, not one long one. The broker builds no Arrow array and decodes no record: that is the child's
 work. Tracing never blocks the broker: when the child is more than `max_buffer_bytes` behind, the
@@ -33,15 +33,20 @@ from broker_core.tracing.writer import TraceFileWriter
 
 log = logging.getLogger("broker_core.trace")
 
-LENGTH = struct.Struct(">I")
+HEAD = struct.Struct(">II")  # the lengths of a frame's msgpack and of the encoded records after it
 PIPE_BYTES = 1024 * 1024
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux
 
 
+def frame_parts(records: Records) -> list[bytes]:
+    """Records as the child reads them, in parts to be written one after the other."""
+    meta, raw = pack(records)
+    return [HEAD.pack(len(meta), sum(map(len, raw))), meta, *raw]
+
+
 def frame(records: Records) -> bytes:
-    """Records as the child reads them: their length, then their msgpack."""
-    data = pack(records)
-    return LENGTH.pack(len(data)) + data
+    """frame_parts() joined."""
+    return b"".join(frame_parts(records))
 
 
 class ProcessTraceSink:
@@ -111,7 +116,7 @@ class ProcessTraceSink:
         if transport is None or transport.is_closing() or transport.get_write_buffer_size() > self.max_buffer_bytes:
             self.dropped += self._buffer.drop()
             return
-        transport.write(frame(self._buffer.take_records()))
+        transport.writelines(frame_parts(self._buffer.take_records()))
 
     def close(self) -> None:
         self.ship()
@@ -148,11 +153,15 @@ def serve(fd: int, writer: TraceFileWriter) -> None:
     while True:
         ready, _, _ = select.select([fd], [], [], writer.roll_due_in())
         if ready:
-            head = _read_exactly(fd, LENGTH.size)
-            data = head and _read_exactly(fd, LENGTH.unpack(head)[0])
-            if data is None:
+            head = _read_exactly(fd, HEAD.size)
+            if head is None:
                 return
-            writer.write(decoder.batch(unpack(data)))
+            meta_size, raw_size = HEAD.unpack(head)
+            meta = _read_exactly(fd, meta_size)
+            raw = None if meta is None else _read_exactly(fd, raw_size)
+            if raw is None:
+                return
+            writer.write(decoder.batch(unpack(meta, raw)))
         writer.roll_if_due()
 
 

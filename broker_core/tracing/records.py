@@ -13,15 +13,16 @@ The broker does as little per message as it can; the trace process does the rest
 - a delivery or ack frame whose seqs lie within published records still nameable ships its seqs (int64
   bytes) and attempts only; the Decoder turns the seqs into runs of (record, offset, count) of those
   published records. Any other frame ships its messages' values.
-Records are numbered across batches; a record may name records of its own batch and of the one taken
-before (the writer resolves those), never of one dropped. The Decoder keeps the published seq runs of the
-batch before and its own, the same window the buffer names from.
+Records are numbered across batches; a record may name records of its own batch and of the 15 taken
+before it (NAMEABLE_TAKES; the writer resolves those), never of one dropped. The Decoder keeps the published
+seq runs of as many batches, the window the buffer names from.
 """
 
 from __future__ import annotations
 
 from array import array
 from bisect import bisect_left, bisect_right
+from collections import deque
 from itertools import chain, repeat
 from time import time_ns
 from typing import NamedTuple
@@ -34,6 +35,7 @@ from broker_core.protocol import M_BODY, M_BUSINESS_ID, M_ID, M_KEY, M_TYPE
 from broker_core.storage.store import RECORD_HEADER
 from broker_core.tracing.schema import MESSAGE_VALUES, RECORD_VALUES, RUN_TYPE, SIZED, wire_schema
 
+NAMEABLE_TAKES = 16  # a record may name records of its own batch and of the 15 taken before it
 _NO_VALUES = (None,) * len(MESSAGE_VALUES)  # a record naming its messages, or whose bytes hold them
 _FRAMED = (None, None, None, None)  # a frame naming its messages: their attempts only
 
@@ -42,6 +44,7 @@ class RecordBuffer:
     def __init__(self) -> None:
         self._first = 0  # the number of the first record since the last take
         self._floor = 0  # the first record a new record may name
+        self._taken: deque[int] = deque(maxlen=NAMEABLE_TAKES - 1)  # the first records of the last takes
         self._start()
         # per topic, the seq runs of nameable published records: (first seqs, counts, record numbers)
         self._runs: dict[str, tuple[list, list, list]] = {}
@@ -165,7 +168,8 @@ class RecordBuffer:
             return None
         parts = [list(column) for column in zip(*self._parts, strict=True)]
         records = Records(self._first, self._scalars, self._counts, self._refs, parts, self._seqs, self._encoded)
-        self._restart(self._first, self._first + k)
+        self._taken.append(self._first)
+        self._restart(self._taken[0], self._first + k)
         return records
 
     def take(self) -> pa.RecordBatch | None:
@@ -181,6 +185,7 @@ class RecordBuffer:
         """Forget the records since the last take (they will never be written); returns their events."""
         events = sum(self._counts)
         end = self._first + len(self._counts)
+        self._taken.clear()
         self._restart(end, end)
         return events
 
@@ -226,17 +231,26 @@ class Records(NamedTuple):
     encoded: list
 
 
-def pack(records: Records) -> bytes:
-    """Records as msgpack: an array of the seven fields, a Run as the map {"v": value, "n": count}, Joined as
-    {"j": text, "n": count}; a value msgpack cannot hold (a UUID) as its str()."""
+def pack(records: Records) -> tuple[bytes, list[bytes]]:
+    """Records as msgpack (an array of the seven fields, a Run as the map {"v": value, "n": count}, Joined as
+    {"j": text, "n": count}; a value msgpack cannot hold (a UUID) as its str(); an encoded batch record as
+    its length) and the encoded batch records themselves, to be sent after it as they are (not copied)."""
     parts = [[{"v": p.value, "n": p.n} if type(p) is Run else {"j": p.text, "n": p.n} if type(p) is Joined else p
               for p in column] for column in records.parts]
-    return msgpack.packb([records.first, records.scalars, records.counts, records.refs, parts, records.seqs,
-                          records.encoded], use_bin_type=True, default=str)
+    raw = [e for e in records.encoded if e is not None]
+    lengths = [None if e is None else len(e) for e in records.encoded] if raw else records.encoded
+    meta = msgpack.packb([records.first, records.scalars, records.counts, records.refs, parts, records.seqs,
+                          lengths], use_bin_type=True, default=str)
+    return meta, raw
 
 
-def unpack(data: bytes) -> Records:
-    first, scalars, counts, refs, parts, seqs, encoded = msgpack.unpackb(data, raw=False)
+def unpack(meta: bytes, raw: bytes = b"") -> Records:
+    """pack's msgpack and the encoded batch records after it (joined) as Records."""
+    first, scalars, counts, refs, parts, seqs, lengths = msgpack.unpackb(meta, raw=False)
+    encoded, at, view = [], 0, memoryview(raw)
+    for n in lengths:
+        encoded.append(None if n is None else view[at:at + n])
+        at += n or 0
     return Records(first, scalars, counts, refs,
                    [[p if type(p) is not dict else Run(p["v"], p["n"]) if "v" in p else Joined(p["j"], p["n"])
                      for p in column] for column in parts], seqs, encoded)
@@ -245,10 +259,11 @@ def unpack(data: bytes) -> Records:
 class Decoder:
     """The trace process's side: shipped records as Arrow record batches, in the order they were taken. It
     fills in the values of records shipped as the store's bytes and names the messages of frames shipped as
-    seqs, from the published seq runs of the batch before and its own."""
+    seqs, from the published seq runs of the batches a record may name (NAMEABLE_TAKES)."""
 
     def __init__(self) -> None:
         self._runs: dict[str, tuple[list, list, list]] = {}
+        self._firsts: deque[int] = deque(maxlen=NAMEABLE_TAKES - 1)  # the first records of the last batches
 
     def batch(self, records: Records) -> pa.RecordBatch:
         refs, parts = list(records.refs), [list(column) for column in records.parts]
@@ -262,7 +277,8 @@ class Decoder:
                 _add_run(self._runs, records.scalars[i][2], seqs, records.counts[i], records.first + i)
             elif seqs is not None:
                 refs[i] = self._name(records.scalars[i][2], np.frombuffer(seqs, dtype=np.int64))
-        _prune(self._runs, records.first)
+        self._firsts.append(records.first)
+        _prune(self._runs, self._firsts[0])
         return _arrow(records._replace(refs=refs, parts=parts))
 
     def _name(self, topic: str, seqs: np.ndarray) -> list:

@@ -29,7 +29,7 @@ def _batch(first_seq: int, specs: list[tuple]) -> tuple[list[StoredMessage], byt
     return messages, encode_record(KIND_BATCH, [first_seq, "shop", 1234, arrays, groups])
 
 
-def _every_step(buffer: RecordBuffer, use_encoded: bool) -> list[bytes]:
+def _every_step(buffer: RecordBuffer, use_encoded: bool) -> list[tuple[bytes, bytes]]:
     """Every kind of step of two publish batches, shipped in two frames (as the sink ships them)."""
     one, one_record = _batch(1, [("m-1", "order.created", "k1", "b1", b"12345"),
                                  ("m-2", "order.paid", None, "b2", b"1234567"),
@@ -39,7 +39,7 @@ def _every_step(buffer: RecordBuffer, use_encoded: bool) -> list[bytes]:
     handle = buffer.emit_messages("published", "t", one, app_id="shop", client_host="h:1", ts_us=10,
                                   encoded=one_record if use_encoded else None)
     buffer.emit_messages("stored", "t", one, app_id="shop", client_host="h:1", ts_us=11, same_as=handle)
-    shipped.append(pack(buffer.take_records()))
+    shipped.append(_shipped(buffer))
     handle = buffer.emit_messages("published", "t", two, app_id="shop", client_host="h:1", ts_us=12,
                                   encoded=two_record if use_encoded else None)
     buffer.emit_messages("stored", "t", two, app_id="shop", client_host="h:1", ts_us=13, same_as=handle)
@@ -61,15 +61,21 @@ def _every_step(buffer: RecordBuffer, use_encoded: bool) -> list[bytes]:
     buffer.emit_messages("prepared", "t", prepared, app_id="shop", client_host="h:1", ts_us=26)
     buffer.emit("committed", message_id="p-6", topic="t", message_type="order.held", key="k6", business_id="b6",
                 detail="reason=commit from_check=false", ts_us=27)
-    shipped.append(pack(buffer.take_records()))
+    shipped.append(_shipped(buffer))
     return shipped
 
 
-def _written(folder: Path, shipped: list[bytes]) -> list[dict]:
+def _shipped(buffer: RecordBuffer) -> tuple[bytes, bytes]:
+    """What the sink writes to the pipe: the records' msgpack, then the encoded batch records (joined)."""
+    meta, raw = pack(buffer.take_records())
+    return meta, b"".join(raw)
+
+
+def _written(folder: Path, shipped: list[tuple[bytes, bytes]]) -> list[dict]:
     writer = TraceFileWriter(folder, node_id="n1", cluster="c")
     decoder = Decoder()
-    for data in shipped:
-        writer.write(decoder.batch(unpack(data)))
+    for meta, raw in shipped:
+        writer.write(decoder.batch(unpack(meta, raw)))
     writer.close()
     assert writer.dropped == 0
     rows = read_trace_events(folder)
@@ -114,7 +120,9 @@ def test_the_shipped_publish_batch_holds_the_stores_bytes_and_frames_their_seqs_
     assert records.encoded == [record, None] and records.seqs[0] == 1
     assert [column[0] for column in records.parts] == [None] * 6  # no value taken by the broker
     assert [column[1] for column in records.parts[:4]] == [None] * 4 and len(records.seqs[1]) == 16
-    batch = Decoder().batch(unpack(pack(records)))
+    meta, raw = pack(records)
+    assert raw == [record] and record not in meta  # the store's bytes go after the msgpack, as they are
+    batch = Decoder().batch(unpack(meta, b"".join(raw)))
     assert batch.column("message_id").to_pylist() == [["m-1", "m-2"], None]
     assert batch.column("refs").to_pylist()[1] == [{"record": 0, "offset": 0, "count": 2}]
 

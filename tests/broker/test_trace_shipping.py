@@ -12,7 +12,7 @@ import pyarrow as pa
 from broker_core.client import Consumer, Message, Producer
 from broker_core.storage.store import StoredMessage
 from broker_core.tracing.process import ProcessTraceSink
-from broker_core.tracing.records import Joined, RecordBuffer, to_batch
+from broker_core.tracing.records import NAMEABLE_TAKES, Joined, RecordBuffer, to_batch
 from broker_core.tracing.schema import read_events, read_trace_events
 from broker_core.tracing.writer import OPEN_FORMAT, TraceFileWriter
 from tests.broker.conftest import APP, wait_for
@@ -72,19 +72,26 @@ def test_a_stored_record_naming_a_published_one_of_the_chunk_before_gets_its_fie
     assert writer.dropped == 0
 
 
-def test_a_handle_older_than_the_batch_before_is_not_named(tmp_path):
+def test_a_handle_older_than_the_nameable_batches_is_not_named(tmp_path):
+    """A record names records of its own batch and of the NAMEABLE_TAKES - 1 taken before it, no older."""
     batch = [_message(1, "m-1", key="k1")]
     shipper = RecordBuffer()
     handle = shipper.emit_messages("published", "t", batch, ts_us=1)
     chunks = [shipper.take()]
-    shipper.emit("nacked", message_id="m-0", topic="t", message_type="normal", ts_us=2)
-    chunks.append(shipper.take())  # the writer keeps one batch back: record 0 is gone by now
+    for i in range(NAMEABLE_TAKES - 2):
+        shipper.emit("nacked", message_id=f"m-0{i}", topic="t", message_type="normal", ts_us=2)
+        chunks.append(shipper.take())
     shipper.emit_messages("stored", "t", batch, ts_us=3, same_as=handle)
     chunks.append(shipper.take())
-    assert _column(chunks[2], "refs") == [None] and _column(chunks[2], "message_id") == [["m-1"]]
+    assert _column(chunks[-1], "refs") == [_runs((0, 0, 1))]  # the 15th batch after it still names it
+    shipper.emit("nacked", message_id="m-0", topic="t", message_type="normal", ts_us=4)
+    chunks.append(shipper.take())  # the writer keeps 15 batches back: record 0 is gone by now
+    shipper.emit_messages("stored", "t", batch, ts_us=5, same_as=handle)
+    chunks.append(shipper.take())
+    assert _column(chunks[-1], "refs") == [None] and _column(chunks[-1], "message_id") == [["m-1"]]
     _written(tmp_path, *chunks)
-    assert [(e["event"], e["message_id"], e.get("key")) for e in _rows(tmp_path)] == [
-        ("published", "m-1", "k1"), ("nacked", "m-0", None), ("stored", "m-1", "k1")]
+    assert [(e["event"], e["message_id"], e.get("key")) for e in _rows(tmp_path) if e["event"] != "nacked"] == [
+        ("published", "m-1", "k1"), ("stored", "m-1", "k1"), ("stored", "m-1", "k1")]
 
 
 def test_delivery_and_ack_frames_of_published_seq_runs_name_those_records(tmp_path):
