@@ -10,8 +10,8 @@ The broker does as little per message as it can; the trace process does the rest
   buffer takes them from the messages when the record is emitted, as plain lists (C-level passes), or as
   a `Run` when they are all the same;
 - a publish batch's `stored` record names its `published` record (the handle `emit_messages` returned);
-- a delivery or ack frame whose seqs lie within published records still nameable ships its seqs (int64
-  bytes) and attempts only; the Decoder turns the seqs into runs of (record, offset, count) of those
+- a delivery or ack frame whose seqs lie within published records still nameable ships its seqs (its first
+  seq and count when they are one run in order, else int64 bytes) and attempts only; the Decoder turns the seqs into runs of (record, offset, count) of those
   published records. Any other frame ships its messages' values.
 Records are numbered across batches; a record may name records of its own batch and of the 15 taken
 before it (NAMEABLE_TAKES; the writer resolves those), never of one dropped. The Decoder keeps the published
@@ -20,10 +20,11 @@ seq runs of as many batches, the window the buffer names from.
 
 from __future__ import annotations
 
-from array import array
+import struct
 from bisect import bisect_left, bisect_right
 from collections import deque
 from itertools import chain, repeat
+from operator import itemgetter
 from time import time_ns
 from typing import NamedTuple
 
@@ -38,6 +39,7 @@ from broker_core.tracing.schema import MESSAGE_VALUES, RECORD_VALUES, RUN_TYPE, 
 NAMEABLE_TAKES = 16  # a record may name records of its own batch and of the 15 taken before it
 _NO_VALUES = (None,) * len(MESSAGE_VALUES)  # a record naming its messages, or whose bytes hold them
 _FRAMED = (None, None, None, None)  # a frame naming its messages: their attempts only
+_FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
 
 
 class RecordBuffer:
@@ -100,34 +102,34 @@ class RecordBuffer:
         if not rows:
             return
         scalars = (ts_us or time_ns() // 1000, event, topic, None, client_host, group, consumer, None)
-        seqs, attempts, fields = zip(*rows, strict=True)  # one pass, in C, for the three columns
-        self._framed(scalars, topic, seqs, fields, attempts)
+        self._framed(scalars, topic, list(map(_FIRST, rows)), list(map(_SECOND, rows)),
+                     lambda: list(map(_THIRD, rows)))
 
     def emit_attempts(self, event: str, topic: str, group: str, entries: list, *, consumer=None, client_host=None,
                       ts_us=None) -> None:
         if not entries:
             return
         scalars = (ts_us or time_ns() // 1000, event, topic, None, client_host, group, consumer, None)
-        messages, attempts = list(zip(*entries, strict=True))[:2]
-        seqs = [m.seq for m in messages]
-        if self._nameable(topic, min(seqs), max(seqs)):
-            self._add(scalars, len(seqs), [*_FRAMED, _attempts(attempts), None], None, array("q", seqs).tobytes())
-        else:
-            self._add(scalars, len(seqs), [*_strings(_columns([m.fields for m in messages]), len(seqs)),
-                                           _attempts(attempts), None])
+        self._framed(scalars, topic, [entry[0].seq for entry in entries], list(map(_SECOND, entries)),
+                     lambda: [entry[0].fields for entry in entries])
 
     def close(self) -> None:
         return None
 
     # --- records ------------------------------------------------------------------------------
 
-    def _framed(self, scalars: tuple, topic: str, seqs: tuple, fields: tuple, attempts: tuple) -> None:
-        """A delivery frame: its seqs when the trace process can name their messages, else their values."""
+    def _framed(self, scalars: tuple, topic: str, seqs: list, attempts: list, arrays) -> None:
+        """A delivery or ack frame: its seqs when the trace process can name their messages (one run as its
+        first seq and count, else packed), else its messages' values (`arrays()`)."""
         n = len(seqs)
-        if self._nameable(topic, min(seqs), max(seqs)):
-            self._add(scalars, n, [*_FRAMED, _attempts(attempts), None], None, array("q", seqs).tobytes())
+        ordered = sorted(seqs)  # (n - 1 comparisons when in order, cheaper than min() and max())
+        low, high = ordered[0], ordered[-1]
+        if not self._nameable(topic, low, high):
+            self._add(scalars, n, [*_strings(_columns(arrays()), n), _attempts(attempts), None])
+        elif high - low == n - 1 and ordered == seqs:  # (the same int objects: compared by identity)
+            self._add(scalars, n, [*_FRAMED, _attempts(attempts), None], None, [low, n])
         else:
-            self._add(scalars, n, [*_strings(_columns(fields), n), _attempts(attempts), None])
+            self._add(scalars, n, [*_FRAMED, _attempts(attempts), None], None, struct.pack(f"<{n}q", *seqs))
 
     def _add(self, scalars: tuple, n: int, parts, runs: list | None = None, seqs=None, encoded=None) -> None:
         self._scalars.append(scalars)
@@ -219,8 +221,8 @@ class Records(NamedTuple):
     """Records as the buffer holds them: the first one's number, then per record its RECORD_VALUES (a tuple),
     its message count and its refs (None, or (record, offset, count) runs); per MESSAGE_VALUES column one
     part per record: None (all null, or values the Decoder fills in), a list of its messages' values, a Run,
-    or Joined; and per record its seqs (None, a published record's first seq, or a frame's seqs as int64
-    bytes for the Decoder to name) and its encoded batch record (None, or the store's bytes)."""
+    or Joined; and per record its seqs (None; a published record's first seq; a frame's seqs for the Decoder
+    to name: [first, count] when they are one run in order, else little-endian int64 bytes) and its encoded batch record (None, or the store's bytes)."""
 
     first: int
     scalars: list
@@ -275,8 +277,10 @@ class Decoder:
                     column[i] = part
             if type(seqs) is int:
                 _add_run(self._runs, records.scalars[i][2], seqs, records.counts[i], records.first + i)
+            elif type(seqs) is list:  # a frame of one run of seqs: its first and its count
+                refs[i] = self._name(records.scalars[i][2], np.arange(seqs[0], seqs[0] + seqs[1], dtype=np.int64))
             elif seqs is not None:
-                refs[i] = self._name(records.scalars[i][2], np.frombuffer(seqs, dtype=np.int64))
+                refs[i] = self._name(records.scalars[i][2], np.frombuffer(seqs, dtype="<i8").astype(np.int64))
         self._firsts.append(records.first)
         _prune(self._runs, self._firsts[0])
         return _arrow(records._replace(refs=refs, parts=parts))

@@ -116,15 +116,20 @@ def test_the_shipped_publish_batch_holds_the_stores_bytes_and_frames_their_seqs_
     messages, record = _batch(1, [("m-1", "a", None, None, b"1"), ("m-2", "a", None, None, b"2")])
     buffer.emit_messages("published", "t", messages, ts_us=1, encoded=record)
     buffer.emit_group("delivered", "t", "g", [(m.seq, 1, m.fields) for m in messages], ts_us=2)
+    buffer.emit_attempts("acked", "t", "g", [(m, 1, 0.0) for m in messages[::-1]], ts_us=3)
     records = buffer.take_records()
-    assert records.encoded == [record, None] and records.seqs[0] == 1
+    assert records.encoded == [record, None, None] and records.seqs[0] == 1
     assert [column[0] for column in records.parts] == [None] * 6  # no value taken by the broker
-    assert [column[1] for column in records.parts[:4]] == [None] * 4 and len(records.seqs[1]) == 16
+    assert [column[i] for column in records.parts[:4] for i in (1, 2)] == [None] * 8
+    assert records.seqs[1] == [1, 2]  # one run in order: its first seq and count
+    assert records.seqs[2] == (2).to_bytes(8, "little") + (1).to_bytes(8, "little")  # else each seq
     meta, raw = pack(records)
     assert raw == [record] and record not in meta  # the store's bytes go after the msgpack, as they are
     batch = Decoder().batch(unpack(meta, b"".join(raw)))
-    assert batch.column("message_id").to_pylist() == [["m-1", "m-2"], None]
-    assert batch.column("refs").to_pylist()[1] == [{"record": 0, "offset": 0, "count": 2}]
+    assert batch.column("message_id").to_pylist() == [["m-1", "m-2"], None, None]
+    assert batch.column("refs").to_pylist()[1:] == [[{"record": 0, "offset": 0, "count": 2}],
+                                                    [{"record": 0, "offset": 1, "count": 1},
+                                                     {"record": 0, "offset": 0, "count": 1}]]
 
 
 def test_the_sink_ships_at_once_when_records_pile_up_not_at_its_interval(tmp_path):
