@@ -278,12 +278,24 @@ class Decoder:
             if type(seqs) is int:
                 _add_run(self._runs, records.scalars[i][2], seqs, records.counts[i], records.first + i)
             elif type(seqs) is list:  # a frame of one run of seqs: its first and its count
-                refs[i] = self._name(records.scalars[i][2], np.arange(seqs[0], seqs[0] + seqs[1], dtype=np.int64))
+                refs[i] = self._name_run(records.scalars[i][2], seqs[0], seqs[1])
             elif seqs is not None:
                 refs[i] = self._name(records.scalars[i][2], np.frombuffer(seqs, dtype="<i8").astype(np.int64))
         self._firsts.append(records.first)
         _prune(self._runs, self._firsts[0])
         return _arrow(records._replace(refs=refs, parts=parts))
+
+    def _name_run(self, topic: str, seq: int, left: int) -> list:
+        """_name() of the seqs `seq` .. `seq + left - 1`, run by run (no array)."""
+        starts, counts, numbers = self._runs.get(topic, ([], [], []))
+        j, named, total = bisect_right(starts, seq) - 1, [], left
+        while left:
+            if j < 0 or j >= len(starts) or not starts[j] <= seq < starts[j] + counts[j]:
+                return [(-1, 0, total)]
+            take = min(starts[j] + counts[j] - seq, left)
+            named.append((numbers[j], seq - starts[j], take))
+            seq, left, j = seq + take, left - take, j + 1
+        return named
 
     def _name(self, topic: str, seqs: np.ndarray) -> list:
         """The (record, offset, count) runs of published records holding `seqs`, in their order; a run of
