@@ -136,7 +136,8 @@ class Topic:
 
         stored.append(self.store.append(app_id, received_ms, arrays, groups, done))
         traced.append(self.trace.emit_messages("published", self.name, stored[0], app_id=app_id,
-                                               client_host=client_host, ts_us=received_ms * 1000))
+                                               client_host=client_host, ts_us=received_ms * 1000,
+                                               encoded=self.store.last_batch))
 
     def _stored(self, messages: list[StoredMessage], size: int, exc: BaseException | None, reply: PublishReply,
                 client_host: str | None, traced: object = None) -> None:

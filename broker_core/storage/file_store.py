@@ -100,6 +100,7 @@ class FileStore(FileDeadLetters, SegmentRecovery):
         self._failed: BaseException | None = None
         self._discarded = False  # the topic was deleted: nothing more is written, the files close
         self.held = 0  # messages some group still owes
+        self.last_batch: bytes | None = None  # the record of the last append (TopicStore.last_batch)
         self.tx: dict[str, TxEntry] = {}
         self.prepared: dict[str, TxEntry] = {}
         self._log_redrives: list[tuple[str, int, int, int, str]] = []  # recovery: (group, dead seq, seq, ms, id)
@@ -127,13 +128,14 @@ class FileStore(FileDeadLetters, SegmentRecovery):
     def append(self, app_id, received_ms, arrays, groups, on_done):
         place = self._place(on_done)
         if place is None:
+            self.last_batch = None
             return []
         seq, seg = place
         messages = [StoredMessage(seq + i, fields, app_id, received_ms, groups[i], seg)
                     for i, fields in enumerate(arrays)]
         self.held += len(groups) - groups.count(())  # messages owed to no group are not held
-        self._queue(seg, encode_record(KIND_BATCH, [seq, app_id, received_ms, arrays, groups]), len(arrays),
-                    sum(map(len, groups)), on_done)
+        self.last_batch = encode_record(KIND_BATCH, [seq, app_id, received_ms, arrays, groups])
+        self._queue(seg, self.last_batch, len(arrays), sum(map(len, groups)), on_done)
         return messages
 
     def _roll(self, base: int) -> Segment:
