@@ -146,7 +146,8 @@ class Broker:
             return topic
         config: TopicConfig | None = self.state.topics.get(name)
         store = self.open_store(name, storage or self.storage_for(config))
-        topic = Topic(name, store, self.state, trace=self.trace, max_credit=self.options.max_credit)
+        topic = Topic(name, store, self.state, trace=self.trace, max_credit=self.options.max_credit,
+                      window=(self.options.backlog_window_messages, self.options.backlog_window_bytes))
         self.topics[name] = topic
         topic.recover()
         return topic
