@@ -170,7 +170,7 @@ class Group:
         """The window ran below half: read the next owed messages from the log (one read at a time)."""
         backlog = self.backlog
         room = backlog.limit - self.held_in_memory()
-        if room >= backlog.limit // 2:
+        if room >= backlog.limit // 2 and not backlog.closed:
             backlog.read(room, self._loaded)
 
     def _loaded(self, messages: list[StoredMessage]) -> None:

@@ -24,7 +24,9 @@ def skip_backlog(group: Group, before_ms: int, detail: str, on_done: Callable[[i
     message's trace event (why it was not delivered)."""
     backlog = group.backlog
     if backlog is None:
-        on_done(_skip_in_memory(group, before_ms, detail))
+        skipped = _skip_in_memory(group, before_ms, detail)
+        group.dispatch()
+        on_done(skipped)
         return
 
     def start() -> None:
@@ -75,5 +77,4 @@ def _skip_in_memory(group: Group, before_ms: int, detail: str) -> int:
             shared.append(m)
     if shared:
         _finish(group, shared, detail)
-    group.dispatch()
-    return len(taken)
+    return len(taken)  # the caller dispatches (not before the skip on disk has begun: no read may start between)

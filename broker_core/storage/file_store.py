@@ -465,6 +465,7 @@ class FileStore(FileDeadLetters, SegmentRecovery):
             "prepared": len(self.prepared),
             "flushes": self.flushes,
             "reads": self.reads,
+            "finishes_unwritten": sum(map(len, self._finished.values())) + (1 if self._busy else 0),
             "fsyncs": self.fsyncs,
             "failed": str(self._failed) if self._failed else None,
         }
