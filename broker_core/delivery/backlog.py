@@ -94,14 +94,20 @@ class Backlog:
             self.head_ms = messages[0].received_ms
         self.end = max(self.end, messages[-1].seq + 1)
         self.unloaded += len(messages)
+        self._observe(messages)
 
     def insert(self, m: StoredMessage) -> None:
         """A committed transaction message, owed from now: after what is on disk."""
         self.inserts.append((self.end, m))
 
     def _observe(self, messages: list[StoredMessage]) -> None:
+        """Follow the mean body size: up at once (the window shrinks before it holds too many large bodies),
+        down slowly."""
         size = sum(len(m.fields[M_BODY]) for m in messages) / len(messages)
-        self.mean_size += (size - self.mean_size) * min(1.0, len(messages) / 256)
+        if size >= self.mean_size:
+            self.mean_size = size
+        else:
+            self.mean_size += (size - self.mean_size) * min(1.0, len(messages) / 1024)
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from broker_core.client import Consumer, Message, Producer
 from broker_core.protocol import M_ID
+from broker_core.storage.owed import SeqRuns
 from tests.broker.conftest import APP, REPORTS, SECRET, wait_for
 from tests.broker.helpers import RawConsumer, Received
 from tests.broker.test_memory_bounds import PER_MESSAGE, WORK, RssSampler, idle_rss, per_connection
@@ -129,3 +130,47 @@ def test_group_reset_skips_a_backlog_on_disk(cluster):
     broker.restart()
     assert broker.group_stats("orders", "billing")["depth"] == 300
     assert drain(cluster, "orders", "billing", 300) == after
+
+
+def test_a_broadcast_group_reads_its_backlog_back_for_every_consumer(cluster):
+    """Two consumers of a broadcast group that hold their deliveries unacked: the group's window fills, the rest
+    of what is published stays on disk; as they ack, each gets every message once, in the order published."""
+    total = 3_000
+    cluster.standard("orders")
+    cluster.pv.binding("orders", "feed", APP, mode="broadcast")
+    broker = cluster.broker("--no-trace", "--backlog-window-messages", "100")
+    consumers = [RawConsumer(broker.address, APP, SECRET, "orders", "feed", credit=50) for _ in range(2)]
+    for raw in consumers:
+        raw.start()
+    try:
+        wait_for(lambda: broker.group_stats("orders", "feed").get("consumers") == 2, 10, "two consumers")
+        with Producer(**cluster.client_kwargs(send_timeout=60)) as producer:
+            published = publish(producer, "orders", total, batch=100)
+        assert broker.group_stats("orders", "feed")["on_disk"] >= total - 200, "past the window: on disk"
+        acked = [0, 0]
+
+        def ack_all() -> bool:
+            for i, raw in enumerate(consumers):
+                if len(raw.deliveries) > acked[i]:
+                    raw.ack(seq for seq, _, _, _ in raw.deliveries[acked[i]:])
+                    acked[i] = len(raw.deliveries)
+            return acked == [total, total]
+
+        wait_for(ack_all, 120, "both consumers to get every message")
+        wait_for(lambda: broker.group_stats("orders", "feed")["depth"] == 0, 20, "the group to empty")
+    finally:
+        for raw in consumers:
+            raw.close()
+    for raw in consumers:
+        assert [fields[M_ID] for _, _, fields, _ in raw.deliveries] == published
+    assert broker.stats()["topics"]["orders"]["held"] == 0
+
+
+def test_seq_runs_keep_finished_seqs_compact():
+    runs = SeqRuns()
+    for seq in [*range(10, 20), *range(21, 30), 40]:
+        runs.add(seq)
+    assert runs.runs() == 3 and len(runs) == 20
+    assert 10 in runs and 29 in runs and 20 not in runs and 40 in runs and 41 not in runs
+    runs.drop_below(25)
+    assert runs.runs() == 2 and 24 not in runs and 25 in runs and len(runs) == 6
