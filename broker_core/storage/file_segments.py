@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from array import array
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,7 +35,7 @@ log = logging.getLogger("broker_core.file_store")
 
 class Segment:
     __slots__ = ("base", "log_path", "ack_path", "size", "unfinished", "sealed", "deleted", "log_fd", "ack_fd",
-                 "ack_dirty", "tx", "synced", "rolled_back_ms", "index")
+                 "ack_dirty", "tx", "synced", "rolled_back_ms", "index", "owing")
 
     def __init__(self, directory: Path, base: int):
         self.base = base
@@ -51,6 +52,31 @@ class Segment:
         self.synced = 0  # log bytes an fdatasync of this store has covered (flush job's view; observability)
         self.rolled_back_ms = 0  # received time of its newest rolled-back message: kept until retention
         self.index: list[tuple[int, int]] = []  # (first seq, offset) of a record every INDEX_EVERY bytes
+        self.owing = array("H")  # per seq from `base` on: how many groups still owe that message (2 bytes each)
+
+    def owe(self, seq: int, counts) -> None:
+        """Set how many groups owe the messages from `seq` on (`counts`: one per message)."""
+        owing = self.owing
+        at = seq - self.base
+        if at > len(owing):
+            owing.frombytes(bytes(2 * (at - len(owing))))  # seqs not owed (prepared, imported dead letters)
+        if at == len(owing):
+            owing.extend(counts)
+        else:
+            for i, n in enumerate(counts):
+                if at + i < len(owing):
+                    owing[at + i] = n
+                else:
+                    owing.append(n)
+
+    def finish(self, seq: int) -> bool:
+        """One group less owes the message; True when none does any more."""
+        at = seq - self.base
+        owing = self.owing
+        if 0 <= at < len(owing) and owing[at]:
+            owing[at] -= 1
+            return owing[at] == 0
+        return False
 
     def __repr__(self) -> str:
         return f"<Segment {self.base} size={self.size} unfinished={self.unfinished} sealed={self.sealed}>"
@@ -99,7 +125,9 @@ class SegmentRecovery:
                     pending = tuple(g for g in m.groups if not done or g not in done)
                     m.pending = len(pending)
                     seg.unfinished += len(pending)
+                    seg.owe(m.seq, [len(pending)])
                     if pending:
+                        self.held += 1
                         recovered.in_memory.append((m, pending))
             self.segments.append(seg)
         self.next_seq = max(last_seq + 1, bases[-1] if bases else 1)
@@ -139,8 +167,8 @@ class SegmentRecovery:
                     seg.index.append((first, pos))
             if kind == KIND_BATCH:
                 first, app_id, received_ms, arrays, groups = payload[:5]
-                for i in range(len(arrays)):
-                    self._saw(seg, first + i, received_ms, groups[i], finished, recovered)
+                seg.owe(first, [self._saw(seg, first + i, received_ms, groups[i], finished, recovered)
+                                for i in range(len(arrays))])
                 last_seq = max(last_seq, first + len(arrays) - 1)
             elif kind == KIND_PREPARED:
                 first, app_id, received_ms, arrays = payload[:4]
@@ -154,7 +182,7 @@ class SegmentRecovery:
             elif kind == KIND_REDRIVE:
                 first, received_ms, group, entries = payload[:4]
                 for i, (dead_seq, _, fields) in enumerate(entries):
-                    self._saw(seg, first + i, received_ms, (group,), finished, recovered)
+                    seg.owe(first + i, [self._saw(seg, first + i, received_ms, (group,), finished, recovered)])
                     self._log_redrives.append((group, dead_seq, first + i, received_ms, fields[M_ID]))
                 last_seq = max(last_seq, first + len(entries) - 1)
         if end < len(data):
@@ -163,15 +191,19 @@ class SegmentRecovery:
         seg.size = end
         return last_seq
 
-    @staticmethod
-    def _saw(seg: Segment, seq: int, received_ms: int, groups, finished: dict[int, set[str]],
-             recovered: Recovered) -> None:
+    def _saw(self, seg: Segment, seq: int, received_ms: int, groups, finished: dict[int, set[str]],
+             recovered: Recovered) -> int:
+        """A message of the log owed to `groups` at publish; returns how many of them still owe it."""
         done = finished.get(seq)
+        owing = 0
         for g in groups:
             is_done = done is not None and g in done
             recovered.start(g).saw(seq, received_ms, is_done)
             if not is_done:
-                seg.unfinished += 1
+                owing += 1
+        seg.unfinished += owing
+        self.held += 1 if owing else 0
+        return owing
 
     def _read_all_owed(self, recovered: Recovered) -> Iterator[tuple[StoredMessage, tuple[str, ...]]]:
         """Every message some group still owes, in seq order, with those groups (read from the log now)."""

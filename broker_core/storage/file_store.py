@@ -107,6 +107,7 @@ class FileStore(FileDeadLetters, SegmentRecovery):
         self._last_ack_sync = time.monotonic()
         self._unsynced = False
         self._force_ack_sync = False  # a caller waits for the finishes to be durable (`sync_finishes`)
+        self.held = 0  # messages some group still owes (each segment counts the groups owing each of its messages)
         self.flushes = 0
         self.reads = 0  # reads of groups' backlogs from the log
         self.fsyncs = 0  # fdatasyncs of log segments
@@ -116,12 +117,6 @@ class FileStore(FileDeadLetters, SegmentRecovery):
     def other_fsyncs(self) -> int:
         """fsyncs of ack files, dead-letter files and the folder."""
         return self._other_fsyncs + self.dlq.fsyncs
-
-    @property
-    def held(self) -> int:
-        """(message, group) pairs still owed: the backlog, in flight or waiting (prepared messages are owed to no
-        group yet)."""
-        return sum(seg.unfinished for seg in self.segments) - len(self.prepared)
 
     readable = True  # groups read their backlog back from the log (`read_owed`)
 
@@ -157,6 +152,8 @@ class FileStore(FileDeadLetters, SegmentRecovery):
         seq, seg = place
         messages = [StoredMessage(seq + i, fields, app_id, received_ms, groups[i], seg)
                     for i, fields in enumerate(arrays)]
+        seg.owe(seq, map(len, groups))
+        self.held += len(groups) - groups.count(())  # messages owed to no group are not held
         self._queue(seg, encode_record(KIND_BATCH, [seq, app_id, received_ms, arrays, groups]), len(arrays),
                     sum(map(len, groups)), on_done)
         return messages
@@ -173,6 +170,7 @@ class FileStore(FileDeadLetters, SegmentRecovery):
 
     def finish_many(self, messages, group: str) -> None:
         finished = self._finished
+        held = self.held
         seg = seqs = None
         count = 0
         for m in messages:
@@ -185,6 +183,9 @@ class FileStore(FileDeadLetters, SegmentRecovery):
                     seqs = finished[(seg, group)] = []
                 count = len(seqs)
             seqs.append(m.seq)
+            if seg.finish(m.seq):
+                held -= 1
+        self.held = held
         if seg is not None:
             self._retire(seg, len(seqs) - count)
 
@@ -255,6 +256,8 @@ class FileStore(FileDeadLetters, SegmentRecovery):
         if commit:
             entry.state = TX_COMMITTED
             m.groups, m.pending = groups, len(groups)
+            seg.owe(m.seq, [len(groups)])
+            self.held += 1 if groups else 0
             record = encode_record(KIND_COMMIT, [m.seq, m.id, list(groups), now_ms, reason])
             seg.unfinished += len(groups)
         else:
