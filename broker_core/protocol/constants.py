@@ -48,5 +48,5 @@ E_INTERNAL = "internal"
 M_ID, M_TYPE, M_KEY, M_BUSINESS_ID, M_HEADERS, M_BODY, M_TTL_MS, M_DELIVERY_LIMIT, M_FLAGS, M_TIMESTAMP_MS = range(10)
 MESSAGE_FIELDS = 10
 
-# who may send an event
-CLIENT, SERVER = "client", "server"
+# who may send an event (BOTH: either side)
+CLIENT, SERVER, BOTH = "client", "server", "both"
