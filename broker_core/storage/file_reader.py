@@ -19,7 +19,6 @@ import msgpack
 from broker_core.protocol import M_BODY
 from broker_core.storage.store import (
     KIND_BATCH,
-    KIND_PREPARED,
     KIND_REDRIVE,
     MAX_RECORD,
     RECORD_HEADER,
@@ -125,29 +124,30 @@ def read_owed(segments: list[tuple], group: str, start: int, end: int, max_count
         for pos, _, kind, payload in iter_file_records(seg.log_path, offset):
             if kind == KIND_BATCH:
                 first, app_id, received_ms, arrays, groups = payload[:5]
-                routed = [(first + k, groups[k], arrays[k]) for k in range(len(arrays))]
+                app_ids = None
             elif kind == KIND_REDRIVE:
                 first, received_ms, owner, entries = payload[:4]
-                app_id = None
-                routed = [(first + k, (owner,), e[2]) for k, e in enumerate(entries)]
-                app_ids = [e[1] for e in entries]
-            elif kind == KIND_PREPARED:
-                continue  # a transaction message is owed from its commit (the topic holds it in memory)
+                arrays, app_ids, app_id = [e[2] for e in entries], [e[1] for e in entries], None
+                groups = [(owner,)] * len(entries)
             else:
+                continue  # a prepared message is owed from its commit (the topic holds it in memory); no message
+            n = len(arrays)
+            if first + n <= start:
                 continue
-            if first + len(routed) <= start:
-                continue
-            for k, (seq, owners, fields) in enumerate(routed):
-                if seq < start or group not in owners:
-                    if seq >= end:
-                        return ReadResult(out, end, None, None, size)
-                    continue
+            last_list = last_tuple = None
+            for k in range(max(0, start - first), n):
+                seq = first + k
                 if seq >= end:
                     return ReadResult(out, end, None, None, size)
+                owners = groups[k]
+                if group not in owners:
+                    continue
                 if len(out) >= max_count or (out and size >= max_bytes):
                     return ReadResult(out, seq, received_ms, ReadHint(seq, base, pos), size)
-                m = StoredMessage(seq, fields, app_ids[k] if kind == KIND_REDRIVE else app_id, received_ms,
-                                  tuple(owners), seg)
-                out.append(m)
+                if owners != last_list:  # one tuple for a run of messages owed to the same groups
+                    last_list, last_tuple = owners, tuple(owners)
+                fields = arrays[k]
+                out.append(StoredMessage(seq, fields, app_ids[k] if app_ids else app_id, received_ms, last_tuple,
+                                         seg))
                 size += len(fields[M_BODY])
     return ReadResult(out, end, None, None, size)
