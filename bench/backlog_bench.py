@@ -53,6 +53,7 @@ from devstack.processes import port_open  # noqa: E402
 from devstack.zookeeper import start_zookeeper, stop_zookeeper  # noqa: E402
 
 MiB = 1024 * 1024
+RUNNING: list[subprocess.Popen] = []  # broker processes to stop at the end
 
 
 class Rss:
@@ -85,7 +86,7 @@ class Rss:
         self._stop.set()
 
 
-def start_broker(root: Path, zk: str, data_dir: Path, fsync: str) -> subprocess.Popen:
+def start_broker(root: Path, zk: str, data_dir: Path, fsync: str, timeout: float = 60) -> subprocess.Popen:
     data_dir.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "broker_core", "--cluster", "bench", "--zk", zk, "--data-dir", str(data_dir),
             "--port", str(BROKER_PORT), "--metrics-port", str(BROKER_PORT + 1), "--fsync", fsync,
@@ -93,7 +94,7 @@ def start_broker(root: Path, zk: str, data_dir: Path, fsync: str) -> subprocess.
     log = open(data_dir.parent / "broker.log", "ab")
     env = {**os.environ, "PYTHONPATH": str(root)}
     proc = subprocess.Popen(argv, cwd=root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + timeout
     while not port_open(BROKER_PORT):
         if proc.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"the broker did not start; see {data_dir.parent / 'broker.log'}")
@@ -101,7 +102,29 @@ def start_broker(root: Path, zk: str, data_dir: Path, fsync: str) -> subprocess.
     return proc
 
 
-async def run(args, zk: str, broker: subprocess.Popen) -> dict:
+def restart(args, zk: str, broker: subprocess.Popen, data_dir: Path, out: dict) -> subprocess.Popen:
+    """kill -9 the broker and start it again on the same data: time until the group's position is back, RSS."""
+    broker.kill()
+    broker.wait(timeout=60)
+    started = time.perf_counter()
+    broker = start_broker(args.broker_root.resolve(), zk, data_dir, args.fsync, timeout=1800)
+    RUNNING.append(broker)
+    rss = Rss(broker.pid)
+    while True:
+        try:
+            group = broker_stats()["topics"][TOPIC]["groups"][GROUP]
+            if group["depth"]:
+                break
+        except (OSError, KeyError):
+            pass
+        time.sleep(0.1)
+    out["recovery_s"], out["recovered_depth"] = time.perf_counter() - started, group["depth"]
+    out["recovery_peak_rss"] = rss.peak()
+    rss.stop()
+    return broker
+
+
+async def run(args, zk: str, broker: subprocess.Popen, data_dir: Path) -> dict:
     kwargs = {"app_id": APP, "secret": SECRET, "zk": zk, "cache_dir": STATE / "sdk-cache"}
     rss, cpu = Rss(broker.pid), CpuMeter(broker.pid)
     out: dict = {"idle_rss": rss.now()}
@@ -123,6 +146,11 @@ async def run(args, zk: str, broker: subprocess.Popen) -> dict:
     out["publish_peak_rss"], out["published_rss"] = rss.peak(), rss.now()
     await producer.close()
     out["group"] = broker_stats()["topics"][TOPIC]["groups"][GROUP]
+    if args.restart:
+        rss.stop()
+        broker = out["broker"] = await asyncio.get_running_loop().run_in_executor(
+            None, restart, args, zk, broker, data_dir, out)
+        rss, cpu = Rss(broker.pid), CpuMeter(broker.pid)
     if args.no_drain:
         rss.stop()
         return out
@@ -160,6 +188,8 @@ def main() -> int:
     parser.add_argument("--fsync", default="batch", choices=["batch", "interval", "never"])
     parser.add_argument("--broker-root", type=Path, default=ROOT, help="the checkout the broker runs from")
     parser.add_argument("--no-drain", action="store_true", help="publish only")
+    parser.add_argument("--restart", action="store_true",
+                        help="kill -9 the broker after the publish and start it again before the drain")
     args = parser.parse_args()
 
     lock = hold_bench_lock()  # noqa: F841  (held until the process ends)
@@ -182,11 +212,13 @@ def main() -> int:
     broker = start_broker(args.broker_root.resolve(), f"{zk_hosts}{chroot}", workdir / "data", args.fsync)
     try:
         loop = new_event_loop()
-        r = loop.run_until_complete(run(args, f"{zk_hosts}{chroot}", broker))
+        r = loop.run_until_complete(run(args, f"{zk_hosts}{chroot}", broker, workdir / "data"))
         loop.close()
     finally:
-        broker.terminate()
-        broker.wait(timeout=60)
+        for proc in [broker, *RUNNING]:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=60)
         client.delete(chroot, recursive=True)
         client.stop()
         client.close()
@@ -199,6 +231,9 @@ def main() -> int:
           f"{r['published_rss'] / MiB:.0f} MiB at the end")
     print(f"  group after the publish: depth {g['depth']:,}, on disk {g.get('on_disk', 0):,}, oldest unacknowledged "
           f"{g['oldest_age_seconds']:.1f} s")
+    if "recovery_s" in r:
+        print(f"  kill -9 and start again: the group's position back in {r['recovery_s']:.1f} s (depth "
+              f"{r['recovered_depth']:,}), peak broker RSS {r['recovery_peak_rss'] / MiB:.0f} MiB while recovering")
     if "drain_rate" in r:
         print(f"  drain (one consumer, credit 5,000, acking): {r['drain_rate']:,.0f} msgs/s (broker CPU "
               f"{r['drain_cpu']:.1f} us/msg), {r['drained']:,} received; peak broker RSS "
