@@ -9,7 +9,7 @@ group's position rebuilt from its ack files: nothing lost, and only what was not
 from __future__ import annotations
 
 from broker_core.client import Consumer, Message, Producer
-from broker_core.protocol import M_ID
+from broker_core.protocol import M_ID, TX_COMMITTED
 from broker_core.storage.owed import SeqRuns
 from tests.broker.conftest import APP, REPORTS, SECRET, wait_for
 from tests.broker.helpers import RawConsumer, Received
@@ -175,3 +175,29 @@ def test_seq_runs_keep_finished_seqs_compact():
     assert 10 in runs and 29 in runs and 20 not in runs and 40 in runs and 41 not in runs
     runs.drop_below(25)
     assert runs.runs() == 2 and 24 not in runs and 25 in runs and len(runs) == 6
+
+
+def test_a_message_committed_while_the_backlog_is_on_disk_is_owed_from_its_commit_also_after_a_restart(cluster):
+    """A prepared message (an old seq) committed while its group's backlog is on disk comes after what was
+    published before the commit and before what was published after it; a restart keeps it owed."""
+    cluster.standard("orders")
+    cluster.pv.topic("orders", transactional=True)
+    cluster.pv.binding("orders", "billing", APP)
+    broker = cluster.broker("--no-trace", "--backlog-window-messages", "100")
+    with Producer(**cluster.client_kwargs(send_timeout=60)) as producer:
+        prepared = producer.prepare("orders", b"tx")
+        before = publish(producer, "orders", 1_000, batch=100)
+        assert broker.group_stats("orders", "billing")["on_disk"] >= 900
+        assert producer.end_transaction(prepared, True) == TX_COMMITTED
+        after = publish(producer, "orders", 500, batch=100)
+    assert broker.group_stats("orders", "billing")["depth"] == 1_501
+    assert drain(cluster, "orders", "billing", 1_501) == [*before, prepared.message_id, *after]
+
+    with Producer(**cluster.client_kwargs(send_timeout=60)) as producer:
+        prepared = producer.prepare("orders", b"tx 2")
+        more = publish(producer, "orders", 300, batch=100)
+        assert producer.end_transaction(prepared, True) == TX_COMMITTED
+    broker.kill()
+    broker.start()
+    assert broker.group_stats("orders", "billing")["depth"] == 301
+    assert sorted(drain(cluster, "orders", "billing", 301)) == sorted([*more, prepared.message_id])
