@@ -45,7 +45,6 @@ _FIELD_COUNT = struct.pack("!h", len(MESSAGE_COLUMNS))
 def copy_rows(summaries: pa.Table, indexed_at_us: int) -> pa.Array:
     """One binary value per row of `summaries`: the row as binary COPY writes it (its fields' count, then each
     field's length and bytes). Their concatenation, between HEADER and TRAILER, is a COPY stream."""
-    n = summaries.num_rows
     pieces: list = [_FIELD_COUNT]
     for name in _TEXT:
         pieces += _text(summaries[name])
@@ -55,13 +54,13 @@ def copy_rows(summaries: pa.Table, indexed_at_us: int) -> pa.Array:
     pieces += _text(summaries["transaction_state"]) + _text(summaries["final_state"])
     pieces += _text_arrays(summaries["final_states"])
     pieces += _fixed(summaries["attempts"], ">i4") + _fixed(summaries["event_count"], ">i4")
-    groups = json_lists(summaries["groups"], GROUP_TYPE, keep_nulls=True)
-    pieces += [_lengths(pc.binary_length(groups), extra=len(JSONB_VERSION)), JSONB_VERSION, groups]
-    timeline = json_lists(summaries["timeline"], TIMELINE_TYPE.value_type, keep_nulls=False)
-    pieces += [_lengths(pc.binary_length(timeline)), timeline]
+    for column, struct_type, jsonb in (("groups", GROUP_TYPE, True), ("timeline", TIMELINE_TYPE.value_type, False)):
+        head, tail = json_lists(summaries[column], struct_type, keep_nulls=jsonb)
+        size = pc.add(pc.binary_length(head), pc.binary_length(tail))
+        pieces += ([_lengths(size, extra=len(JSONB_VERSION)), JSONB_VERSION] if jsonb else [_lengths(size)])
+        pieces += [head, tail]
     pieces += [struct.pack("!i", 8), struct.pack("!q", indexed_at_us - PG_EPOCH_US)]
-    rows = pc.binary_join_element_wise(*[_binary(p, n) for p in pieces], b"")
-    return rows
+    return pc.binary_join_element_wise(*[_binary(p) for p in pieces], b"")
 
 
 def copy_stream(summaries: pa.Table, indexed_at_us: int, chunk_rows: int = 65536) -> Iterator[memoryview]:
@@ -76,7 +75,7 @@ def copy_stream(summaries: pa.Table, indexed_at_us: int, chunk_rows: int = 65536
 def id_stream(ids: pa.Array) -> Iterator[memoryview]:
     """A COPY stream of one varchar column (message ids)."""
     yield memoryview(HEADER)
-    rows = pc.binary_join_element_wise(_binary(struct.pack("!h", 1), len(ids)), *[_binary(p, len(ids))
+    rows = pc.binary_join_element_wise(_binary(struct.pack("!h", 1)), *[_binary(p)
                                                                                    for p in _text(ids)], b"")
     yield memoryview(_data(rows))
     yield memoryview(TRAILER)
@@ -103,31 +102,53 @@ class StreamReader:
 
 # --- JSON ---------------------------------------------------------------------------------------------------
 
-def json_lists(lists: pa.Array, struct_type: pa.StructType, *, keep_nulls: bool) -> pa.Array:
-    """Each list of structs as a JSON array of objects (keys in the struct's order). `keep_nulls`: a null field
-    is written as null, else left out (then the struct's first field must never be null)."""
+def json_lists(lists: pa.Array, struct_type: pa.StructType, *, keep_nulls: bool) -> tuple[pa.Array, pa.Array]:
+    """Each list of structs as a JSON array of objects (keys in the struct's order), in two pieces to join: all
+    but its closing bracket, and that bracket. `keep_nulls`: a null field is written as null, else left out
+    (then the struct's first field must never be null).
+
+    Each object is made with the character before it (`[` when it is its list's first, else `,`), so a list's
+    objects lie one after the other in the objects' data buffer: the first piece is a view of that buffer,
+    with no join over the lists."""
     lists = lists.combine_chunks() if isinstance(lists, pa.ChunkedArray) else lists
-    objects = json_objects(lists.flatten(), struct_type, keep_nulls=keep_nulls)
-    offsets = lists.offsets.to_numpy()
-    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets - offsets[0], pa.int32()), objects), b",")
-    return pc.binary_join_element_wise(b"[", joined, b"]", b"")
+    list_offsets = np.frombuffer(lists.buffers()[1], dtype=np.int32)[lists.offset:lists.offset + len(lists) + 1]
+    list_offsets = list_offsets - list_offsets[0]
+    sizes = np.diff(list_offsets)
+    first = np.zeros(list_offsets[-1], dtype=bool)
+    first[list_offsets[:-1][sizes > 0]] = True
+    objects = json_objects(lists.flatten(), struct_type, keep_nulls=keep_nulls, opener=_choice(first, b"[", b","))
+    object_offsets = np.frombuffer(objects.buffers()[1], dtype=np.int32)[:len(objects) + 1]
+    heads = pa.Array.from_buffers(pa.binary(), len(lists),
+                                  [None, pa.py_buffer(object_offsets[list_offsets]), objects.buffers()[2]])
+    return heads, _choice(sizes > 0, b"]", b"[]")
 
 
-def json_objects(structs: pa.StructArray, struct_type: pa.StructType, *, keep_nulls: bool) -> pa.Array:
-    n = len(structs)
-    fragments = [b"{"]
+def json_objects(structs: pa.StructArray, struct_type: pa.StructType, *, keep_nulls: bool,
+                 opener: pa.Array | bytes = b"") -> pa.Array:
+    """Each struct as a JSON object, after `opener`: one element-wise join of every field's pieces (its key
+    and quote, its value, its closing quote; pieces of a left-out null are empty)."""
+    pieces: list = [opener, b"{"]
     for i, field in enumerate(struct_type):
         key = (b"," if i else b"") + json.dumps(field.name).encode() + b":"
-        column = structs.field(field.name)
-        if pa.types.is_string(field.type):
-            fragment = pc.binary_join_element_wise(key + b'"', _json_escaped(column).cast(pa.binary()), b'"', b"")
-        else:
-            fragment = pc.binary_join_element_wise(key, column.cast(pa.string()).cast(pa.binary()), b"")
-        if not keep_nulls and i == 0 and column.null_count:
+        column = pc.struct_field(structs, field.name)
+        text = pa.types.is_string(field.type)
+        value = _json_escaped(column) if text else column.cast(pa.string())
+        if not column.null_count:
+            pieces += [key + b'"', value, b'"'] if text else [key, value]
+            continue
+        if not keep_nulls and i == 0:
             raise ValueError(f"{field.name}: the first field of a JSON object without nulls may not be null")
-        fragments.append(pc.fill_null(fragment, key + b"null" if keep_nulls else b""))
-    fragments.append(b"}")
-    return pc.binary_join_element_wise(*[_binary(f, n) for f in fragments], b"")
+        valid = column.is_valid().to_numpy(zero_copy_only=False)
+        null = key + b"null" if keep_nulls else b""
+        pieces += [_choice(valid, key + b'"', null), pc.fill_null(value, ""), _choice(valid, b'"', b"")] if text \
+            else [_choice(valid, key, null), pc.fill_null(value, "")]
+    pieces.append(b"}")
+    return pc.binary_join_element_wise(*[_binary(p) for p in pieces], b"")
+
+
+def _choice(which: np.ndarray, yes: bytes, no: bytes) -> pa.Array:
+    """`yes` where `which`, else `no`, as a binary array."""
+    return pa.array([yes, no], pa.binary()).take(pa.array(np.where(which, 0, 1).astype(np.int8)))
 
 
 _NEEDS_ESCAPE = np.zeros(256, dtype=bool)
@@ -196,7 +217,7 @@ def _from_buffers(sizes: np.ndarray, data: bytes) -> pa.Array:
     return pa.Array.from_buffers(pa.binary(), len(sizes), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
 
 
-def _binary(piece, n: int):
+def _binary(piece):
     """A piece of the element-wise join: an array as binary, bytes as a scalar."""
     if isinstance(piece, bytes):
         return pa.scalar(piece, pa.binary())

@@ -67,42 +67,31 @@ def run(spark, inputs: list[str], output: str, *, jdbc_url: str | None = None, j
         run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
         staging = store.staging(run_id)
 
-        # read: the new events, plus the indexed timelines of the messages they touch (copy on write)
-        partitions = partition_count(spark, files)
-        buckets = bucket_count(partitions)
-        blobs = file_buckets(spark, files, buckets)
-        replaced: list[str] = []
-        batch_ids = hits = untouched = None
-        if store.has_index():
-            blobs = blobs.persist()
-            keys = blobs.mapInArrow(_message_keys, "message_id string, topic string").persist()
-            batch_ids = keys.select("message_id").distinct().persist()
-            topics = [r.topic for r in keys.select("topic").distinct().collect()]
-            hits = (spark.read.parquet(str(store.messages))
-                    .select("message_id", "event_count", F.col("_metadata.file_path").alias("file"))
-                    .where(F.col("topic").isin(topics))
-                    .join(batch_ids, "message_id", "left_semi").persist())
-            replaced = [r.file for r in hits.select("file").distinct().collect()]
-            progress("found indexed messages with new events", 15, summary_files_to_rewrite=len(replaced))
-            if replaced:
-                indexed = spark.read.option("basePath", str(store.messages)).parquet(*replaced)
-                untouched = indexed.join(hits.select("message_id"), "message_id", "left_anti")
-                blobs = blobs.unionByName(to_buckets(timeline_events(
-                    indexed.join(hits.select("message_id"), "message_id", "left_semi")), buckets))
-
+        # read: the new events, plus the indexed timelines of the messages they touch (copy on write);
         # transform + write + load: one shuffle (by message id); each task makes the summary rows (with their
         # timelines) of its messages, writes them to Parquet and loads them into PostgreSQL; the untouched rows
         # of rewritten files are copied as they are
-        with (LoadLock(libpq_dsn(jdbc_url, jdbc_password)) if jdbc_url else nullcontext()) as lock:
+        partitions = partition_count(spark, files)
+        steps = {"reading trace files": len(files),
+                 "summarizing, writing the index" + (" and loading PostgreSQL" if jdbc_url else ""): partitions}
+        with (LoadLock(libpq_dsn(jdbc_url, jdbc_password)) if jdbc_url else nullcontext()) as lock, \
+                watched(spark, progress, steps, 5, 90) as watcher:
+            read_files, summarized = (watcher.counter(step) for step in steps)
+            buckets = bucket_count(partitions)
+            blobs = file_buckets(spark, files, buckets, read_files)
+            replaced: list[str] = []
+            hits = untouched = None
+            if store.has_index():
+                blobs, hits, replaced, untouched = _touched(spark, store, blobs, buckets)
+                progress("found indexed messages with new events", watcher.percent(),
+                         summary_files_to_rewrite=len(replaced))
             target = lock.target() if lock else None
-            stage = "summarizing, writing the index" + (" and loading PostgreSQL" if target else "")
-            with watched(spark, progress, stage, 20, 90):
-                written = write_summaries(shuffle(blobs, partitions), str(staging / "messages"), run_id, target)
-                if untouched is not None:
-                    (untouched.select(*summary_schema().fieldNames()).write.partitionBy("date", "topic")
-                     .mode("append").parquet(str(staging / "messages")))
-                events_before = (hits.agg(F.coalesce(F.sum("event_count"), F.lit(0))).first()[0]
-                                 if hits is not None else 0)
+            written = write_summaries(shuffle(blobs, partitions), str(staging / "messages"), run_id, target,
+                                      summarized)
+            if untouched is not None:
+                (untouched.select(*summary_schema().fieldNames()).write.partitionBy("date", "topic")
+                 .mode("append").parquet(str(staging / "messages")))
+            events_before = hits.agg(F.coalesce(F.sum("event_count"), F.lit(0))).first()[0] if hits is not None else 0
         counts = {"new_events": written["events"] - events_before, "messages": written["messages"]}
         loaded = {k: written[k] for k in ("copied_rows", "upserted_rows")} if target else {}
         timings = {k: round(written[k], 1) for k in ("summarize_s", "write_s", "load_s")}
@@ -112,6 +101,28 @@ def run(spark, inputs: list[str], output: str, *, jdbc_url: str | None = None, j
         result = {"new_files": len(files), "replaced_files": len(replaced), "run_id": run_id, **counts}
         progress("committed", 100, **result)
         return result
+
+
+def _touched(spark, store: IndexStore, blobs, buckets: int):
+    """The messages of the new events that the index holds already: the blobs with their indexed timelines
+    added, those messages' rows (id, event count, file), the files holding them (to rewrite) and the other
+    rows of those files (copied as they are)."""
+    blobs = blobs.persist()
+    keys = blobs.mapInArrow(_message_keys, "message_id string, topic string").persist()
+    batch_ids = keys.select("message_id").distinct().persist()
+    topics = [r.topic for r in keys.select("topic").distinct().collect()]
+    hits = (spark.read.parquet(str(store.messages))
+            .select("message_id", "event_count", F.col("_metadata.file_path").alias("file"))
+            .where(F.col("topic").isin(topics))
+            .join(batch_ids, "message_id", "left_semi").persist())
+    replaced = [r.file for r in hits.select("file").distinct().collect()]
+    untouched = None
+    if replaced:
+        indexed = spark.read.option("basePath", str(store.messages)).parquet(*replaced)
+        untouched = indexed.join(hits.select("message_id"), "message_id", "left_anti")
+        blobs = blobs.unionByName(to_buckets(timeline_events(
+            indexed.join(hits.select("message_id"), "message_id", "left_semi")), buckets))
+    return blobs, hits, replaced, untouched
 
 
 # events per shuffle partition, at most: one partition's events are summarized in one Arrow table
@@ -132,11 +143,12 @@ def _message_keys(batches):
         yield from events.group_by(["message_id", "topic"]).aggregate([]).to_batches()
 
 
-def write_summaries(blobs, directory: str, run_id: str, target: LoadTarget | None = None) -> dict:
+def write_summaries(blobs, directory: str, run_id: str, target: LoadTarget | None = None, done=None) -> dict:
     """Summarize shuffled bucket blobs (trace_arrow.summarize_table), write each task's rows under `directory`
     (index_store.write_partitioned, files named after the task's partition and the run) and, given a
-    `target`, load them into PostgreSQL (pg_load.load_partition). Returns the files, messages and events
-    written, the rows loaded and the seconds the tasks spent on each step in all."""
+    `target`, load them into PostgreSQL (pg_load.load_partition); `done`: an accumulator counting the tasks
+    done (progress). Returns the files, messages and events written, the rows loaded and the seconds the
+    tasks spent on each step in all."""
 
     def write(batches):
         started = time.perf_counter()
@@ -151,6 +163,8 @@ def write_summaries(blobs, directory: str, run_id: str, target: LoadTarget | Non
             out["summarize_s"], out["write_s"] = summarized - started, time.perf_counter() - summarized
             if target is not None:
                 out.update(load_partition(table, target))
+        if done is not None:
+            done.add(1)
         yield pa.RecordBatch.from_pydict({k: [out[k]] for k in _TOTALS}, schema=_TOTALS_SCHEMA)
 
     totals = (blobs.mapInArrow(write, ", ".join(f"{f.name} {'double' if f.type == pa.float64() else 'long'}"
