@@ -67,3 +67,4 @@ def watched(spark, progress: Callable[..., None], steps: dict[str, int], start: 
     finally:
         stop.set()
         thread.join()
+        watcher.report()  # the counts as the block left them
