@@ -17,7 +17,9 @@ whether there are any, and only those values are escaped, by the json module.
 from __future__ import annotations
 
 import json
+import queue
 import struct
+import threading
 from collections.abc import Iterator
 
 import numpy as np
@@ -79,6 +81,40 @@ def id_stream(ids: pa.Array) -> Iterator[memoryview]:
                                                                                    for p in _text(ids)], b"")
     yield memoryview(_data(rows))
     yield memoryview(TRAILER)
+
+
+def ahead(chunks: Iterator[memoryview], depth: int = 2) -> Iterator[memoryview]:
+    """`chunks`, made by a thread of their own up to `depth` ahead: the next chunk is encoded (Arrow's kernels
+    release the GIL) while PostgreSQL reads the one before, rather than each waiting for the other."""
+    made: queue.Queue = queue.Queue(depth)
+    stop = threading.Event()
+    end = object()
+
+    def make() -> None:
+        try:
+            for chunk in chunks:
+                while not stop.is_set():
+                    try:
+                        made.put(chunk, timeout=0.5)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            made.put(end)
+        except BaseException as exc:  # handed to the reader, which raises it
+            made.put(exc)
+
+    thread = threading.Thread(target=make, name="copy-encoder", daemon=True)
+    thread.start()
+    try:
+        while (item := made.get()) is not end:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
 
 
 class StreamReader:

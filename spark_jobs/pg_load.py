@@ -31,11 +31,11 @@ import psycopg2.errors
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_jobs.pg_copy import MESSAGE_COLUMNS, StreamReader, copy_stream, id_stream
+from spark_jobs.pg_copy import MESSAGE_COLUMNS, StreamReader, ahead, copy_stream, id_stream
 
 MESSAGE_TABLE = "tracing_message"
 _LOCK_KEY = 0x5357_5452  # "SWTR": one loader at a time
-COPY_ROWS = 65536  # rows encoded at a time
+COPY_ROWS = 16384  # rows encoded at a time (while PostgreSQL reads the rows before)
 # a summary that did not change keeps its row untouched (indexed_at included): re-running changes nothing
 _COMPARED = [c for c in MESSAGE_COLUMNS if c not in ("message_id", "indexed_at")]
 _UPSERT = f"""ON CONFLICT (message_id) DO UPDATE SET
@@ -141,8 +141,12 @@ def load_partition(summaries: pa.Table, target: LoadTarget) -> dict:
 
 
 def _copy(cur, table: str, rows: pa.Table, target: LoadTarget) -> None:
-    cur.copy_expert(f"COPY {table} ({_COLUMNS}) FROM STDIN WITH (FORMAT binary)",
-                    StreamReader(copy_stream(rows, target.indexed_at_us, COPY_ROWS)), size=1 << 20)
+    stream = ahead(copy_stream(rows, target.indexed_at_us, COPY_ROWS))
+    try:
+        cur.copy_expert(f"COPY {table} ({_COLUMNS}) FROM STDIN WITH (FORMAT binary)", StreamReader(stream),
+                        size=1 << 20)
+    finally:
+        stream.close()  # stops its encoder thread if the COPY failed
 
 
 def _held_ids(cur, ids) -> pa.Array:
