@@ -108,11 +108,12 @@ def postmaster_pid(jdbc: tuple[str, str] | None) -> int:
     conn = psycopg2.connect(host="127.0.0.1", port=env.get("SWITCHYARD_DB_PORT", "27100"), dbname=DB,
                             user=env.get("SWITCHYARD_DB_OWNER_USER", "switchyard_owner"),
                             password=read_secret("SWITCHYARD_DB_OWNER_PASSWORD", env))
-    with conn.cursor() as cur:
-        cur.execute("SELECT pg_backend_pid()")
-        backend = cur.fetchone()[0]
-    conn.close()
-    return _stat(backend)[1]
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            return _stat(cur.fetchone()[0])[1]  # while the backend is there
+    finally:
+        conn.close()
 
 
 def _stat(pid: int) -> list[int]:
