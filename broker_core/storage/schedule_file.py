@@ -10,7 +10,8 @@ Layout of `<topic folder>/schedule/`:
 Durability. `add` buffers; one job at a time runs in the executor: it appends the records to the active
 segment and fdatasyncs it (policy "batch"; "interval" every `fsync_interval_s`; "never": the OS), and only
 then are the publishes answered. The same job appends the index entries; index and done files are fsynced
-at most every `index_sync_interval_s`, and then `indexed` records how far the log is covered. Recovery
+by a job of their own (publishes never wait for it) at most every `index_sync_interval_s`, and then `indexed`
+records how far the log is covered. Recovery
 re-indexes the log from that position (an entry indexed twice is loaded once: entries are named by their
 place in the log), truncates a torn tail, and counts each bucket's undelivered entries. A bucket's files go
 once every entry is done and the bucket lies in the past; a segment goes once none of its entries is owed.
@@ -21,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -52,6 +54,7 @@ class FileSchedule:
                  segment_bytes: int = 64 * 1024 * 1024, fsync_interval_s: float = 0.2,
                  index_sync_interval_s: float = 1.0):
         self.dir = Path(directory)
+        self._dir = str(self.dir)
         self.executor = executor
         self.notify = notify
         self.fsync = fsync
@@ -69,13 +72,14 @@ class FileSchedule:
         self._drop_buckets: list[int] = []
         self._drop_segments: list[int] = []
         self._emptied: set[int] = set()  # buckets whose entries are all delivered, dropped once in the past
-        self._dirty_index_hint = False  # the last job wrote index or done entries (fsynced by a later job)
+        self._syncing = False  # an index sync job runs
+        self._lock = threading.Lock()  # the dirty set and the covered position: flush and sync jobs share them
         self._busy = False
         self._failed: BaseException | None = None
         self._discarded = False
         self._last_data_sync = self._last_index_sync = time.monotonic()
-        self._dirty_index: set[Path] = set()  # written, not fsynced (the job's thread only)
-        self._covered = (1, 0)  # log position whose index entries are written (the job's thread only)
+        self._dirty_index: set[str] = set()  # index and done files written, not fsynced (under `_lock`)
+        self._covered = (1, 0)  # log position whose index entries are all written (under `_lock`)
         self.fsyncs = 0
         self.scheduled_total = 0
 
@@ -85,7 +89,7 @@ class FileSchedule:
 
     @property
     def busy(self) -> bool:
-        return self._busy
+        return self._busy or self._syncing
 
     def _seg_path(self, segment: int) -> Path:
         return self.dir / f"{segment:010d}.slog"
@@ -118,7 +122,7 @@ class FileSchedule:
         if segments:
             self.active = segments[-1] + 1  # appends go to a fresh segment
         self._covered = (self.active, 0)
-        self._sync_index(force=True)
+        self._sync_job(notify=False)
         for segment in segments:
             if not self.owed.get(segment):
                 self._seg_path(segment).unlink(missing_ok=True)
@@ -152,16 +156,17 @@ class FileSchedule:
             log.warning("%s: truncating a torn tail at %d (%d bytes)", path, pos, len(data) - pos)
             os.truncate(path, pos)
         for bucket, packed in entries.items():
-            self._append(self.dir / f"{bucket}.idx", b"".join(packed))
+            self._append(f"{self._dir}/{bucket}.idx", b"".join(packed))
         return count
 
-    def _append(self, path: Path, data: bytes) -> None:
+    def _append(self, path: str, data: bytes) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         try:
             write_all(fd, data)
         finally:
             os.close(fd)
-        self._dirty_index.add(path)
+        with self._lock:
+            self._dirty_index.add(path)
 
     # -- the loop thread's side -------------------------------------------------------------------
 
@@ -270,8 +275,10 @@ class FileSchedule:
             self.active, self.active_size = self.active + 1, 0
         if self._writes or self._done or self._drop_buckets or self._drop_segments:
             self._kick()
-        elif self._dirty_index_hint and now - self._last_index_sync >= self.index_sync_interval_s:
-            self._kick()
+        if (not self._syncing and self.fsync != "never" and self._dirty_index
+                and now - self._last_index_sync >= self.index_sync_interval_s):
+            self._syncing, self._last_index_sync = True, now
+            self.executor.submit(self._sync_job)
 
     def _kick(self) -> None:
         if self._busy or self._discarded:
@@ -280,14 +287,9 @@ class FileSchedule:
         now = time.monotonic()
         sync_data = self.fsync == "batch" or (self.fsync == "interval"
                                               and now - self._last_data_sync >= self.fsync_interval_s)
-        sync_index = self.fsync != "never" and now - self._last_index_sync >= self.index_sync_interval_s
         if sync_data:
             self._last_data_sync = now
-        if sync_index:
-            self._last_index_sync = now
-        self._dirty_index_hint = bool(self._writes or self._done)
-        job = (self._writes, self._waiters, self._done, self._drop_buckets, self._drop_segments, sync_data,
-               sync_index)
+        job = (self._writes, self._waiters, self._done, self._drop_buckets, self._drop_segments, sync_data)
         self._writes, self._waiters, self._done, self._drop_buckets, self._drop_segments = [], [], {}, [], []
         self.executor.submit(self._run_job, job)
 
@@ -306,7 +308,7 @@ class FileSchedule:
     # -- the job (executor thread) ------------------------------------------------------------------
 
     def _run_job(self, job) -> None:
-        writes, waiters, done, drop_buckets, drop_segments, sync_data, sync_index = job
+        writes, waiters, done, drop_buckets, drop_segments, sync_data = job
         exc = None
         try:
             self._write_log(writes, sync_data)
@@ -315,17 +317,17 @@ class FileSchedule:
                 for bucket, packed in index:
                     by_bucket.setdefault(bucket, []).append(packed)
             for bucket, packed in by_bucket.items():
-                self._append(self.dir / f"{bucket}.idx", b"".join(packed))
+                self._append(f"{self._dir}/{bucket}.idx", b"".join(packed))
             if writes:
-                self._covered = (writes[-1][0], os.lseek(self._fds[writes[-1][0]], 0, os.SEEK_END))
+                end = os.lseek(self._fds[writes[-1][0]], 0, os.SEEK_END)
+                with self._lock:
+                    self._covered = (writes[-1][0], end)
             for bucket, packed in done.items():
-                self._append(self.dir / f"{bucket}.done", b"".join(packed))
-            self._sync_index(force=sync_index)
+                self._append(f"{self._dir}/{bucket}.done", b"".join(packed))
             for bucket in drop_buckets:
                 for suffix in (".idx", ".done"):
                     path = self.dir / f"{bucket}{suffix}"
                     path.unlink(missing_ok=True)
-                    self._dirty_index.discard(path)
             for segment in drop_segments:
                 fd = self._fds.pop(segment, None)
                 if fd is not None:
@@ -359,29 +361,41 @@ class FileSchedule:
             if created:
                 fsync_dir(self.dir)
 
-    def _sync_index(self, force: bool) -> None:
-        """fsync the index and done files written since the last time, then record how far the log is indexed."""
-        if not force or self.fsync == "never":
-            return
-        for path in list(self._dirty_index):
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                continue
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        self._dirty_index.clear()
-        tmp = self.dir / "indexed.tmp"
-        tmp.write_text(json.dumps({"segment": self._covered[0], "offset": self._covered[1]}))
-        fd = os.open(tmp, os.O_RDONLY)
+    def _sync_job(self, notify: bool = True) -> None:
+        """fsync the index and done files written since the last time, then record how far the log is indexed
+        (executor thread; at recovery and close, the caller's)."""
+        with self._lock:
+            paths, self._dirty_index = self._dirty_index, set()
+            covered = self._covered
         try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.dir / "indexed")
-        fsync_dir(self.dir)
+            if self.fsync != "never":
+                for path in paths:
+                    try:
+                        fd = os.open(path, os.O_RDONLY)
+                    except FileNotFoundError:  # its bucket was dropped meanwhile
+                        continue
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                tmp = self.dir / "indexed.tmp"
+                tmp.write_text(json.dumps({"segment": covered[0], "offset": covered[1]}))
+                fd = os.open(tmp, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, self.dir / "indexed")
+                fsync_dir(self.dir)
+        except OSError as exc:  # tried again later; recovery re-indexes from the last checkpoint meanwhile
+            log.error("%s: syncing the schedule index failed: %s", self.dir, exc)
+            with self._lock:
+                self._dirty_index |= paths
+        if notify:
+            self.notify(self._synced)
+
+    def _synced(self) -> None:
+        self._syncing = False
 
     # -- shutdown ---------------------------------------------------------------------------------
 
@@ -390,10 +404,12 @@ class FileSchedule:
         if self._busy:
             raise RuntimeError("close() while a job runs; wait for `busy` to clear")
         self._busy = True
-        job = (self._writes, self._waiters, self._done, [], [], self.fsync != "never", True)
+        job = (self._writes, self._waiters, self._done, [], [], self.fsync != "never")
         self._writes, self._waiters, self._done = [], [], {}
         self.notify = lambda fn, *args: fn(*args)
         self._run_job(job)
+        if self.dir.is_dir():
+            self._sync_job(notify=False)
         self._close_files()
 
     def discard(self) -> None:
