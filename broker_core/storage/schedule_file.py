@@ -346,8 +346,6 @@ class FileSchedule:
                 if not self.dir.is_dir():
                     self.dir.mkdir()  # not parents: a deleted topic's folder is never made again
                     fsync_dir(self.dir.parent)
-                for old in [s for s in self._fds if s < segment]:  # sealed: no more appends
-                    os.close(self._fds.pop(old))
                 fd = self._fds[segment] = os.open(self._seg_path(segment), os.O_WRONLY | os.O_CREAT | os.O_APPEND,
                                                   0o644)
                 created = True
@@ -360,6 +358,10 @@ class FileSchedule:
                 self.fsyncs += 1
             if created:
                 fsync_dir(self.dir)
+        if len(self._fds) > 1 and (sync_data or self.fsync == "never"):  # older segments are sealed and synced
+            newest = max(self._fds)
+            for old in [s for s in self._fds if s < newest]:
+                os.close(self._fds.pop(old))
 
     def _sync_job(self, notify: bool = True) -> None:
         """fsync the index and done files written since the last time, then record how far the log is indexed
