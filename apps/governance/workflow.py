@@ -19,18 +19,11 @@ from django.db import models
 from django.urls import reverse
 
 from apps.accounts.roles import ADMIN, has_role
+from control_plane.choices import text_choices
 from control_plane.errors import ActionError
 
-
-class State(models.TextChoices):
-    DRAFT = "draft", "Draft"
-    PENDING = "pending", "Pending approval"
-    APPROVED = "approved", "Approved"
-    REJECTED = "rejected", "Rejected"
-    WITHDRAWN = "withdrawn", "Withdrawn"
-    PROVISIONING = "provisioning", "Provisioning"
-    ACTIVE = "active", "Active"
-    FAILED = "failed", "Provisioning failed"
+State = text_choices("State", "draft", ("pending", "Pending approval"), "approved", "rejected", "withdrawn",
+                     "provisioning", "active", ("failed", "Provisioning failed"))
 
 
 TRANSITIONS: dict[str, set[str]] = {
@@ -49,17 +42,9 @@ MATERIALIZED = {State.APPROVED, State.PROVISIONING, State.ACTIVE, State.FAILED}
 LIVE = {State.PENDING, *MATERIALIZED}
 
 
-class Slot(models.TextChoices):
-    OWNER = "owner", "Owning team's approver"
-    SRE = "sre", "SRE (production cluster)"
-
-
+Slot = text_choices("Slot", ("owner", "Owning team's approver"), ("sre", "SRE (production cluster)"))
 SLOT_AS = {Slot.OWNER: "the owning team's approver", Slot.SRE: "an SRE"}  # "approved as …"
-
-
-class Verdict(models.TextChoices):
-    APPROVE = "approve", "Approved"
-    REJECT = "reject", "Rejected"
+Verdict = text_choices("Verdict", ("approve", "Approved"), ("reject", "Rejected"))
 
 
 SRE_APPROVAL_PERM = "topics.approve_production"  # declared on TopicApplication; covers every kind

@@ -20,6 +20,7 @@ from broker_core.client._batching import _Batch, _Queued, _reject, _resolve
 from broker_core.client.connection import BrokerConnection
 from broker_core.client.discovery import Discovery
 from broker_core.client.errors import AuthError, BrokerError, ConnectionLost, SendTimeout, SwitchyardError
+from broker_core.client.options import ClientOptions
 from broker_core.protocol import M_BODY
 
 log = logging.getLogger("broker_core.client.producer")
@@ -29,8 +30,8 @@ class LinkOwner(Protocol):
     """What a link reads of, and hands back to, its producer (`producer.AsyncProducer` is one): the link never
     imports the producer that creates it."""
 
+    options: ClientOptions
     send_timeout: float
-    connect_timeout: float
     max_batch: int
     max_batch_bytes: int
     window: int
@@ -172,7 +173,7 @@ class _Link:
                 address = random.choice(fresh)
                 tried.add(address)
                 try:
-                    conn = await BrokerConnection.open(address, timeout=producer.connect_timeout,
+                    conn = await BrokerConnection.open(address, timeout=producer.options.connect_timeout,
                                                        **producer.conn_args())
                 except AuthError as exc:
                     self.last_error = exc

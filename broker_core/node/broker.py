@@ -28,6 +28,7 @@ from broker_core.cluster.zk_acl import broker_credential
 from broker_core.delivery.lifecycle import STORAGE_CHECK_S, Lifecycle
 from broker_core.delivery.topic import Topic
 from broker_core.delivery.transactions import TxService
+from broker_core.node.counters import SAVE_S, CarriedCounters, live_counts
 from broker_core.node.options import Options
 from broker_core.node.server import ClientConnection
 from broker_core.storage.file_dead_letters import safe_name
@@ -61,6 +62,7 @@ class Broker:
         self.lifecycle = Lifecycle(self.topics, self.state, options.data_dir, options.cluster, self.open_store,
                                    self.storage_for, open_schedule=self.open_schedule)
         self.auth_failures = 0
+        self.counters = CarriedCounters(options.data_dir / "counters.json")  # what was counted before a restart
         self.node_id = ""
         self.trace: TraceSink = trace or NullTraceSink()
         self.started_at = time.time()
@@ -226,7 +228,7 @@ class Broker:
 
     async def _tick_loop(self) -> None:
         interval = self.options.tick_ms / 1000
-        next_liveness = next_storage_check = 0.0
+        next_liveness = next_storage_check = next_save = 0.0
         while True:
             await asyncio.sleep(interval)
             now = time.monotonic()
@@ -243,6 +245,11 @@ class Broker:
             if now >= next_storage_check:
                 next_storage_check = now + STORAGE_CHECK_S
                 self.lifecycle.tick()
+            if now >= next_save:
+                next_save = now + SAVE_S
+                if self.state.ready:  # a deleted topic's counters go with it
+                    self.counters.keep_only({*self.topics, *self.state.topics})
+                self.counters.save(self._live_counts())
 
     async def _zk_check_loop(self) -> None:
         while True:
@@ -274,6 +281,7 @@ class Broker:
                 topic.delayed.store.close()
         if self.state.ready:
             self._write_snapshot()
+        self.counters.save(self._live_counts())
         self.trace.close()
         if hasattr(self.trace, "wait_closed"):
             await self.trace.wait_closed()
@@ -281,6 +289,10 @@ class Broker:
         self.auth_executor.shutdown(wait=False)
 
     # -- reporting ------------------------------------------------------------------------------
+
+    def _live_counts(self) -> dict:
+        return live_counts({"auth_failures": self.auth_failures, "refused_connections": self.refused_connections},
+                           self.topics)
 
     def stats(self) -> dict:
         """The JSON served at /stats:
@@ -308,13 +320,15 @@ class Broker:
         topic's document asks for that is not applied yet (it is once the topic holds no message). `depth` counts
         messages waiting (ready or in backoff), `in_flight` those sent and not yet acked, `dead_letter_queue` the
         entries in the group's dead-letter queue, `revision` that of the binding applied (None: not bound); the
-        other group figures are counters since the broker started (`retention_dropped`: dropped past the topic's
-        retention). `scheduled` counts the topic's delayed messages not yet due (or due and not yet appended to
+        other group figures are counters (`retention_dropped`: dropped past the topic's
+        retention). Counters add up across the broker's restarts (node/counters.py); `published` counts the
+        messages made visible to the groups, committed transaction messages included (and delayed messages once
+        they are due). `scheduled` counts the topic's delayed messages not yet due (or due and not yet appended to
         its log); under `delayed`, `delivered` counts those appended since the start, `in_memory` the entries of the
         loaded buckets, `lateness_ms_max` the most a batch came due late at the timer.
         """
         m = self.membership
-        return {
+        stats = {
             "node_id": self.node_id,
             "cluster": self.options.cluster,
             "version": __version__,
@@ -330,6 +344,7 @@ class Broker:
             "topics": {name: {**t.stats(), "storage_wanted": self.lifecycle.storage_due.get(name)}
                        for name, t in sorted(self.topics.items())},
         }
+        return self.counters.apply(stats, self._live_counts())
 
 
 def run(options: Options) -> None:

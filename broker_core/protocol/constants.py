@@ -54,5 +54,5 @@ MESSAGE_FIELDS = 10  # the fields every message has; optional ones follow
 M_DELIVER_AT_MS = 10
 MAX_DELAY_MS = 30 * 24 * 3600 * 1000  # how far ahead a message may be scheduled (30 days)
 
-# who may send an event
-CLIENT, SERVER = "client", "server"
+# who may send an event (BOTH: either side)
+CLIENT, SERVER, BOTH = "client", "server", "both"
