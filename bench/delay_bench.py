@@ -22,6 +22,7 @@ import asyncio
 import os
 import random
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -164,7 +165,11 @@ def main() -> int:
               f"buckets, {mem['in_memory']} entries in memory; scheduled at {mem['rate']:,.0f} messages/s")
     finally:
         broker.terminate()
-        broker.wait(timeout=60)
+        try:
+            broker.wait(timeout=600)  # a stop fsyncs the index files written since the last sync (one per bucket)
+        except subprocess.TimeoutExpired:
+            broker.kill()
+            broker.wait()
         client.stop()
         client.close()
         if own_zk:
