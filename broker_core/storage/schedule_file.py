@@ -52,7 +52,7 @@ class FileSchedule:
 
     def __init__(self, directory: Path, *, executor: Executor, notify: Callable[..., object], fsync: str = "batch",
                  segment_bytes: int = 64 * 1024 * 1024, fsync_interval_s: float = 0.2,
-                 index_sync_interval_s: float = 1.0):
+                 index_sync_interval_s: float = 10.0):
         self.dir = Path(directory)
         self._dir = str(self.dir)
         self.executor = executor
