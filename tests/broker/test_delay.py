@@ -81,6 +81,7 @@ def test_10000_delayed_messages_across_a_sigkill_all_delivered_none_early(cluste
         broker.kill(signal.SIGKILL)
         time.sleep(3)  # messages come due while the broker is down: they are delivered when it is back
         broker.start()
+        back_ms = time.time() * 1000
         wait_for(lambda: received.count() == COUNT, 120, f"all {COUNT} delayed messages delivered")
     early = {i: (got, asked[i]) for i, (got, _) in received.got.items() if got < asked[i]}
     assert not early, f"{len(early)} delivered before their due time, e.g. {list(early.items())[:3]}"
@@ -88,9 +89,13 @@ def test_10000_delayed_messages_across_a_sigkill_all_delivered_none_early(cluste
     assert all(due == asked[i] for i, (_, due) in received.got.items())  # the due time travels with the message
     lateness = sorted(got - asked[i] for i, (got, _) in received.got.items())
     quantile = statistics.quantiles(lateness, n=100)
+    after = sorted(got - asked[i] for i, (got, _) in received.got.items() if asked[i] >= back_ms)
+    q_after = statistics.quantiles(after, n=100)
     REPORTS.append(f"delay/SIGKILL: {COUNT} delayed 1-60 s, {before_kill} delivered before the kill, "
-                   f"{received.repeats} delivered twice; lateness p50 {quantile[49]:.1f} ms, p99 {quantile[98]:.1f} "
-                   f"ms, max {lateness[-1]:.1f} ms (the max includes the 3 s the broker was down)")
+                   f"{received.repeats} delivered twice; lateness of all: p50 {quantile[49]:.1f} ms, p99 "
+                   f"{quantile[98]:.1f} ms, max {lateness[-1]:.1f} ms (those due while the broker was down or starting "
+                   f"are late by that time); of the {len(after)} due after it was back: p50 {q_after[49]:.1f} ms, "
+                   f"p99 {q_after[98]:.1f} ms, max {after[-1]:.1f} ms")
     wait_for(lambda: broker.stats()["topics"]["orders"]["scheduled"] == 0, 10, "the schedule to empty")
     assert scheduled_metric(cluster, broker, "orders") == 0.0
 
