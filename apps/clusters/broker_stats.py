@@ -19,7 +19,7 @@ from apps.clusters.zookeeper import BrokerNode, ClusterHealth
 
 GROUP_FIGURES = ("depth", "in_flight", "delivered", "acked", "nacked", "redelivered", "timed_out", "dead_lettered",
                  "expired", "dead_letter_queue", "consumers")
-TOPIC_FIGURES = ("published", "published_bytes", "publish_failures")
+TOPIC_FIGURES = ("published", "published_bytes", "publish_failures", "scheduled")  # scheduled: delayed, not due
 
 
 @dataclass
@@ -94,6 +94,11 @@ def summarize(nodes: list[NodeStats]) -> ClusterStats:
                     g.figures[key] += int(group.get(key) or 0)
     return ClusterStats(nodes=nodes, topics=[topics[k] for k in sorted(topics)],
                         groups=[groups[k] for k in sorted(groups)])
+
+
+def topic_figures(stats: ClusterStats, topic: str) -> TopicFigures | None:
+    """One topic's summed figures (None: no broker that answered holds it)."""
+    return next((t for t in stats.topics if t.topic == topic), None)
 
 
 def read_cluster_stats(health: ClusterHealth) -> ClusterStats:

@@ -74,6 +74,8 @@ class BrokerCollector:
         published = CounterMetricFamily("switchyard_topic_published", "Messages made visible to groups: stored, "
                                         "or committed (transactions)", labels=[*base, "topic"])
         pub_bytes = CounterMetricFamily("switchyard_topic_published_bytes", "Bytes stored", labels=[*base, "topic"])
+        scheduled = GaugeMetricFamily("switchyard_topic_scheduled", "Delayed messages scheduled, not due yet",
+                                      labels=[*base, "topic"])
         gauges = {k: GaugeMetricFamily(f"switchyard_group_{k}", h, labels=[*base, "topic", "group"])
                   for k, h in GROUP_GAUGES.items()}
         counters = {k: CounterMetricFamily(f"switchyard_group_{k}", h, labels=[*base, "topic", "group"])
@@ -82,6 +84,7 @@ class BrokerCollector:
             values = [*labels.values(), topic]
             published.add_metric(values, t["published"])
             pub_bytes.add_metric(values, t["published_bytes"])
+            scheduled.add_metric(values, t.get("scheduled", 0))
             for group, g in t["groups"].items():
                 for k, family in gauges.items():
                     family.add_metric([*values, group], g[k])
@@ -89,6 +92,7 @@ class BrokerCollector:
                     family.add_metric([*values, group], g[k])
         yield published
         yield pub_bytes
+        yield scheduled
         yield from gauges.values()
         yield from counters.values()
 

@@ -21,13 +21,13 @@ from broker_core.client.errors import (
     ZooKeeperUnreachable,
 )
 from broker_core.client.options import ClientOptions
-from broker_core.client.producer import AsyncProducer, Message, Producer
+from broker_core.client.producer import AsyncProducer, InvalidDelay, Message, Producer
 from broker_core.client.routes import Route
 from broker_core.client.transactions import PreparedMessage, TxCheck, TxResult
 
 __all__ = [
     "AsyncConsumer", "AsyncProducer", "AuthError", "BrokerError", "ClientOptions", "ConnectionLost", "ControlPlaneError",
-    "ControlPlaneUnreachable", "Consumer", "Message", "Nack", "NoBrokers", "PreparedMessage", "Producer",
+    "ControlPlaneUnreachable", "Consumer", "InvalidDelay", "Message", "Nack", "NoBrokers", "PreparedMessage", "Producer",
     "ReceivedMessage", "Route", "RouteUnknown", "SendTimeout", "SwitchyardError", "TxCheck", "TxResult",
     "ZooKeeperUnreachable",
 ]

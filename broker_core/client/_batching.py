@@ -7,6 +7,7 @@ import bisect
 import random
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from broker_core.protocol import M_BODY
 
@@ -21,6 +22,8 @@ class Message:
     ttl_ms: int = 0
     delivery_limit: int = 0
     id: str | None = None
+    delay: float | None = None  # seconds from now (at most 30 days): delivered then, not before
+    deliver_at: datetime | float | None = None  # or a time (aware datetime, or Unix seconds)
 
 
 class IdMaker:

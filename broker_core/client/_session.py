@@ -45,6 +45,8 @@ class ReceivedMessage:
     body = property(lambda self: self._m[p.M_BODY])
     ttl_ms = property(lambda self: self._m[p.M_TTL_MS])
     timestamp_ms = property(lambda self: self._m[p.M_TIMESTAMP_MS])
+    # a delayed message's due time (Unix ms; 0: it was not delayed)
+    deliver_at_ms = property(lambda self: self._m[p.M_DELIVER_AT_MS] if len(self._m) > p.M_DELIVER_AT_MS else 0)
 
     def __repr__(self) -> str:
         return (f"<ReceivedMessage {self.topic}/{self.group} id={self.id} type={self.message_type!r} "

@@ -25,6 +25,14 @@ connection is closed once no route of the producer's topics names it and nothing
 A producer that cannot start says why, within about `connect_timeout`: `RouteUnknown`,
 `ControlPlaneUnreachable`, `ZooKeeperUnreachable`, `NoBrokers` (`broker_core.client.errors`).
 
+Delayed messages (issue 21): `send(..., delay=seconds)` or `send(..., deliver_at=datetime or Unix seconds)`,
+up to 30 days ahead (also `Message(delay=..)` in `send_many`, and `send_nowait`). The send returns once the broker
+has stored the message in its schedule (durable like any message); the message is delivered when it is due,
+never before (a broker restart in between loses none), to the groups bound then. A bad delay raises
+`InvalidDelay` (a ValueError) before anything is sent: negative, more than 30 days, not a number, a naive
+datetime, or both forms. Transactional and ordered topics refuse delayed messages (`BrokerError` with code
+"delay_not_supported"). Consumers see the due time as `message.deliver_at_ms`.
+
 Transaction messages (`send_transactional`, or `prepare` + `end_transaction`): the message is
 stored prepared (never delivered), the local transaction runs, then the producer commits it
 (delivered) or rolls it back (never delivered) on the broker that stored it (also after the topic
@@ -41,9 +49,11 @@ import inspect
 import logging
 import time
 from collections.abc import Callable, Iterable
+from datetime import datetime
 
 from broker_core import protocol as p
 from broker_core.client._batching import IdMaker, Message, _Batch, _Queued, _reject, _Waiter  # noqa: F401 (_Queued: tests)
+from broker_core.client._delay import InvalidDelay, due_ms
 from broker_core.client._link import _Link
 from broker_core.client._loop import LoopThread
 from broker_core.client.connection import BrokerAddress, BrokerConnection
@@ -188,12 +198,17 @@ class AsyncProducer:
     def _array(self, m: Message, now_ms: int) -> list:
         if type(m.body) is not bytes:
             raise TypeError("a message body must be bytes")
-        return [m.id or self.new_id(), m.message_type, m.key, m.business_id, m.headers or {}, m.body, m.ttl_ms,
-                m.delivery_limit, 0, now_ms]
+        array = [m.id or self.new_id(), m.message_type, m.key, m.business_id, m.headers or {}, m.body, m.ttl_ms,
+                 m.delivery_limit, 0, now_ms]
+        due = due_ms(m.delay, m.deliver_at, now_ms)
+        if due:
+            array.append(due)
+        return array
 
     async def send(self, topic: str, body: bytes, **fields) -> str:
         """Store one message; returns its id once the broker acknowledged it. `fields` are those of
-        `send_nowait` (message_type, key, business_id, headers, ttl_ms, delivery_limit, message_id)."""
+        `send_nowait` (message_type, key, business_id, headers, ttl_ms, delivery_limit, message_id, delay,
+        deliver_at: see "Delayed messages" above)."""
         if topic not in self._topic_links:
             await self._link(topic)
         return await self.send_nowait(topic, body, **fields)
@@ -324,18 +339,25 @@ class AsyncProducer:
 
     def send_nowait(self, topic: str, body: bytes, *, message_type: str = "default", key: str | None = None,
                     business_id: str | None = None, headers: dict[str, str] | None = None, ttl_ms: int = 0,
-                    delivery_limit: int = 0, message_id: str | None = None) -> asyncio.Future:
+                    delivery_limit: int = 0, message_id: str | None = None, delay: float | None = None,
+                    deliver_at: datetime | float | None = None) -> asyncio.Future:
         """Queue one message; returns a future of its id. No coroutine per message: the fast way to
-        pipeline many sends. The topic's cluster must be known (`await connect(topic)` once)."""
+        pipeline many sends. The topic's cluster must be known (`await connect(topic)` once). `delay`
+        (seconds) or `deliver_at` (a time): deliver it then, up to 30 days ahead (`InvalidDelay` otherwise)."""
         link = self._topic_links.get(topic)
         if link is None:
             raise RuntimeError(f"call `await connect({topic!r})` before send_nowait")
         if type(body) is not bytes:
             raise TypeError("a message body must be bytes")
-        message_id = message_id or self.new_id()
+        now_ms = int(time.time() * 1000)
+        array = [message_id or self.new_id(), message_type, key, business_id, headers or {}, body, ttl_ms,
+                 delivery_limit, 0, now_ms]
+        if delay is not None or deliver_at is not None:
+            due = due_ms(delay, deliver_at, now_ms)
+            if due:
+                array.append(due)
         future = link.loop.create_future()
-        link.submit_one(topic, [message_id, message_type, key, business_id, headers or {}, body, ttl_ms,
-                                delivery_limit, 0, int(time.time() * 1000)], future)
+        link.submit_one(topic, array, future)
         return future
 
     async def send_many(self, topic: str, messages: Iterable[Message | bytes]) -> list[str]:
@@ -447,4 +469,4 @@ class Producer:
             self._thread.stop()
 
 
-__all__ = ["AsyncProducer", "Producer", "Message", "BrokerError", "TxCheck", "TxResult", "PreparedMessage"]
+__all__ = ["AsyncProducer", "Producer", "Message", "BrokerError", "InvalidDelay", "TxCheck", "TxResult", "PreparedMessage"]

@@ -75,13 +75,13 @@ class Provisioner:
 
     def topic(self, name: str, *, message_types: list[str] | None = None, storage: str | None = None,
               max_message_bytes: int = 0, transactional: bool = False, tx_check: dict | None = None,
-              retention_s: int = 0, status: str | None = None, revision: int = 1) -> None:
+              retention_s: int = 0, status: str | None = None, revision: int = 1, ordered: bool = False) -> None:
         """A topic document; `transactional=True` lets it take prepared messages, `tx_check` sets its
         back-check timing (default: RocketMQ's 6 s first check, then every 30 s, at most 15 checks);
         `status="retired"` retires it (new messages refused); `retention_s` 0 keeps messages until delivered."""
         check = {"delay_s": 6, "interval_s": 30, "max_checks": 15} if transactional else \
             {"delay_s": 60, "interval_s": 60, "max_checks": 5}
-        doc = {"name": name, "message_types": message_types or [], "ordered": False,
+        doc = {"name": name, "message_types": message_types or [], "ordered": ordered,
                "transactional": transactional, "retention_s": retention_s, "max_message_bytes": max_message_bytes,
                "tx_check": {**check, **(tx_check or {})}, "revision": revision}
         if storage:

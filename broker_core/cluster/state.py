@@ -106,6 +106,7 @@ class TopicConfig:
     storage: str | None = None
     max_message_bytes: int = 0
     transactional: bool = False  # accepts prepared (transaction) messages
+    ordered: bool = False  # messages of one key in publish order (issue 21); refuses delayed messages
     status: str = "active"  # "retired": no new messages; the backlog is still delivered
     retention_s: float = 0  # messages older than this are dropped (0: kept until every group is done)
     revision: int = 0
@@ -118,7 +119,8 @@ class TopicConfig:
             raise ValueError(f"status must be one of {TOPIC_STATUSES}")
         return cls(name=name, message_types=tuple(doc.get("message_types") or ()), storage=doc.get("storage"),
                    max_message_bytes=int(doc.get("max_message_bytes") or 0),
-                   transactional=doc.get("transactional") is True, status=status,
+                   transactional=doc.get("transactional") is True, ordered=doc.get("ordered") is True,
+                   status=status,
                    retention_s=float(doc.get("retention_s") or 0), revision=int(doc.get("revision") or 0), doc=doc)
 
     @property

@@ -33,6 +33,7 @@ from pathlib import Path
 from broker_core.cluster.state import ClusterState, TopicConfig
 from broker_core.delivery.topic import Topic
 from broker_core.storage.file_store import FileStore
+from broker_core.storage.schedule import ScheduleStore
 from broker_core.storage.store import TopicStore
 
 log = logging.getLogger("broker_core.lifecycle")
@@ -49,13 +50,15 @@ class Lifecycle:
     `storage_for` says the level a topic's document asks for."""
 
     def __init__(self, topics: dict[str, Topic], state: ClusterState, data_dir: Path, cluster: str,
-                 open_store: Callable[[str, str], TopicStore], storage_for: Callable[[TopicConfig | None], str]):
+                 open_store: Callable[[str, str], TopicStore], storage_for: Callable[[TopicConfig | None], str],
+                 open_schedule: Callable[[str, str], ScheduleStore] | None = None):
         self.topics = topics
         self.state = state
         self.data_dir = data_dir
         self.cluster = cluster
         self.open_store = open_store
         self.storage_for = storage_for
+        self.open_schedule = open_schedule  # a topic's schedule store (delayed messages) at a level
         self.recovered = False  # the topics on disk have been opened
         self.storage_due: dict[str, str] = {}  # topic -> storage level wanted, not applied yet
         self._tasks: set[asyncio.Task] = set()
@@ -98,6 +101,8 @@ class Lifecycle:
         if topic is None:
             return
         topic.close(f"topic {name} was deleted")
+        if topic.delayed is not None:
+            topic.delayed.store.discard()  # its files go with the topic's folder
         self._discard(topic.store)
         log.info("topic %s deleted on this broker with %d messages still owed to its groups", name, topic.store.held)
 
@@ -169,7 +174,8 @@ class Lifecycle:
             self.storage_due.pop(name, None)
             return
         store = topic.store
-        if store.held or store.prepared or not store.idle or any(g.depth() or g.in_flight() for g in topic.groups.values()):
+        if (store.held or store.prepared or not store.idle or (topic.delayed is not None and topic.delayed.count)
+                or any(g.depth() or g.in_flight() for g in topic.groups.values())):
             if name not in self.storage_due:
                 log.info("topic %s: storage %s wanted; applied once its %d messages are delivered", name, wanted,
                          store.held + len(store.prepared))
@@ -190,6 +196,8 @@ class Lifecycle:
                 carried += len(dead)
                 new.import_dead_letters(group, dead, functools.partial(self._carried, topic.name, group))
         topic.replace_store(new)
+        if self.open_schedule is not None:
+            topic.replace_schedule(self.open_schedule(topic.name, storage))
         self._discard(old)
         log.info("topic %s: storage is now %s (%d dead letters carried over)", topic.name, storage, carried)
 

@@ -2,12 +2,15 @@
 
 The topic exists in the cluster and is not retired, the app holds a grant to publish on it, and every
 message is well-formed, within the topic's size limit, of a type the topic declares, and either every
-message is prepared (a transaction message, on a transactional topic) or none. The topic document is
+message is prepared (a transaction message, on a transactional topic) or none. A delayed message (its
+deliver-at field set) is due at most 30 days ahead, and only on a topic that is neither transactional nor
+ordered (`delay_not_supported`). The topic document is
 read at each publish, so a change the control plane writes applies to the next publish.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from broker_core import protocol as p
@@ -22,10 +25,13 @@ class Refusal:
 
 @dataclass(slots=True)
 class PublishPlan:
-    """An accepted publish: its body bytes and whether it holds prepared messages."""
+    """An accepted publish: its body bytes, whether it holds prepared messages, and how many are delayed (due
+    later than `now_ms`, the time it was checked at)."""
 
     size: int
     prepared: bool
+    delayed: int = 0
+    now_ms: int = 0
 
 
 def check_publish(state: ClusterState, cluster: str, topic: str, app_id: str, messages: list,
@@ -45,10 +51,16 @@ def check_publish(state: ClusterState, cluster: str, topic: str, app_id: str, me
     limit = config.max_message_bytes or default_limit
     types = config.message_types
     check = p.check_message
-    size = prepared = 0
-    m_id, m_body, m_type, m_flags = p.M_ID, p.M_BODY, p.M_TYPE, p.M_FLAGS
+    size = prepared = delayed = 0
+    now_ms = int(time.time() * 1000)
+    m_id, m_body, m_type, m_flags, m_at = p.M_ID, p.M_BODY, p.M_TYPE, p.M_FLAGS, p.M_DELIVER_AT_MS
     for fields in messages:
         check(fields)
+        if len(fields) > m_at and fields[m_at] > now_ms:
+            refusal = _delay_refusal(config, fields[m_id], fields[m_at] - now_ms)
+            if refusal is not None:
+                return refusal
+            delayed += 1
         body_size = len(fields[m_body])
         size += body_size
         if body_size > limit:
@@ -63,7 +75,23 @@ def check_publish(state: ClusterState, cluster: str, topic: str, app_id: str, me
         refusal = _prepared_refusal(config, prepared, len(messages))
         if refusal is not None:
             return refusal
-    return PublishPlan(size, bool(prepared))
+    return PublishPlan(size, bool(prepared), delayed, now_ms)
+
+
+# a producer's clock may run ahead of the broker's: this much past the limit is still accepted
+DELAY_CLOCK_SLACK_MS = 60_000
+
+
+def _delay_refusal(config: TopicConfig, message_id: str, delay_ms: int) -> Refusal | None:
+    if config.transactional or config.ordered:
+        kind = "transactional" if config.transactional else "ordered"
+        return Refusal(p.E_DELAY_NOT_SUPPORTED, f"topic {config.name!r} is {kind}: delayed messages are refused "
+                                                "there; send without delay, or use a topic that is neither "
+                                                "transactional nor ordered")
+    if delay_ms > p.MAX_DELAY_MS + DELAY_CLOCK_SLACK_MS:
+        return Refusal(p.E_INVALID, f"message {message_id} is due in {delay_ms / 86_400_000:.1f} days; a message "
+                                    "may be delayed by at most 30 days")
+    return None
 
 
 def _prepared_refusal(config: TopicConfig, prepared: int, count: int) -> Refusal | None:

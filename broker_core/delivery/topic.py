@@ -7,6 +7,10 @@ message only once it is durable (store first, then deliver).
 Transaction messages: `prepare` stores them owed to no group; `end_tx` commits one (it is routed
 then, to the groups bound at commit time, and delivered once the commit record is durable) or
 rolls it back (never delivered). `redrive` puts dead letters back, for their group only.
+
+Delayed messages (issue 21): `publish_delayed` hands the messages of a publish that are due later to the
+topic's `DelayedMessages` (`broker_core.delivery.delayed`), which appends them to this topic through `publish`
+when they are due, as ordinary messages (owed to the groups bound then).
 """
 
 from __future__ import annotations
@@ -17,8 +21,10 @@ from collections.abc import Callable
 
 from broker_core.cluster.state import Binding, ClusterState
 from broker_core.delivery.backlog import WINDOW_BYTES, WINDOW_MESSAGES
+from broker_core.delivery.delayed import DelayedMessages
 from broker_core.delivery.group import Group
-from broker_core.protocol import M_ID, M_TYPE
+from broker_core.protocol import M_BODY, M_DELIVER_AT_MS, M_ID, M_TYPE
+from broker_core.storage.schedule import ScheduleStore
 from broker_core.storage.store import DeadLetter, StoredMessage, TopicStore, TxEntry
 from broker_core.tracing.sink import TraceSink
 
@@ -30,7 +36,8 @@ PublishReply = Callable[[BaseException | None, int, int], None]
 
 class Topic:
     def __init__(self, name: str, store: TopicStore, state: ClusterState, *, trace: TraceSink, max_credit: int,
-                 window: tuple[int, int] = (WINDOW_MESSAGES, WINDOW_BYTES)):
+                 window: tuple[int, int] = (WINDOW_MESSAGES, WINDOW_BYTES), schedule: ScheduleStore | None = None,
+                 call_later: Callable[..., object] | None = None):
         self.name = name
         self.store = store
         self.state = state
@@ -44,6 +51,10 @@ class Topic:
         self.published_bytes = 0
         self.publish_failures = 0
         self.tx_prepared = self.tx_committed = self.tx_rolled_back = self.redriven = 0
+        self.delayed: DelayedMessages | None = None  # the schedule of delayed messages (None: refuses them)
+        if schedule is not None and call_later is not None:
+            schedule.recover()
+            self.delayed = DelayedMessages(name, schedule, self._publish_due, trace, call_later)
 
     def recover(self) -> int:
         """Give each group what the store still owes it: its position in the log (file level: the messages stay
@@ -111,11 +122,20 @@ class Topic:
         for group in self.groups.values():
             group.use_store(store)
 
+    def replace_schedule(self, schedule: ScheduleStore) -> None:
+        """Another storage level for the schedule too (the caller checked that nothing is scheduled)."""
+        if self.delayed is not None:
+            self.delayed.close()
+            schedule.recover()
+            self.delayed = DelayedMessages(self.name, schedule, self._publish_due, self.trace, self.delayed.call_later)
+
     def close(self, reason: str) -> None:
         """The topic goes from this broker: every subscription ends with `reason` (the caller discards the store)."""
         for group in self.groups.values():
             group.release(reason)
         self.groups.clear()
+        if self.delayed is not None:
+            self.delayed.close()
 
     def routes(self, message_type: str) -> tuple[str, ...]:
         """The groups a message of this type is owed to (cached until a binding changes)."""
@@ -153,6 +173,34 @@ class Topic:
         traced.append(self.trace.emit_messages("published", self.name, stored[0], app_id=app_id,
                                                client_host=client_host, ts_us=received_ms * 1000,
                                                encoded=self.store.last_batch))
+
+    def publish_delayed(self, app_id: str, client_host: str | None, arrays: list[list], size: int, now_ms: int,
+                        reply: PublishReply) -> None:
+        """A publish some of whose messages are due after `now_ms`: those go to the schedule, the others are
+        published at once; `reply` once both parts are durable (count: all of them; first seq: of the others)."""
+        at = M_DELIVER_AT_MS
+        later = [f for f in arrays if len(f) > at and f[at] > now_ms]
+        if self.delayed is None:
+            reply(RuntimeError("this topic keeps no schedule on this broker"), 0, 0)
+            return
+        if len(later) == len(arrays):
+            self.delayed.schedule(app_id, client_host, arrays, reply)
+            return
+        now = [f for f in arrays if not (len(f) > at and f[at] > now_ms)]
+        now_size = sum(len(f[M_BODY]) for f in now)
+        parts: list = []
+
+        def part(exc: BaseException | None, first_seq: int, count: int) -> None:
+            parts.append((exc, first_seq))
+            if len(parts) == 2:
+                failed = next((e for e, _ in parts if e is not None), None)
+                reply(failed, max(s for _, s in parts), 0 if failed else len(arrays))
+
+        self.delayed.schedule(app_id, client_host, later, part)
+        self.publish(app_id, client_host, now, now_size, part)
+
+    def _publish_due(self, app_id: str | None, arrays: list[list], size: int, reply: PublishReply) -> None:
+        self.publish(app_id, None, arrays, size, reply)
 
     def _stored(self, messages: list[StoredMessage], size: int, exc: BaseException | None, reply: PublishReply,
                 client_host: str | None, traced: object = None) -> None:
@@ -271,6 +319,8 @@ class Topic:
         for group in self.groups.values():
             group.tick(now, now_ms, retention_ms)
         self.store.tick(now)
+        if self.delayed is not None:
+            self.delayed.tick(now)
 
     def stats(self) -> dict:
         config = self.state.topics.get(self.name)
@@ -284,6 +334,8 @@ class Topic:
             "tx": {"prepared": len(self.store.prepared), "prepared_total": self.tx_prepared,
                    "committed": self.tx_committed, "rolled_back": self.tx_rolled_back},
             "redriven": self.redriven,
+            "scheduled": self.delayed.count if self.delayed is not None else 0,
+            "delayed": self.delayed.stats() if self.delayed is not None else None,
             "store": self.store.stats(),
             "groups": {name: g.stats() for name, g in sorted(self.groups.items())},
         }

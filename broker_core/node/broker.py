@@ -34,6 +34,9 @@ from broker_core.node.server import ClientConnection
 from broker_core.storage.file_dead_letters import safe_name
 from broker_core.storage.file_store import FileStore
 from broker_core.storage.memory_store import MemoryStore
+from broker_core.storage.schedule import ScheduleStore
+from broker_core.storage.schedule_file import FileSchedule
+from broker_core.storage.schedule_memory import MemorySchedule
 from broker_core.storage.store import TopicStore
 from broker_core.tracing.process import ProcessTraceSink
 from broker_core.tracing.sink import NullTraceSink, TraceSink
@@ -57,7 +60,7 @@ class Broker:
         self.verified = VerifiedCache()
         self.tx = TxService(self.topics, self.connections)
         self.lifecycle = Lifecycle(self.topics, self.state, options.data_dir, options.cluster, self.open_store,
-                                   self.storage_for)
+                                   self.storage_for, open_schedule=self.open_schedule)
         self.auth_failures = 0
         self.counters = CarriedCounters(options.data_dir / "counters.json")  # what was counted before a restart
         self.node_id = ""
@@ -147,9 +150,11 @@ class Broker:
         if topic is not None:
             return topic
         config: TopicConfig | None = self.state.topics.get(name)
-        store = self.open_store(name, storage or self.storage_for(config))
+        level = storage or self.storage_for(config)
+        store = self.open_store(name, level)
         topic = Topic(name, store, self.state, trace=self.trace, max_credit=self.options.max_credit,
-                      window=(self.options.backlog_window_messages, self.options.backlog_window_bytes))
+                      window=(self.options.backlog_window_messages, self.options.backlog_window_bytes),
+                      schedule=self.open_schedule(name, level), call_later=self.loop.call_later)
         self.topics[name] = topic
         topic.recover()
         return topic
@@ -169,6 +174,16 @@ class Broker:
                          notify=self.loop.call_soon_threadsafe, fsync=opts.fsync, segment_bytes=opts.segment_bytes,
                          fsync_interval_s=opts.fsync_interval_ms / 1000, retention_s=lambda: self._retention_s(name),
                          idle_s=opts.segment_idle_s)
+
+    def open_schedule(self, name: str, storage: str) -> ScheduleStore:
+        """A topic's schedule store (delayed messages) at that level (not recovered yet): the file level's lives in
+        the topic's folder (`schedule/`, made when the first delayed message comes)."""
+        if storage == "memory":
+            return MemorySchedule(notify=self.loop.call_soon)
+        opts = self.options
+        return FileSchedule(opts.data_dir / "topics" / safe_name(name) / "schedule", executor=self.store_executor,
+                            notify=self.loop.call_soon_threadsafe, fsync=opts.fsync,
+                            fsync_interval_s=opts.fsync_interval_ms / 1000)
 
     def _retention_s(self, name: str) -> float | None:
         """The topic's retention from its ZooKeeper document (None: the topic is not known now)."""
@@ -260,6 +275,11 @@ class Broker:
             while topic.store.busy:
                 await asyncio.sleep(0.005)
             topic.store.close()
+            if topic.delayed is not None:
+                topic.delayed.close()
+                while topic.delayed.store.busy:
+                    await asyncio.sleep(0.005)
+                topic.delayed.store.close()
         if self.state.ready:
             self._write_snapshot()
         self.counters.save(self._live_counts())
@@ -287,6 +307,9 @@ class Broker:
                               "storage_wanted": "file"|"memory"|None,
                               "published": int, "published_bytes": int, "publish_failures": int,
                               "tx": {"prepared", "prepared_total", "committed", "rolled_back"}, "redriven": int,
+                              "scheduled": int (delayed messages not due yet),
+                              "delayed": {"scheduled", "delivered", "in_memory", "loaded_through_ms",
+                                          "lateness_ms_max", "store": {...}} | None,
                               "store": {"storage": "file"|"memory", ...},
                               "groups": {<group>: {"mode", "bound": bool, "depth", "in_flight",
                                                    "delivered", "acked", "nacked", "timed_out",
@@ -305,7 +328,10 @@ class Broker:
         entries in the group's dead-letter queue, `revision` that of the binding applied (None: not bound); the
         other group figures are counters (`retention_dropped`: dropped past the topic's
         retention). Counters add up across the broker's restarts (node/counters.py); `published` counts the
-        messages made visible to the groups, committed transaction messages included.
+        messages made visible to the groups, committed transaction messages included (and delayed messages once
+        they are due). `scheduled` counts the topic's delayed messages not yet due (or due and not yet appended to
+        its log); under `delayed`, `delivered` counts those appended since the start, `in_memory` the entries of the
+        loaded buckets, `lateness_ms_max` the most a batch came due late at the timer.
         """
         m = self.membership
         stats = {

@@ -40,13 +40,19 @@ E_SLOW_CONSUMER = "slow_consumer"
 E_SHUTTING_DOWN = "shutting_down"
 E_TOO_MANY_CONNECTIONS = "too_many_connections"
 E_INTERNAL = "internal"
+E_DELAY_NOT_SUPPORTED = "delay_not_supported"  # a delayed message on a transactional or ordered topic
 
 # --- messages ------------------------------------------------------------------------------
 
 # A message travels (and is stored) as a msgpack array of these fields, nested in the frame, so a
 # frame of many messages is packed and unpacked by one msgpack call. Append new fields at the end only.
 M_ID, M_TYPE, M_KEY, M_BUSINESS_ID, M_HEADERS, M_BODY, M_TTL_MS, M_DELIVERY_LIMIT, M_FLAGS, M_TIMESTAMP_MS = range(10)
-MESSAGE_FIELDS = 10
+MESSAGE_FIELDS = 10  # the fields every message has; optional ones follow
+# Optional (issue 21): the Unix time in ms at which a delayed message becomes deliverable. Absent or 0: at once.
+# A message that has it is kept by the broker's schedule until then, then stored and delivered like any other
+# (still carrying the field, so consumers can see when it was due).
+M_DELIVER_AT_MS = 10
+MAX_DELAY_MS = 30 * 24 * 3600 * 1000  # how far ahead a message may be scheduled (30 days)
 
 # who may send an event (BOTH: either side)
 CLIENT, SERVER, BOTH = "client", "server", "both"

@@ -16,6 +16,7 @@ from broker_core.protocol.constants import (
     CLIENT,
     E_BAD_FRAME,
     HEADER,
+    M_DELIVER_AT_MS,
     MAGIC,
     MESSAGE_FIELDS,
     PROTOCOL_VERSION,
@@ -67,6 +68,8 @@ def check_message(m) -> list:
         and 0 < len(mid) <= 64 and len(mtype) <= 255
     ):
         raise ProtocolError("malformed message: a field has the wrong type")
+    if len(m) > M_DELIVER_AT_MS and type(m[M_DELIVER_AT_MS]) is not int:
+        raise ProtocolError("malformed message: deliver_at_ms must be an integer (Unix ms)")
     return m
 
 

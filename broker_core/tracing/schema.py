@@ -28,6 +28,7 @@ FORMAT_VERSION = 2  # the `v` of a record
 EVENT_KINDS = (
     "published", "stored", "prepared", "committed", "rolled_back",
     "delivered", "acked", "nacked", "timed_out", "dead_lettered", "expired", "redriven",
+    "scheduled",  # a delayed message was stored in the schedule; `detail` = "due_ms=<Unix ms>"
 )
 SIZED = frozenset({"published", "prepared"})  # the kinds that record the body's size
 

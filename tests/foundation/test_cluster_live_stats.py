@@ -86,8 +86,41 @@ def test_cluster_stats_over_rest(cluster, make_user, api_for):  # noqa: F811
     assert by_node[broker.node_id]["ok"] is True and by_node["hung-b9"]["ok"] is False
     assert "did not answer" in by_node["hung-b9"]["error"]
     assert body["topics"] == [{"topic": "orders", "figures": {"published": 7, "published_bytes": 603,
-                                                              "publish_failures": 0}}]
+                                                              "publish_failures": 0, "scheduled": 0}}]
     [group] = body["groups"]
     assert (group["topic"], group["group"], group["mode"], group["bound"]) == ("orders", "billing", "clustering", True)
     assert {k: group["figures"][k] for k in ("acked", "dead_lettered", "dead_letter_queue", "depth", "consumers")} == {
         "acked": 6, "dead_lettered": 1, "dead_letter_queue": 1, "depth": 0, "consumers": 0}
+
+
+def test_topic_page_shows_the_scheduled_messages_read_live_from_the_brokers(cluster, live_server, page, make_user):  # noqa: F811
+    """Delayed messages not due yet are counted on the topic page (and the cluster page), read from the broker now."""
+    from apps.accounts.models import Team
+    from apps.provisioning.models import SyncState
+    from apps.topics.models import Topic
+
+    admin = make_user("root", "admin", superuser=True)
+    cp = actions.create_cluster(actor=admin, name="live-c", environment="dev", region="local",
+                                zk_connect=cluster.zk_hosts, zk_chroot=cluster.chroot, storage_level="file")
+    cluster.standard("orders")
+    cluster.pv.binding("orders", "billing", APP)
+    cluster.broker()
+    team = Team.objects.create(name="scheduling")
+    topic = Topic.objects.create(name="orders", team=team, environment="dev", cluster=cp, message_types=["default"],
+                                 expected_peak_mps=10, retention_hours=24, storage_level="file")
+    SyncState.objects.create(cluster=cp, kind="topic", object_id=topic.pk, path="/topics/orders", desired_revision=1,
+                             state="synced", zk_revision=1, landed_revision=1)
+    with Producer(**cluster.client_kwargs()) as producer:
+        producer.send("orders", b"now")
+        for i in range(3):
+            producer.send("orders", f"later {i}".encode(), delay=600 + i)
+
+    make_user("sre-live", "sre")
+    login(page, live_server.url, "sre-live")
+    page.goto(f"{live_server.url}/topics/{topic.pk}/")
+    live = page.locator("[data-testid=topic-live]")
+    assert live.locator("[data-figure=scheduled]").inner_text() == "3"
+    assert live.locator("[data-figure=published]").inner_text() == "1"
+    page.goto(f"{live_server.url}/clusters/live-c/")
+    row = page.locator("[data-testid=topic-stats] tr[data-topic=orders]")
+    assert row.locator("[data-figure=scheduled]").inner_text() == "3"

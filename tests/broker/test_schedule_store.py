@@ -1,0 +1,89 @@
+"""The file level's schedule store on its own (real files): what recovery rebuilds after a crash — a torn log tail,
+index files that lag behind the log, entries already delivered — and that sealed segments go once delivered."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from broker_core import protocol as p
+from broker_core.storage.schedule import BUCKET_MS, bucket_of
+from broker_core.storage.schedule_file import FileSchedule
+from tests.broker.conftest import wait_for
+
+BASE_MS = 1_900_000_000_000 - 1_900_000_000_000 % BUCKET_MS  # a bucket start, far ahead
+
+
+def _open(path, executor) -> FileSchedule:
+    lock = threading.Lock()
+
+    def notify(fn, *args):  # the loop thread's role, played under a lock by whichever thread finishes
+        with lock:
+            fn(*args)
+
+    return FileSchedule(path, executor=executor, notify=notify, segment_bytes=1500, index_sync_interval_s=0)
+
+
+def _schedule(store: FileSchedule, count: int) -> dict[str, int]:
+    """`count` messages in batches of 5, due over three buckets; returns id -> due ms once all are durable."""
+    due_of, done = {}, []
+    for first in range(0, count, 5):
+        arrays = [p.message(f"m-{i:03d}", "t", f"body {i}".encode()) for i in range(first, first + 5)]
+        due = [BASE_MS + (i % 3) * BUCKET_MS + i for i in range(first, first + 5)]
+        due_of.update({a[p.M_ID]: d for a, d in zip(arrays, due, strict=True)})
+        store.add("app", 1, arrays, due, done.append)
+    wait_for(lambda: len(done) == count // 5 and not store.busy, 10, "the batches to be durable")
+    assert done == [None] * (count // 5)
+    return due_of
+
+
+def _all_entries(store: FileSchedule) -> list:
+    loaded, fetched = [], []
+    for bucket in sorted(store.buckets):
+        store.load(bucket, loaded.extend)
+    wait_for(lambda: sum(len(x) for x in [loaded]) == store.count, 10, "the buckets to load")
+    store.fetch(list(loaded), lambda entries, exc: fetched.append((entries, exc)))
+    wait_for(lambda: fetched, 10, "the bodies")
+    entries, exc = fetched[0]
+    assert exc is None
+    return entries
+
+
+def test_recovery_rebuilds_lagging_indexes_skips_delivered_and_truncates_a_torn_tail(tmp_path):
+    directory = tmp_path / "schedule"
+    with ThreadPoolExecutor(2) as executor:
+        store = _open(directory, executor)
+        due_of = _schedule(store, 60)
+        assert store.count == 60 and len(store.buckets) == 3
+        assert len(list(directory.glob("*.slog"))) >= 2  # small segments: the log rolled
+        delivered = [e for e in _all_entries(store) if int(e.fields[p.M_ID][2:]) < 12]
+        store.delivered(delivered)
+        wait_for(lambda: not store.busy, 10, "the done entries written")
+        store.tick(time.monotonic())
+        wait_for(lambda: not store.busy and not store._dirty_index, 10, "the index sync")
+        # the crash: a torn record at the log's end, and one bucket's index lost entirely with the checkpoint
+        # (as if its entries were written after the last index sync)
+        newest = max(directory.glob("*.slog"))
+        with open(newest, "ab") as f:
+            f.write(b"\x00\x00\x01\x00torn")
+        lost = directory / f"{bucket_of(BASE_MS + BUCKET_MS)}.idx"
+        lost.unlink()
+        (directory / "indexed").unlink()
+        store._close_files()
+
+        again = _open(directory, executor)
+        again.recover()
+        assert again.count == 48 and sum(again.buckets.values()) == 48
+        entries = _all_entries(again)
+        got = {e.fields[p.M_ID]: e.due_ms for e in entries}
+        assert got == {i: d for i, d in due_of.items() if int(i[2:]) >= 12}
+        assert all(e.fields[p.M_BODY] == f"body {int(e.fields[p.M_ID][2:])}".encode() and e.app_id == "app"
+                   for e in entries)
+        assert not newest.read_bytes().endswith(b"torn")
+        # everything delivered: the sealed segments and the past buckets' files go
+        again.delivered(entries)
+        wait_for(lambda: not again.busy, 10, "the done entries")
+        assert again.count == 0
+        again.tick(time.monotonic())
+        wait_for(lambda: not again.busy and not list(directory.glob("*.slog")), 10, "the segments to go")
