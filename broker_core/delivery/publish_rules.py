@@ -74,3 +74,27 @@ def _prepared_refusal(config: TopicConfig, prepared: int, count: int) -> Refusal
         return Refusal(p.E_INVALID, "a publish holds either only prepared messages or none; send transaction "
                                     "messages in a publish of their own")
     return None
+
+
+def publish_partition(state: ClusterState, node_id: str, topic: str, partition: int | None) -> int | None | Refusal:
+    """The partition a publish goes to on this broker (None: the topic has no placement: one partition held by
+    every broker, as before layout 3), or why it is refused: a partition this broker does not lead gets
+    `not_leader` (the SDK reads where it is led and sends there)."""
+    placed = state.placements.get(topic)
+    if placed is None:
+        if partition:
+            return Refusal(p.E_INVALID, f"topic {topic!r} has one partition; partition {partition} does not exist")
+        return None
+    if partition is None:  # a client from before partitions: a partition led here, if any
+        partition = next((pid for pid in placed if state.leader_of(topic, pid) == node_id), None)
+        if partition is None:
+            return Refusal(p.E_NOT_LEADER, f"this broker leads no partition of topic {topic!r}; read "
+                                           f"/placement/{topic} and send to a leader")
+    if partition not in placed:
+        return Refusal(p.E_INVALID, f"topic {topic!r} has {len(placed)} partitions; partition {partition} does "
+                                    "not exist")
+    leader = state.leader_of(topic, partition)
+    if leader != node_id:
+        return Refusal(p.E_NOT_LEADER, f"partition {partition} of topic {topic!r} is led by {leader!r}, not this "
+                                       f"broker ({node_id}): send it there")
+    return partition

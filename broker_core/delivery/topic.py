@@ -44,7 +44,10 @@ class Topic:
 
     def recover(self) -> int:
         """Load what the store still owes and queue it for its groups; returns the message count."""
-        owed = self.store.recover()
+        return self.take_owed(self.store.recover())
+
+    def take_owed(self, owed: list[tuple[StoredMessage, tuple[str, ...]]]) -> int:
+        """Queue recovered messages for the groups they are owed to (a partition placed here later, too)."""
         by_group: dict[str, list[StoredMessage]] = {}
         for m, groups in owed:
             for g in groups:
@@ -116,9 +119,9 @@ class Topic:
         return groups
 
     def publish(self, app_id: str, client_host: str | None, arrays: list[list], size: int,
-                reply: PublishReply) -> None:
-        """Store a batch of message arrays (`size`: their body bytes); `reply` runs once it is durable (or
-        failed)."""
+                reply: PublishReply, partition: int | None = None) -> None:
+        """Store a batch of message arrays (`size`: their body bytes) in `partition` (None: the topic's home
+        partition on this broker); `reply` runs once it is durable (or failed)."""
         received_ms = int(time.time() * 1000)
         routes = self.routes
         groups = []
@@ -134,7 +137,11 @@ class Topic:
         def done(exc: BaseException | None) -> None:
             self._stored(stored[0] if stored else [], size, exc, reply, client_host, traced[0] if traced else None)
 
-        stored.append(self.store.append(app_id, received_ms, arrays, groups, done))
+        store = self.store
+        if partition is None:
+            stored.append(store.append(app_id, received_ms, arrays, groups, done))
+        else:
+            stored.append(store.append_to(partition, app_id, received_ms, arrays, groups, done))
         traced.append(self.trace.emit_messages("published", self.name, stored[0], app_id=app_id,
                                                client_host=client_host, ts_us=received_ms * 1000))
 

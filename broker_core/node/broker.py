@@ -33,6 +33,12 @@ from broker_core.node.server import ClientConnection
 from broker_core.storage.file_dead_letters import safe_name
 from broker_core.storage.file_store import FileStore
 from broker_core.storage.memory_store import MemoryStore
+from broker_core.storage.partitions import (
+    PartitionedStore,
+    adopt_legacy_folder,
+    partition_base,
+    partition_dir,
+)
 from broker_core.storage.store import TopicStore
 from broker_core.tracing.process import ProcessTraceSink
 from broker_core.tracing.sink import NullTraceSink, TraceSink
@@ -83,6 +89,7 @@ class Broker:
         self.state.on_binding.append(self._binding_changed)
         self.state.on_app.append(self._app_changed)
         self.state.on_topic.append(self.lifecycle.topic_changed)
+        self.state.on_placement.append(self._placement_changed)
         self.state.on_removed.append(self.lifecycle.removed)
         self.state.on_any.append(self._schedule_snapshot)
 
@@ -104,6 +111,8 @@ class Broker:
             self._load_snapshot()
         self.lifecycle.remove_tombstones()
         self._recover_topics()
+        for name in list(self.state.placements):
+            self._placement_changed(name)
         self.lifecycle.started()
         self.server = await self.loop.create_server(lambda: ClientConnection(self), opts.host, opts.port,
                                                     reuse_address=True, backlog=1024)
@@ -157,15 +166,38 @@ class Broker:
             return config.storage
         return self.options.storage
 
-    def open_store(self, name: str, storage: str) -> TopicStore:
-        """A topic's store at that level (not recovered yet)."""
+    def open_store(self, name: str, storage: str) -> PartitionedStore:
+        """A topic's store at that level: the partitions placed on this broker (not recovered yet)."""
+        directory = self.options.data_dir / "topics" / safe_name(name)
+        if storage != "memory" and adopt_legacy_folder(directory):
+            log.info("topic %s: the folder of a broker from before partitions is now its partition 0", name)
+        return PartitionedStore(directory, {pid: self._open_partition(name, pid, storage)
+                                            for pid in self.state.partitions_of(name, self.node_id)},
+                                durable=storage != "memory", spare=MemoryStore(notify=self.loop.call_soon))
+
+    def _open_partition(self, name: str, partition: int, storage: str) -> TopicStore:
         if storage == "memory":
-            return MemoryStore(notify=self.loop.call_soon)
+            return MemoryStore(notify=self.loop.call_soon, first_seq=partition_base(partition))
         opts = self.options
-        return FileStore(opts.data_dir / "topics" / safe_name(name), executor=self.store_executor,
-                         notify=self.loop.call_soon_threadsafe, fsync=opts.fsync, segment_bytes=opts.segment_bytes,
-                         fsync_interval_s=opts.fsync_interval_ms / 1000, retention_s=lambda: self._retention_s(name),
-                         idle_s=opts.segment_idle_s)
+        return FileStore(partition_dir(opts.data_dir / "topics" / safe_name(name), partition),
+                         executor=self.store_executor, notify=self.loop.call_soon_threadsafe, fsync=opts.fsync,
+                         segment_bytes=opts.segment_bytes, fsync_interval_s=opts.fsync_interval_ms / 1000,
+                         retention_s=lambda: self._retention_s(name), idle_s=opts.segment_idle_s,
+                         first_seq=partition_base(partition))
+
+    def _placement_changed(self, name: str) -> None:
+        """Partitions newly placed on this broker are opened (and recovered); a partition moved away stays
+        until its topic goes (moving replicas is the rebalance's work)."""
+        topic = self.topics.get(name)
+        if topic is None:
+            if self.state.partitions_of(name, self.node_id):
+                self.topic(name)  # held here from now on (a follower replicates it before any client comes)
+            return
+        for pid in self.state.partitions_of(name, self.node_id):
+            if pid not in topic.store.stores:
+                storage = "file" if topic.store.durable else "memory"
+                topic.take_owed(topic.store.add(pid, self._open_partition(name, pid, storage)))
+                log.info("topic %s: partition %d placed on this broker", name, pid)
 
     def _retention_s(self, name: str) -> float | None:
         """The topic's retention from its ZooKeeper document (None: the topic is not known now)."""

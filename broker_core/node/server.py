@@ -22,7 +22,7 @@ import time
 from broker_core import protocol as p
 from broker_core.auth import is_fast, verify_any, verify_secret
 from broker_core.delivery.lanes import Subscription
-from broker_core.delivery.publish_rules import Refusal, check_publish
+from broker_core.delivery.publish_rules import Refusal, check_publish, publish_partition
 from broker_core.node.host import ConnectionHost
 
 log = logging.getLogger("broker_core.server")
@@ -342,6 +342,10 @@ class ClientConnection(asyncio.Protocol):
         if isinstance(plan, Refusal):
             self.error(ev.ref, plan.code, plan.message)
             return
+        partition = publish_partition(self.broker.state, self.broker.node_id, ev.topic, ev.partition)
+        if isinstance(partition, Refusal):
+            self.error(ev.ref, partition.code, partition.message)
+            return
         topic = self.broker.topic(ev.topic)
         ref = ev.ref
 
@@ -354,7 +358,7 @@ class ClientConnection(asyncio.Protocol):
         if plan.prepared:
             topic.prepare(self.app_id, self.peer, self.conn_no, ev.messages, plan.size, reply)
         else:
-            topic.publish(self.app_id, self.peer, ev.messages, plan.size, reply)
+            topic.publish(self.app_id, self.peer, ev.messages, plan.size, reply, partition)
 
     def on_end_tx(self, ev: p.EndTx) -> None:
         found = self.broker.tx.find(ev.message_id, ev.topic)

@@ -40,6 +40,7 @@ E_SLOW_CONSUMER = "slow_consumer"
 E_SHUTTING_DOWN = "shutting_down"
 E_TOO_MANY_CONNECTIONS = "too_many_connections"
 E_INTERNAL = "internal"
+E_NOT_LEADER = "not_leader"  # the partition is not led by this broker: ask ZooKeeper for its leader and retry there
 
 # --- messages ------------------------------------------------------------------------------
 

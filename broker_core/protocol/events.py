@@ -124,6 +124,16 @@ class Publish(Event):
     ref: int
     topic: str
     messages: list  # of message arrays (see `message`)
+    partition: int | None = None  # issue 20: the partition (its leader takes it); None: the broker's choice
+
+    @classmethod
+    def from_body(cls, body: Any) -> Event:
+        ev = super(Publish, cls).from_body(body)
+        if len(body) > 3 and body[3] is not None:
+            if type(body[3]) is not int or body[3] < 0:
+                raise ProtocolError("malformed Publish: partition must be a non-negative integer")
+            ev.partition = body[3]
+        return ev
 
 
 @dataclass(slots=True)

@@ -96,7 +96,7 @@ class SegmentRecovery:
                 if entry is not None and entry.message.segment is seg and entry.state == TX_PREPARED:
                     seg.unfinished += 1
             self.segments.append(seg)
-        self.next_seq = max(last_seq + 1, bases[-1] if bases else 1)
+        self.next_seq = max(last_seq + 1, bases[-1] if bases else 1, self.first_seq)
         for seg in self.segments[:-1]:
             seg.sealed = True
             if seg.unfinished == 0:

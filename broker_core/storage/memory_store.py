@@ -14,9 +14,9 @@ MAX_RESOLVED_TX = 100_000  # resolved transaction entries remembered (for state 
 class MemoryStore:
     durable = False
 
-    def __init__(self, notify: Callable[..., object], max_dead_letters: int = 100_000):
+    def __init__(self, notify: Callable[..., object], max_dead_letters: int = 100_000, first_seq: int = 1):
         self.notify = notify
-        self.next_seq = 1
+        self.next_seq = first_seq
         self.max_dead_letters = max_dead_letters
         self.dead_index = DeadLetterIndex()
         self._dead_order: dict[str, deque[int]] = {}
