@@ -11,6 +11,7 @@ class RuleKind(models.TextChoices):
     UNRESOLVED_TX = "unresolved_tx", "Unresolved transaction messages above"
     BROKER_DOWN = "broker_down", "Fewer live brokers than"
     ZOOKEEPER_DRIFT = "zookeeper_drift", "ZooKeeper nodes drifted above"
+    UNDER_REPLICATED = "under_replicated", "Under-replicated partitions above"
 
 
 # kinds that watch a topic (and, for the first three, a consumer group); the rest watch a whole cluster
