@@ -303,6 +303,7 @@ class Broker:
          "transactions": {"prepared", "checks_sent", "checks_answered", "checks_timed_out", "checks_waiting",
                           "listeners"},
          "topics": {<topic>: {"revision": int|None, "status": "active"|"retired"|None, "held": int,
+                              "leads": [int]|None,
                               "storage_wanted": "file"|"memory"|None,
                               "published": int, "published_bytes": int, "publish_failures": int,
                               "tx": {"prepared", "prepared_total", "committed", "rolled_back"}, "redriven": int,
@@ -312,7 +313,9 @@ class Broker:
                                                    "redelivered", "dead_lettered", "expired", "retention_dropped",
                                                    "dead_letter_queue", "consumers", "revision"}}}}}
 
-        `revision` and `status` are those of the topic document this broker applies (None: it is not in ZooKeeper
+        `leads` (issue 20) lists the partitions this broker takes publishes for (None: the topic has no placement,
+        every broker takes it; `store.partitions` those it holds). `revision` and `status` are those of the topic
+        document this broker applies (None: it is not in ZooKeeper
         now), `held` the messages some group still owes (each counted once), `storage_wanted` a storage level the
         topic's document asks for that is not applied yet (it is once the topic holds no message). `depth` counts
         messages waiting (ready or in backoff), `in_flight` those sent and not yet acked, `dead_letter_queue` the
@@ -334,9 +337,18 @@ class Broker:
             "refused_connections": self.refused_connections,
             "auth_failures": self.auth_failures,
             "transactions": self.tx.stats(),
-            "topics": {name: {**t.stats(), "storage_wanted": self.lifecycle.storage_due.get(name)}
+            "topics": {name: {**t.stats(), "storage_wanted": self.lifecycle.storage_due.get(name),
+                              "leads": self._leads(name)}
                        for name, t in sorted(self.topics.items())},
         }
+
+
+    def _leads(self, name: str) -> list[int] | None:
+        """The partitions of the topic this broker takes publishes for (None: the topic has no placement)."""
+        placed = self.state.placements.get(name)
+        if placed is None:
+            return None
+        return sorted(pid for pid in placed if self.state.leader_of(name, pid) == self.node_id)
 
 
 def run(options: Options) -> None:

@@ -135,3 +135,30 @@ def test_a_topic_folder_of_a_broker_from_before_partitions_is_recovered_as_parti
         wait_for(lambda: set(got.ids("c")) >= set(sent), 15, "the messages stored before the upgrade")
     assert not any(folder.glob("*.log")) and any((folder / "p0").glob("*.log"))
     assert cluster.pv.exists(LAYOUT.topic("orders"))
+
+
+def test_a_producer_follows_a_partition_to_its_new_leader_and_loses_nothing(cluster):
+    """The placement moves a partition to the other broker while a producer sends to it: the old leader takes no
+    more (a batch it gets is refused as `not_leader` and sent again by the SDK once it reads the new placement),
+    the new one takes every later message, and every acknowledged message is delivered."""
+    nodes, placed = placed_cluster(cluster, 2, brokers=2)
+    by_node = {b.node_id: b for b in nodes}
+    moving = choose_partition("k", 2, 0)  # every message below has key "k": this partition
+    old = placed[moving]
+    [new] = [n for n in by_node if n != old]
+    acknowledged: list[str] = []
+    with Producer(**cluster.client_kwargs(send_timeout=20)) as producer:
+        for i in range(200):
+            acknowledged.append(producer.send("orders", b"before %d" % i, key="k"))
+        cluster.pv._put(LAYOUT.placement("orders"), {"topic": "orders", "epoch": 2, "partitions": [
+            {"id": pid, "replicas": [new if pid == moving else placed[pid]]} for pid in (0, 1)]})
+        wait_for(lambda: by_node[new].stats()["topics"]["orders"]["leads"] == [0, 1]
+                 and by_node[old].stats()["topics"]["orders"]["leads"] == [], 10, "both brokers to read the move")
+        for i in range(200):
+            acknowledged.append(producer.send("orders", b"after %d" % i, key="k"))
+    assert len(set(acknowledged)) == 400
+    assert by_node[old].stats()["topics"]["orders"]["published"] == 200, "the old leader took no message after"
+    assert by_node[new].stats()["topics"]["orders"]["published"] == 200, "the new leader took every later one"
+    got = Received()
+    with Consumer("orders", "billing", got.handler("c"), **cluster.client_kwargs(credit=500)):
+        wait_for(lambda: set(got.ids("c")) >= set(acknowledged), 20, "every acknowledged message")
