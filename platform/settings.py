@@ -132,7 +132,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
-STATICFILES_DIRS = [PROJECT_DIR / "static"]
+# the browser libraries pinned in package.json + package-lock.json (`./dev` runs npm ci), served as our own files
+NODE_MODULES = Path(os.environ.get("SWITCHYARD_NODE_MODULES", BASE_DIR / "node_modules"))
+STATICFILES_DIRS = [PROJECT_DIR / "static", ("vendor/uplot", NODE_MODULES / "uplot" / "dist")]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 LOGIN_URL = "login"
@@ -246,6 +248,8 @@ SWITCHYARD_MONITORING_DIR = os.environ.get("SWITCHYARD_MONITORING_DIR", str(STAT
 SWITCHYARD_MONITORING_TOKEN = read_secret("SWITCHYARD_MONITORING_TOKEN", default="")
 SWITCHYARD_MONITORING_TOKEN_FILE = os.environ.get("SWITCHYARD_MONITORING_TOKEN_FILE", "")
 SWITCHYARD_PROMETHEUS_URL = os.environ.get("SWITCHYARD_PROMETHEUS_URL", f"http://127.0.0.1:{PORT_BASE + 3}")
+# each query of the console's plots (apps/clusters/series.py); past it the page says Prometheus did not answer
+SWITCHYARD_PROMETHEUS_TIMEOUT = float(os.environ.get("SWITCHYARD_PROMETHEUS_TIMEOUT", "5"))
 SWITCHYARD_ALERTMANAGER_URL = os.environ.get("SWITCHYARD_ALERTMANAGER_URL", f"http://127.0.0.1:{PORT_BASE + 4}")
 # where Alertmanager posts every notification for the console's history of alerts (this web server)
 SWITCHYARD_CONTROL_PLANE_URL = os.environ.get("SWITCHYARD_CONTROL_PLANE_URL", f"http://127.0.0.1:{PORT_BASE + 10}")

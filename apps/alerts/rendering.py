@@ -29,6 +29,18 @@ ALERT_NAMES = {
 }
 
 
+# what fires, in words for notifications and e-mail ({t}: the threshold)
+CONDITIONS = {
+    RuleKind.LAG_AGE: "oldest waiting message older than {t} s",
+    RuleKind.BACKLOG: "backlog above {t} messages",
+    RuleKind.NO_CONSUMERS: "fewer consumers connected than {t}",
+    RuleKind.AUTH_FAILURES: "more than {t} authentication failures in 5 minutes",
+    RuleKind.UNRESOLVED_TX: "more than {t} unresolved transaction messages",
+    RuleKind.BROKER_DOWN: "fewer live brokers than {t}",
+    RuleKind.ZOOKEEPER_DRIFT: "more than {t} ZooKeeper nodes drifted",
+}
+
+
 def _q(value: str) -> str:
     """A PromQL string literal (double-quoted, escaped like Go: JSON's escaping is a subset)."""
     return json.dumps(value)
@@ -70,8 +82,14 @@ def expression(rule: AlertRule) -> str:
     raise ValueError(f"unknown rule kind {kind!r}")
 
 
+def _literal(text: str) -> str:
+    """Text Prometheus takes as it is: labels and annotations are Go templates to it, so text with '{{' (a rule's
+    name may have it) goes in as a template string constant; otherwise one such name breaks the whole rule file."""
+    return "{{ " + json.dumps(text) + " }}" if "{{" in text else text
+
+
 def rule_labels(rule: AlertRule) -> dict[str, str]:
-    labels = {"rule_id": str(rule.pk), "rule": rule.name, "kind": rule.kind, "cluster": rule.cluster.name}
+    labels = {"rule_id": str(rule.pk), "rule": _literal(rule.name), "kind": rule.kind, "cluster": rule.cluster.name}
     if rule.topic_id is not None:
         labels["topic"] = rule.topic.name
     if rule.group:
@@ -82,16 +100,17 @@ def rule_labels(rule: AlertRule) -> dict[str, str]:
 def prometheus_rules(rules) -> str:
     entries = []
     for rule in rules:
-        what = rule.get_kind_display()
+        what = CONDITIONS[rule.kind].format(t=f"{rule.threshold:g}")
         entries.append({
             "alert": ALERT_NAMES[rule.kind],
             "expr": expression(rule),
             "for": f"{rule.for_seconds}s",
             "labels": rule_labels(rule),
             "annotations": {
-                "summary": f"{rule.name}: {what} {rule.threshold:g} on {rule.cluster.name}"
-                           + (f" / {rule.topic.name}" if rule.topic_id else "") + (f" / {rule.group}" if rule.group else ""),
-                "value": "{{ $value }}",
+                "summary": _literal(f"{rule.name}: {what} on {rule.cluster.name}"
+                                    + (f" / {rule.topic.name}" if rule.topic_id else "")
+                                    + (f" / {rule.group}" if rule.group else "")),
+                "value": "{{ $value | humanize }}",  # 4 significant digits: 94.44, 1.1k
             },
         })
     return json.dumps({"groups": [{"name": "switchyard", "rules": entries}]}, indent=2)

@@ -1,19 +1,9 @@
-from django.db import models
+from control_plane.choices import text_choices
 
-
-class SelectorKind(models.TextChoices):
-    """KiteQ's bind types: which message types of the topic a group receives."""
-
-    EXACT = "exact", "Exact message type"
-    WILDCARD = "wildcard", "Wildcard (shell-style, e.g. order.*)"
-    REGEX = "regex", "Regular expression (full match)"
-
-
-class DeliveryMode(models.TextChoices):
-    CLUSTERING = "clustering", "Clustering: one consumer of the group per message"
-    BROADCAST = "broadcast", "Broadcast: every consumer of the group"
-
-
-class BindingStatus(models.TextChoices):
-    ACTIVE = "active", "Active"
-    RETIRED = "retired", "Retired"
+# KiteQ's bind types: which message types of the topic a group receives.
+SelectorKind = text_choices("SelectorKind", ("exact", "Exact message type"),
+                            ("wildcard", "Wildcard (shell-style, e.g. order.*)"),
+                            ("regex", "Regular expression (full match)"))
+DeliveryMode = text_choices("DeliveryMode", ("clustering", "Clustering: one consumer of the group per message"),
+                            ("broadcast", "Broadcast: every consumer of the group"))
+BindingStatus = text_choices("BindingStatus", "active", "retired")

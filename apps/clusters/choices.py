@@ -1,19 +1,6 @@
-from django.db import models
+from control_plane.choices import text_choices
 
-
-class Environment(models.TextChoices):
-    DEV = "dev", "Development"
-    TEST = "test", "Test"
-    STAGING = "staging", "Staging"
-    PROD = "prod", "Production"
-
-
-class StorageLevel(models.TextChoices):
-    MEMORY = "memory", "Memory (fast, lost on restart)"
-    FILE = "file", "File (durable, fsync group commit)"
-
-
-class ClusterStatus(models.TextChoices):
-    ACTIVE = "active", "Active"
-    MAINTENANCE = "maintenance", "Maintenance"
-    RETIRED = "retired", "Retired"
+Environment = text_choices("Environment", ("dev", "Development"), "test", "staging", ("prod", "Production"))
+StorageLevel = text_choices("StorageLevel", ("memory", "Memory (fast, lost on restart)"),
+                            ("file", "File (durable, fsync group commit)"))
+ClusterStatus = text_choices("ClusterStatus", "active", "maintenance", "retired")

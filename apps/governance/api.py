@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import exceptions, mixins, serializers, status, views
 from rest_framework.decorators import action
+from rest_framework.fields import SkipField
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 from rest_framework.settings import api_settings
@@ -119,6 +120,19 @@ class ApplicationFilterSet(django_filters.FilterSet):
         return awaiting_filter(queryset, user)
 
 
+def _valid_fields(serializer, data) -> dict:
+    """The fields of a refused body that are right on their own (a dry run runs the policy on them)."""
+    out = {}
+    for name, field in serializer.fields.items():
+        if field.read_only or name in serializer.errors or name == "submit":
+            continue
+        try:
+            out[field.source] = field.run_validation(field.get_value(data))
+        except (serializers.ValidationError, SkipField):
+            continue
+    return out
+
+
 class DecisionBodySerializer(serializers.Serializer):
     comment = serializers.CharField(required=False, allow_blank=True, default="", max_length=2000)
 
@@ -207,9 +221,18 @@ class ApplicationViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, Actio
         if not isinstance(request.data, dict):
             raise exceptions.ValidationError({"non_field_errors": ["Send the application as a JSON object."]})
         serializer = self.get_serializer(data=request.data)
-        if not serializer.is_valid():
-            return Response({"passed": False, "field_errors": serializer.errors, "checks": [],
-                             "required_approvals": []})
+        if not serializer.is_valid():  # the policy on the fields that are right, beside the field errors
+            concrete = {f.name for f in self.model._meta.concrete_fields}
+            fields = {k: v for k, v in _valid_fields(serializer, request.data).items() if k in concrete}
+            application = self.model(applicant=request.user, **fields)
+            report = policy.evaluate(application, applicant=request.user,
+                                     unknown=(set(self.model.fields_asked) - set(fields)) | {"__all__"})
+            errors = dict(serializer.errors)
+            for field, messages in report.errors().items():
+                errors.setdefault("non_field_errors" if field == "__all__" else field, messages)
+            body = report.as_dict()
+            return Response({"passed": False, "field_errors": errors, "checks": body["checks"],
+                             "required_approvals": body["required_approvals"]})
         fields, _ = self._split(serializer.validated_data)
         application = self.model(applicant=request.user, **fields)
         try:

@@ -5,12 +5,20 @@ demand through the dry-run endpoints) and explains itself in words. `evaluate(ap
 a Report: each check passed or not, with the message and the form field it concerns, and the
 approval slots the application needs.
 
+A form with field errors still gets every policy check its valid fields allow (`evaluate(...,
+unknown=fields)`): each rule is one step, and a step that reads a field the form could not take is skipped,
+so an applicant sees field errors and policy failures in one round.
+
+Messages name the applicant in the third person (approvers and auditors read them); a check about the
+applicant also says it to them (`to_applicant`), which the applicant's own pages and forms show.
+
 Limits come from settings.SWITCHYARD_POLICY (a dict) over DEFAULT_LIMITS.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 from django.conf import settings
@@ -99,9 +107,16 @@ class Check:
     message: str
     field: str | None = None
     title: str = ""
+    to_applicant: str = ""  # the message as said to the applicant, when it speaks of them
 
     def __post_init__(self):
         self.title = self.title or RULES[self.rule][0]
+
+
+def message_for(check: dict | Check, applicant_reads: bool) -> str:
+    """A check's message as the reader should see it: said to the applicant, or of them to anyone else."""
+    data = asdict(check) if isinstance(check, Check) else check
+    return (applicant_reads and data.get("to_applicant")) or data["message"]
 
 
 @dataclass
@@ -118,11 +133,11 @@ class Report:
     def failures(self) -> list[Check]:
         return [c for c in self.checks if not c.passed]
 
-    def errors(self) -> dict[str, list[str]]:
+    def errors(self, applicant_reads: bool = True) -> dict[str, list[str]]:
         """Failed checks as Django ValidationError's dict: field → messages ('__all__' for the form)."""
         out: dict[str, list[str]] = {}
         for c in self.failures:
-            out.setdefault(c.field or "__all__", []).append(c.message)
+            out.setdefault(c.field or "__all__", []).append(message_for(c, applicant_reads))
         return out
 
     def as_dict(self) -> dict:
@@ -134,10 +149,56 @@ class Report:
         }
 
 
-def evaluate(application, *, applicant=None) -> Report:
-    """Run every rule of the application's kind. The application may be unsaved (dry run)."""
+class Unknown(Exception):
+    """A check read a field whose input the form could not take (that field has its own error)."""
+
+
+class Partial:
+    """The application as far as its form could read it: a field in `unknown` raises Unknown when read."""
+
+    def __init__(self, application, unknown):
+        self._application, self._unknown = application, frozenset(unknown)
+
+    def __getattr__(self, name):
+        if name in self._unknown or (name.endswith("_id") and name[:-3] in self._unknown):
+            raise Unknown(name)
+        return getattr(self._application, name)
+
+
+@dataclass
+class RuleSet:
+    """A kind's rules as steps, each giving one check (or a few); `slots` names the approvals it needs."""
+
+    kind: str
+    steps: list[Callable]
+    slots: Callable
+
+    def __call__(self, application, applicant) -> Report:
+        checks: list[Check] = []
+        for step in self.steps:
+            try:
+                found = step(application, applicant)
+            except Unknown:  # only ever for a Partial application: this check waits for its field
+                continue
+            checks += found if isinstance(found, list) else [found]
+        try:
+            slots = self.slots(application)
+        except Unknown:
+            slots = []
+        return Report(self.kind, checks, slots)
+
+
+def evaluate(application, *, applicant=None, unknown=()) -> Report:
+    """Run every rule of the application's kind. The application may be unsaved (dry run). `unknown`: fields
+    whose input was refused (a form's field errors); the checks that need them are left out."""
     applicant = applicant or application.applicant
-    return EVALUATORS[policy_key(application)](application, applicant)
+    key = policy_key(application)
+    evaluator = EVALUATORS[key]
+    if not unknown:
+        return evaluator(application, applicant)
+    if not isinstance(evaluator, RuleSet):  # evaluated in one piece: nothing to say until its fields are right
+        return Report(key)
+    return evaluator(Partial(application, unknown), applicant)
 
 
 def policy_key(application) -> str:
@@ -169,15 +230,18 @@ def is_member(user, team) -> bool:
 
 
 def team_check(applicant, team, field_name: str, what: str) -> Check:
+    who = applicant.username
     if is_member(applicant, team):
-        return Check("team-member", True, f"You are a member of team {team.name}.", field_name)
-    return Check("team-member", False, f"You are not a member of team {team.name}, which owns {what}; "
-                                       "ask one of its members to apply.", field_name)
+        return Check("team-member", True, f"{who} is a member of team {team.name}.", field_name,
+                     to_applicant=f"You are a member of team {team.name}.")
+    return Check("team-member", False, f"{who} is not a member of team {team.name}, which owns {what}.", field_name,
+                 to_applicant=f"You are not a member of team {team.name}, which owns {what}; ask one of its members "
+                              "to apply.")
 
 
 def _others(application):
     """Live applications of the same kind, this one excepted."""
-    qs = type(application).objects.filter(state__in=LIVE)
+    qs = application._meta.model.objects.filter(state__in=LIVE)  # _meta: a Partial application's model too
     return qs.exclude(pk=application.pk) if application.pk else qs
 
 
@@ -195,86 +259,88 @@ def retired_name_message(topic) -> str:
             "another name or wait until then.")
 
 
-def _topic(app, applicant) -> Report:
-    lim = limits()
-    team, cluster = app.team, app.cluster
-    checks = [team_check(applicant, team, "team", "the topic")]
+def _topic_team(app, applicant) -> Check:
+    return team_check(applicant, app.team, "team", "the topic")
 
-    pattern = rf"^{re.escape(team.name)}\.{NAME_RE}$"
-    if re.match(pattern, app.name or "") and len(app.name) <= 120:
-        checks.append(Check("naming", True, f"{app.name} follows the naming rule.", "name"))
-    else:
-        checks.append(Check("naming", False, f"Topic names start with the owning team's name and a dot, then "
-                                             f"lowercase words separated by '.' or '-', e.g. "
-                                             f"{team.name}.order-created.", "name"))
 
+def _naming(app, applicant) -> Check:
+    team = app.team
+    if re.match(rf"^{re.escape(team.name)}\.{NAME_RE}$", app.name or "") and len(app.name) <= 120:
+        return Check("naming", True, f"{app.name} follows the naming rule.", "name")
+    return Check("naming", False, f"Topic names start with the owning team's name and a dot, then lowercase words "
+                                  f"separated by '.' or '-', e.g. {team.name}.order-created.", "name")
+
+
+def _unique_name(app, applicant) -> Check:
     taken = Topic.objects.filter(name=app.name, environment=app.environment).exclude(
         status=TopicStatus.DELETED).first()
     asked = _others(app).filter(name=app.name, environment=app.environment, topic__isnull=True).first()
     if taken and taken.status == TopicStatus.RETIRED:
-        checks.append(Check("unique-name", False, retired_name_message(taken), "name"))
-    elif taken:
-        checks.append(Check("unique-name", False, f"A topic named {app.name} already exists in "
-                                                  f"{app.get_environment_display()}.", "name"))
-    elif asked:
-        checks.append(Check("unique-name", False, f"Application {asked.reference} already asks for {app.name} in "
-                                                  f"{app.get_environment_display()}.", "name"))
-    else:
-        checks.append(Check("unique-name", True, f"{app.name} is free in {app.get_environment_display()}.", "name"))
+        return Check("unique-name", False, retired_name_message(taken), "name")
+    if taken:
+        return Check("unique-name", False, f"A topic named {app.name} already exists in "
+                                           f"{app.get_environment_display()}.", "name")
+    if asked:
+        return Check("unique-name", False, f"Application {asked.reference} already asks for {app.name} in "
+                                           f"{app.get_environment_display()}.", "name")
+    return Check("unique-name", True, f"{app.name} is free in {app.get_environment_display()}.", "name")
 
+
+def _cluster_fits(app, applicant) -> Check:
+    cluster = app.cluster
     if cluster.environment != app.environment:
-        checks.append(Check("cluster", False, f"Cluster {cluster.name} serves {cluster.get_environment_display()}, "
-                                              f"not {app.get_environment_display()}.", "cluster"))
-    elif cluster.status != ClusterStatus.ACTIVE:
+        return Check("cluster", False, f"Cluster {cluster.name} serves {cluster.get_environment_display()}, "
+                                       f"not {app.get_environment_display()}.", "cluster")
+    if cluster.status != ClusterStatus.ACTIVE:
         status = "in maintenance" if cluster.status == ClusterStatus.MAINTENANCE else cluster.get_status_display().lower()
-        checks.append(Check("cluster", False, f"Cluster {cluster.name} is {status}; choose an active cluster.",
-                            "cluster"))
-    else:
-        checks.append(Check("cluster", True, f"Cluster {cluster.name} serves {cluster.get_environment_display()} "
-                                             "and is active.", "cluster"))
+        return Check("cluster", False, f"Cluster {cluster.name} is {status}; choose an active cluster.", "cluster")
+    return Check("cluster", True, f"Cluster {cluster.name} serves {cluster.get_environment_display()} and is active.",
+                 "cluster")
 
+
+def _storage(app, applicant) -> Check:
+    cluster = app.cluster
     if cluster.storage_level == StorageLevel.MEMORY and app.storage_level == StorageLevel.FILE:
-        checks.append(Check("storage", False, f"Cluster {cluster.name} keeps messages in memory only; choose memory "
-                                              "storage or a file-storage cluster.", "storage_level"))
-    else:
-        checks.append(Check("storage", True, "The cluster offers this storage level.", "storage_level"))
+        return Check("storage", False, f"Cluster {cluster.name} keeps messages in memory only; choose memory "
+                                       "storage or a file-storage cluster.", "storage_level")
+    return Check("storage", True, "The cluster offers this storage level.", "storage_level")
 
+
+def _transactional_durable(app, applicant) -> Check:
     if app.transactional and app.storage_level != StorageLevel.FILE:
-        checks.append(Check("transactional-durable", False, "A transactional topic needs file storage: half "
-                                                            "messages must survive a broker restart.",
-                            "transactional"))
-    else:
-        checks.append(Check("transactional-durable", True, "No transactional topic on memory storage.",
-                            "transactional"))
+        return Check("transactional-durable", False, "A transactional topic needs file storage: half messages must "
+                                                     "survive a broker restart.", "transactional")
+    return Check("transactional-durable", True, "No transactional topic on memory storage.", "transactional")
 
-    checks.append(tx_check(app))
 
+def _quota_topics(app, applicant) -> Check:
+    lim, team = limits(), app.team
     owned = Topic.objects.filter(team=team).count() + _others(app).filter(team=team, topic__isnull=True).count()
     if owned + 1 > lim["topics_per_team"]:
-        checks.append(Check("quota-topics", False, f"Team {team.name} already has {owned} topics (requested ones "
-                                                   f"included); the limit is {lim['topics_per_team']}."))
-    else:
-        checks.append(Check("quota-topics", True, f"Team {team.name} would have {owned + 1} of "
-                                                  f"{lim['topics_per_team']} topics."))
+        return Check("quota-topics", False, f"Team {team.name} already has {owned} topics (requested ones "
+                                            f"included); the limit is {lim['topics_per_team']}.")
+    return Check("quota-topics", True, f"Team {team.name} would have {owned + 1} of {lim['topics_per_team']} topics.")
 
+
+def _quota_mps(app, applicant) -> Check:
+    lim, team, cluster, peak = limits(), app.team, app.cluster, app.expected_peak_mps
     used = (Topic.objects.filter(team=team, cluster=cluster).aggregate(s=Sum("expected_peak_mps"))["s"] or 0) + \
         (_others(app).filter(team=team, cluster=cluster, topic__isnull=True)
          .aggregate(s=Sum("expected_peak_mps"))["s"] or 0)
-    total = used + (app.expected_peak_mps or 0)
+    total = used + (peak or 0)
     if total > lim["team_peak_mps_per_cluster"]:
-        checks.append(Check("quota-mps", False, f"Team {team.name} would expect {total:,} messages/s at peak on "
-                                                f"{cluster.name} ({used:,} already); the limit is "
-                                                f"{lim['team_peak_mps_per_cluster']:,}.", "expected_peak_mps"))
-    else:
-        checks.append(Check("quota-mps", True, f"Team {team.name} would expect {total:,} of "
-                                               f"{lim['team_peak_mps_per_cluster']:,} messages/s on {cluster.name}.",
-                            "expected_peak_mps"))
-
-    checks.append(prod_check(cluster))
-    return Report("topic", checks, slots_for(cluster))
+        return Check("quota-mps", False, f"Team {team.name} would expect {total:,} messages/s at peak on "
+                                         f"{cluster.name} ({used:,} already); the limit is "
+                                         f"{lim['team_peak_mps_per_cluster']:,}.", "expected_peak_mps")
+    return Check("quota-mps", True, f"Team {team.name} would expect {total:,} of {lim['team_peak_mps_per_cluster']:,} "
+                                    f"messages/s on {cluster.name}.", "expected_peak_mps")
 
 
-def tx_check(app) -> Check:
+def _topic_prod(app, applicant) -> Check:
+    return prod_check(app.cluster)
+
+
+def tx_check(app, applicant=None) -> Check:
     if not app.transactional:
         return Check("tx-check", True, "Not transactional: no back-checks.", "tx_check_max")
     values = (app.tx_check_delay_s, app.tx_check_interval_s, app.tx_check_max)
@@ -306,82 +372,108 @@ def app_active(app) -> Check:
     return Check("app-active", False, f"App {app.app_id} is deactivated.", "app")
 
 
+def _ordered_broadcast(topic, sub) -> Check:
+    if topic.ordered and sub.mode == DeliveryMode.BROADCAST:
+        return Check("ordered-broadcast", False, f"Topic {topic.name} is ordered: consume it in clustering mode.", "mode")
+    return Check("ordered-broadcast", True, "The delivery mode suits the topic.", "mode")
+
+
+def _selector_matches(topic, sub) -> Check:
+    matched = [t for t in topic.message_types if selector_matches(sub.selector_kind, sub.selector_pattern, t)]
+    if matched:
+        return Check("selector-matches", True, f"The selector receives {', '.join(matched)}.", "selector_pattern")
+    return Check("selector-matches", False, f"The selector matches none of {topic.name}'s message types "
+                                            f"({', '.join(topic.message_types)}).", "selector_pattern")
+
+
+def _ttl_retention(topic, sub) -> Check:
+    if sub.ttl_s > topic.retention_s:
+        return Check("ttl-retention", False, f"The TTL ({sub.ttl_s}s) is longer than {topic.name} keeps messages "
+                                             f"({topic.retention_s}s).", "ttl_s")
+    return Check("ttl-retention", True, "The TTL fits within the topic's retention.", "ttl_s")
+
+
+SUBSCRIPTION_CHECKS = (_ordered_broadcast, _selector_matches, _ttl_retention)
+
+
 def subscription_checks(topic, sub) -> list[Check]:
     """What a subscription's settings (a binding application's, or a binding's as a change would leave them)
     must satisfy on its topic: delivery mode, selector, TTL."""
-    checks = []
-    if topic.ordered and sub.mode == DeliveryMode.BROADCAST:
-        checks.append(Check("ordered-broadcast", False, f"Topic {topic.name} is ordered: consume it in clustering "
-                                                        "mode.", "mode"))
-    else:
-        checks.append(Check("ordered-broadcast", True, "The delivery mode suits the topic.", "mode"))
-
-    matched = [t for t in topic.message_types if selector_matches(sub.selector_kind, sub.selector_pattern, t)]
-    if matched:
-        checks.append(Check("selector-matches", True, f"The selector receives {', '.join(matched)}.",
-                            "selector_pattern"))
-    else:
-        checks.append(Check("selector-matches", False, f"The selector matches none of {topic.name}'s message types "
-                                                       f"({', '.join(topic.message_types)}).", "selector_pattern"))
-
-    if sub.ttl_s > topic.retention_s:
-        checks.append(Check("ttl-retention", False, f"The TTL ({sub.ttl_s}s) is longer than {topic.name} keeps "
-                                                    f"messages ({topic.retention_s}s).", "ttl_s"))
-    else:
-        checks.append(Check("ttl-retention", True, "The TTL fits within the topic's retention.", "ttl_s"))
-    return checks
+    return [check(topic, sub) for check in SUBSCRIPTION_CHECKS]
 
 
-def _binding(ba, applicant) -> Report:
-    lim = limits()
-    topic, app = ba.topic, ba.app
-    checks = [team_check(applicant, app.team, "app", f"app {app.app_id}"), app_active(app), topic_active(topic)]
+def _app_team(a, applicant) -> Check:
+    return team_check(applicant, a.app.team, "app", f"app {a.app.app_id}")
 
+
+def _app_active(a, applicant) -> Check:
+    return app_active(a.app)
+
+
+def _topic_active(a, applicant) -> Check:
+    return topic_active(a.topic)
+
+
+def _unique_group(ba, applicant) -> Check:
+    topic = ba.topic
     existing = Binding.objects.filter(topic=topic, group=ba.group, status=BindingStatus.ACTIVE).first()
     asked = _others(ba).filter(topic=topic, group=ba.group, binding__isnull=True).first()
     if existing:
-        checks.append(Check("unique-group", False, f"Group {ba.group} is already bound to {topic.name}.", "group"))
-    elif asked:
-        checks.append(Check("unique-group", False, f"Application {asked.reference} already asks to bind group {ba.group} "
-                                                   f"to {topic.name}.", "group"))
-    else:
-        checks.append(Check("unique-group", True, f"Group {ba.group} is not bound to {topic.name} yet.", "group"))
+        return Check("unique-group", False, f"Group {ba.group} is already bound to {topic.name}.", "group")
+    if asked:
+        return Check("unique-group", False, f"Application {asked.reference} already asks to bind group {ba.group} "
+                                            f"to {topic.name}.", "group")
+    return Check("unique-group", True, f"Group {ba.group} is not bound to {topic.name} yet.", "group")
 
+
+def _group_owner(ba, applicant) -> Check:
+    app = ba.app
     other_app = Binding.objects.filter(group=ba.group).exclude(app=app).select_related("app").first()
     if other_app:
-        checks.append(Check("group-owner", False, f"Group {ba.group} belongs to app {other_app.app.app_id}; "
-                                                  "choose another group name.", "group"))
-    else:
-        checks.append(Check("group-owner", True, f"Group {ba.group} is used by app {app.app_id} only.", "group"))
+        return Check("group-owner", False, f"Group {ba.group} belongs to app {other_app.app.app_id}; "
+                                           "choose another group name.", "group")
+    return Check("group-owner", True, f"Group {ba.group} is used by app {app.app_id} only.", "group")
 
-    checks += subscription_checks(topic, ba)
 
+def _on_topic(check):
+    """A subscription check as a binding application's step (it reads the application's topic and settings)."""
+    return lambda ba, applicant: check(ba.topic, ba)
+
+
+def _quota_bindings(ba, applicant) -> Check:
+    lim, topic = limits(), ba.topic
     count = Binding.objects.filter(topic=topic, status=BindingStatus.ACTIVE).count() + \
         _others(ba).filter(topic=topic, binding__isnull=True).count()
     if count + 1 > lim["bindings_per_topic"]:
-        checks.append(Check("quota-bindings", False, f"{topic.name} has {count} bindings (requested ones included); "
-                                                     f"the limit is {lim['bindings_per_topic']}.", "topic"))
-    else:
-        checks.append(Check("quota-bindings", True, f"{topic.name} would have {count + 1} of "
-                                                    f"{lim['bindings_per_topic']} bindings.", "topic"))
-    checks.append(prod_check(topic.cluster))
-    return Report("binding", checks, slots_for(topic.cluster))
+        return Check("quota-bindings", False, f"{topic.name} has {count} bindings (requested ones included); "
+                                              f"the limit is {lim['bindings_per_topic']}.", "topic")
+    return Check("quota-bindings", True, f"{topic.name} would have {count + 1} of {lim['bindings_per_topic']} "
+                                         "bindings.", "topic")
+
+
+def _topic_cluster_prod(a, applicant) -> Check:
+    return prod_check(a.topic.cluster)
 
 
 # --- producer grants ------------------------------------------------------------------------
 
 
-def _grant(ga, applicant) -> Report:
+def _unique_grant(ga, applicant) -> Check:
     topic, app = ga.topic, ga.app
-    checks = [team_check(applicant, app.team, "app", f"app {app.app_id}"), app_active(app), topic_active(topic)]
     if ProducerGrant.objects.filter(topic=topic, app=app, status=BindingStatus.ACTIVE).exists():
-        checks.append(Check("unique-grant", False, f"App {app.app_id} may already publish on {topic.name}.", "app"))
-    elif asked := _others(ga).filter(topic=topic, app=app, grant__isnull=True).first():
-        checks.append(Check("unique-grant", False, f"Application {asked.reference} already asks for this grant.", "app"))
-    else:
-        checks.append(Check("unique-grant", True, f"App {app.app_id} is not granted {topic.name} yet.", "app"))
-    checks.append(prod_check(topic.cluster))
-    return Report("grant", checks, slots_for(topic.cluster))
+        return Check("unique-grant", False, f"App {app.app_id} may already publish on {topic.name}.", "app")
+    if asked := _others(ga).filter(topic=topic, app=app, grant__isnull=True).first():
+        return Check("unique-grant", False, f"Application {asked.reference} already asks for this grant.", "app")
+    return Check("unique-grant", True, f"App {app.app_id} is not granted {topic.name} yet.", "app")
 
 
-EVALUATORS = {"topic": _topic, "binding": _binding, "grant": _grant}
+EVALUATORS = {
+    "topic": RuleSet("topic", [_topic_team, _naming, _unique_name, _cluster_fits, _storage, _transactional_durable,
+                               tx_check, _quota_topics, _quota_mps, _topic_prod],
+                     lambda app: slots_for(app.cluster)),
+    "binding": RuleSet("binding", [_app_team, _app_active, _topic_active, _unique_group, _group_owner,
+                                   *map(_on_topic, SUBSCRIPTION_CHECKS), _quota_bindings, _topic_cluster_prod],
+                       lambda ba: slots_for(ba.topic.cluster)),
+    "grant": RuleSet("grant", [_app_team, _app_active, _topic_active, _unique_grant, _topic_cluster_prod],
+                     lambda ga: slots_for(ga.topic.cluster)),
+}

@@ -15,5 +15,5 @@ def application_urls(route: str, model, *, form_view, detail_view, create: bool 
     return urls + [
         path(f"{route}<int:pk>/", detail_view.as_view(), name=f"{name}-detail"),
         path(f"{route}<int:pk>/edit/", form_view.as_view(), name=f"{name}-edit"),
-        path(f"{route}<int:pk>/<slug:verb>/", ApplicationVerbView.as_view(model=model), name=f"{name}-verb"),
+        path(f"{route}<int:pk>/<slug:verb>/", ApplicationVerbView.as_view(model=model, detail_view=detail_view), name=f"{name}-verb"),
     ]

@@ -19,18 +19,11 @@ from django.db import models
 from django.urls import reverse
 
 from apps.accounts.roles import ADMIN, has_role
+from control_plane.choices import text_choices
 from control_plane.errors import ActionError
 
-
-class State(models.TextChoices):
-    DRAFT = "draft", "Draft"
-    PENDING = "pending", "Pending approval"
-    APPROVED = "approved", "Approved"
-    REJECTED = "rejected", "Rejected"
-    WITHDRAWN = "withdrawn", "Withdrawn"
-    PROVISIONING = "provisioning", "Provisioning"
-    ACTIVE = "active", "Active"
-    FAILED = "failed", "Provisioning failed"
+State = text_choices("State", "draft", ("pending", "Pending approval"), "approved", "rejected", "withdrawn",
+                     "provisioning", "active", ("failed", "Provisioning failed"))
 
 
 TRANSITIONS: dict[str, set[str]] = {
@@ -49,14 +42,9 @@ MATERIALIZED = {State.APPROVED, State.PROVISIONING, State.ACTIVE, State.FAILED}
 LIVE = {State.PENDING, *MATERIALIZED}
 
 
-class Slot(models.TextChoices):
-    OWNER = "owner", "Owning team's approver"
-    SRE = "sre", "SRE (production cluster)"
-
-
-class Verdict(models.TextChoices):
-    APPROVE = "approve", "Approved"
-    REJECT = "reject", "Rejected"
+Slot = text_choices("Slot", ("owner", "Owning team's approver"), ("sre", "SRE (production cluster)"))
+SLOT_AS = {Slot.OWNER: "the owning team's approver", Slot.SRE: "an SRE"}  # "approved as …"
+Verdict = text_choices("Verdict", ("approve", "Approved"), ("reject", "Rejected"))
 
 
 SRE_APPROVAL_PERM = "topics.approve_production"  # declared on TopicApplication; covers every kind
@@ -274,13 +262,17 @@ def why_not_approver(user, application) -> str:
         return "Nobody approves their own application."
     if _decided_by(user, application):
         return "You have already decided on this application; another person fills the other slot."
-    slots = open_slots(application)
-    if not slots:
+    if not open_slots(application):
         return "Every approval slot is already filled."
-    needs = []
-    for slot in slots:
-        if slot == Slot.OWNER:
-            needs.append(f"an approver of team {application.approving_team().name}")
-        else:
-            needs.append("an SRE")
-    return "This application is waiting for " + " and ".join(needs) + "."
+    taken = [d for d in application.decisions.all() if can_fill(user, application, d.slot)]
+    if taken:  # the slot this person could fill went to someone else first
+        return (f"{taken[0].actor.username} has already approved as {SLOT_AS[taken[0].slot]}; this "
+                f"application is waiting for {waiting_for(application)}.")
+    return f"This application is waiting for {waiting_for(application)}."
+
+
+def waiting_for(application) -> str:
+    """Who the pending application still needs, in words: "an approver of team payments and an SRE"."""
+    needs = [f"an approver of team {application.approving_team().name}" if slot == Slot.OWNER else "an SRE"
+             for slot in open_slots(application)]
+    return " and ".join(needs) or "nobody (every approval slot is filled)"

@@ -1,22 +1,9 @@
-from django.db import models
+from control_plane.choices import text_choices
 
-
-class Target(models.TextChoices):
-    """What a lifecycle application acts on."""
-
-    TOPIC = "topic", "Topic"
-    BINDING = "binding", "Binding"
-    GRANT = "grant", "Producer grant"
-    APP = "app", "App"
-
-
-class Operation(models.TextChoices):
-    CHANGE = "change", "Change"
-    RETIRE = "retire", "Retire"
-    REMOVE = "remove", "Remove"
-    REVOKE = "revoke", "Revoke"
-    DEACTIVATE = "deactivate", "Deactivate"
-    ACTIVATE = "activate", "Reactivate"
+# What a lifecycle application acts on, and what it does to it.
+Target = text_choices("Target", "topic", "binding", ("grant", "Producer grant"), "app")
+Operation = text_choices("Operation", "change", "retire", "remove", "revoke", "deactivate",
+                         ("activate", "Reactivate"))
 
 
 # Which operations each target knows, and the noun of each (target, operation) as people say it.

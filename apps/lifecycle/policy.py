@@ -100,7 +100,8 @@ def _applicant(application, applicant) -> Check:
     teams, field = application.applying_teams()
     names = " or ".join(t.name for t in teams)
     if any(policy.is_member(applicant, t) for t in teams):
-        return Check("applicant-team", True, f"You may apply: you belong to team {names}.", field)
+        return Check("applicant-team", True, f"{applicant.username} may apply: a member of team {names}.", field,
+                     to_applicant=f"You may apply: you belong to team {names}.")
     return Check("applicant-team", False, f"Only members of team {names} apply for a {application.kind_label}; ask "
                                           "one of them.", field)
 

@@ -1,12 +1,7 @@
-from django.db import models
+from control_plane.choices import text_choices
 
-
-class MoveState(models.TextChoices):
-    RUNNING = "running", "Running"
-    ROLLING_BACK = "rolling_back", "Rolling back"
-    SUCCEEDED = "succeeded", "Succeeded"
-    ROLLED_BACK = "rolled_back", "Rolled back"
-    FAILED = "failed", "Failed (resume it or roll it back)"
+MoveState = text_choices("MoveState", "running", "rolling_back", "succeeded", "rolled_back",
+                         ("failed", "Failed (resume it or roll it back)"))
 
 
 # A move in one of these states holds its topic: no second move of it starts.
@@ -15,18 +10,12 @@ OPEN_STATES = (MoveState.RUNNING, MoveState.ROLLING_BACK, MoveState.FAILED)
 ACTIVE_STATES = (MoveState.RUNNING, MoveState.ROLLING_BACK)
 
 
-class Step(models.TextChoices):
-    CHECKS = "checks", "Checks"
-    PROVISION = "provision", "Provision on the target"
-    CONSUME_BOTH = "consume_both", "Consumers on both clusters"
-    SWITCH_PRODUCERS = "switch_producers", "Producers to the target"
-    DRAIN = "drain", "Drain the source"
-    CUTOVER = "cutover", "Cut-over"
-    DEPROVISION = "deprovision", "Deprovision the source"
-    RB_PRODUCERS = "rb_producers", "Rollback: producers to the source"
-    RB_DRAIN = "rb_drain", "Rollback: drain the target"
-    RB_CUTOVER = "rb_cutover", "Rollback: consumers off the target"
-    RB_DEPROVISION = "rb_deprovision", "Rollback: deprovision the target"
+Step = text_choices("Step", "checks", ("provision", "Provision on the target"),
+                    ("consume_both", "Consumers on both clusters"), ("switch_producers", "Producers to the target"),
+                    ("drain", "Drain the source"), ("cutover", "Cut-over"), ("deprovision", "Deprovision the source"),
+                    ("rb_producers", "Rollback: producers to the source"), ("rb_drain", "Rollback: drain the target"),
+                    ("rb_cutover", "Rollback: consumers off the target"),
+                    ("rb_deprovision", "Rollback: deprovision the target"))
 
 
 FORWARD = [Step.CHECKS, Step.PROVISION, Step.CONSUME_BOTH, Step.SWITCH_PRODUCERS, Step.DRAIN, Step.CUTOVER,
@@ -34,14 +23,7 @@ FORWARD = [Step.CHECKS, Step.PROVISION, Step.CONSUME_BOTH, Step.SWITCH_PRODUCERS
 ROLLBACK = [Step.RB_PRODUCERS, Step.RB_DRAIN, Step.RB_CUTOVER, Step.RB_DEPROVISION]
 
 
-class StepState(models.TextChoices):
-    PENDING = "pending", "Pending"
-    RUNNING = "running", "Running"
-    DONE = "done", "Done"
-    SKIPPED = "skipped", "Skipped (rolled back before it)"
-    FAILED = "failed", "Failed"
-
-
-class DeadLetters(models.TextChoices):
-    MOVE = "move", "Move them to the target"
-    DISCARD = "discard", "Discard them with the source"
+StepState = text_choices("StepState", "pending", "running", "done", ("skipped", "Skipped (rolled back before it)"),
+                         "failed")
+DeadLetters = text_choices("DeadLetters", ("move", "Move them to the target"),
+                           ("discard", "Discard them with the source"))

@@ -6,14 +6,10 @@ from django.conf import settings
 from django.db import models
 
 from apps.clusters.models import Cluster
+from control_plane.choices import text_choices
 
-
-class ObjectKind(models.TextChoices):
-    TOPIC = "topic", "Topic"
-    BINDING = "binding", "Binding"
-    APP = "app", "App"
-    GRANT = "grant", "Producer grant"
-    ROUTE = "route", "Route"  # /routes/<topic>: where the topic's clients send and subscribe
+# route: /routes/<topic>, where the topic's clients send and subscribe
+ObjectKind = text_choices("ObjectKind", "topic", "binding", "app", ("grant", "Producer grant"), "route")
 
 
 class Placement(models.Model):
@@ -38,11 +34,7 @@ class Placement(models.Model):
         return f"{self.topic_id}@{self.cluster_id}{' (consume)' if self.consume else ''}"
 
 
-class SyncStatus(models.TextChoices):
-    PENDING = "pending", "Pending"
-    SYNCED = "synced", "Synced"
-    FAILED = "failed", "Failed"
-    DRIFTED = "drifted", "Drifted"
+SyncStatus = text_choices("SyncStatus", "pending", "synced", "failed", "drifted")
 
 
 class SyncState(models.Model):

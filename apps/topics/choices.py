@@ -1,7 +1,5 @@
-from django.db import models
+from control_plane.choices import text_choices
 
-
-class TopicStatus(models.TextChoices):
-    ACTIVE = "active", "Active"
-    RETIRED = "retired", "Retired"  # new publishes refused; bindings drain; data kept until deleted
-    DELETED = "deleted", "Deleted"  # its data is gone from every cluster; the name is free again
+# retired: new publishes refused, bindings drain, data kept until deleted; deleted: its data is gone from every
+# cluster and the name is free again
+TopicStatus = text_choices("TopicStatus", "active", "retired", "deleted")

@@ -46,6 +46,8 @@ class TracedMessage(models.Model):
             models.Index(fields=["key"], name="tracing_msg_key"),
             models.Index(fields=["topic", "first_at"], name="tracing_msg_topic_time"),
         ]
+        # view_tracedmessage alone: messages of topics one's teams own (queries.visible_messages)
+        permissions = [("trace_all_topics", "Can trace messages of every team's topic")]
 
     def __str__(self) -> str:
         return self.message_id

@@ -1,8 +1,9 @@
-"""The auditor's tracing pages: search, a message's timeline, CSV export; index runs and schedule for SREs."""
+"""The tracing pages: search, a message's timeline, CSV export (developers: their teams' topics; auditors and
+SREs: all); index runs and schedule for SREs."""
 
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin, PermissionRequiredMixin
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views import View
 from django.views.generic import DetailView, TemplateView
@@ -12,7 +13,8 @@ from apps.tracing.export import export_messages
 from apps.tracing.filtersets import TracedMessageFilterSet
 from apps.tracing.forms import IndexScheduleForm
 from apps.tracing.models import IndexRun, TracedMessage
-from apps.tracing.queries import SEARCH_LIMIT, group_states, timeline_of
+from apps.tracing.paging import NEWEST_FIRST, InvalidCursor, page_of
+from apps.tracing.queries import group_states, may_trace, timeline_of, visible_messages
 from control_plane.errors import ActionError
 from control_plane.web import apply_validation_error
 
@@ -21,25 +23,35 @@ class TraceSearchView(LoginRequiredMixin, PermissionRequiredMixin, TemplateView)
     permission_required = "tracing.view_tracedmessage"
     raise_exception = True
     template_name = "tracing/search.html"
+    page_size = 50
+
+    def get(self, request, *args, **kwargs):
+        context = self.get_context_data(**kwargs)
+        return self.render_to_response(context, status=400 if context["cursor_error"] else 200)
 
     def get_context_data(self, **kwargs):
-        filterset = TracedMessageFilterSet(self.request.GET or None, queryset=TracedMessage.objects.defer("timeline"))
-        results = None
+        filterset = TracedMessageFilterSet(self.request.GET or None, queryset=self.searchable())
+        page, cursor_error = None, ""
         if filterset.has_criteria and filterset.is_valid():
-            results = list(filterset.qs.order_by("-first_at", "-message_id")[: SEARCH_LIMIT + 1])
+            try:
+                page = page_of(filterset.qs, self.request.GET.get("cursor"), self.page_size)
+            except InvalidCursor as exc:
+                cursor_error = str(exc)
+        query = self.request.GET.copy()
+        query.pop("cursor", None)
         return super().get_context_data(
-            filterset=filterset, results=results[:SEARCH_LIMIT] if results else results,
-            truncated=bool(results) and len(results) > SEARCH_LIMIT, limit=SEARCH_LIMIT, **kwargs)
+            filterset=filterset, page=page, results=page.results if page else None, cursor_error=cursor_error,
+            query=query.urlencode(), all_topics=self.request.user.has_perm("tracing.trace_all_topics"), **kwargs)
+
+    def searchable(self):
+        return visible_messages(self.request.user, TracedMessage.objects.defer("timeline"))
 
 
-class TraceExportView(LoginRequiredMixin, PermissionRequiredMixin, View):
-    permission_required = "tracing.view_tracedmessage"
-    raise_exception = True
-
-    def get(self, request):
-        filterset = TracedMessageFilterSet(request.GET, queryset=TracedMessage.objects.defer("timeline"))
+class TraceExportView(TraceSearchView):
+    def get(self, request, *args, **kwargs):
+        filterset = TracedMessageFilterSet(request.GET, queryset=self.searchable())
         queryset = filterset.qs if filterset.is_valid() else TracedMessage.objects.none()
-        return export_messages(queryset.order_by("-first_at", "-message_id"))
+        return export_messages(queryset.order_by(*NEWEST_FIRST))
 
 
 class MessageTraceView(LoginRequiredMixin, PermissionRequiredMixin, DetailView):
@@ -49,6 +61,12 @@ class MessageTraceView(LoginRequiredMixin, PermissionRequiredMixin, DetailView):
     model = TracedMessage
     slug_field = slug_url_kwarg = "message_id"
     context_object_name = "message"
+
+    def get_object(self, queryset=None):
+        message = super().get_object(queryset)
+        if not may_trace(self.request.user, message):
+            raise PermissionDenied("This message is on a topic none of your teams owns.")
+        return message
 
     def get_context_data(self, **kwargs):
         events = timeline_of(self.object)

@@ -71,7 +71,8 @@ class BrokerCollector:
         auth = CounterMetricFamily("switchyard_broker_auth_failures", "Refused authentications", labels=base)
         auth.add_metric(list(labels.values()), stats["auth_failures"])
         yield auth
-        published = CounterMetricFamily("switchyard_topic_published", "Messages stored", labels=[*base, "topic"])
+        published = CounterMetricFamily("switchyard_topic_published", "Messages made visible to groups: stored, "
+                                        "or committed (transactions)", labels=[*base, "topic"])
         pub_bytes = CounterMetricFamily("switchyard_topic_published_bytes", "Bytes stored", labels=[*base, "topic"])
         gauges = {k: GaugeMetricFamily(f"switchyard_group_{k}", h, labels=[*base, "topic", "group"])
                   for k, h in GROUP_GAUGES.items()}

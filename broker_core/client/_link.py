@@ -26,6 +26,7 @@ from broker_core.client._batching import _Batch, _Queued, _reject, _resolve, cho
 from broker_core.client.connection import BrokerConnection
 from broker_core.client.discovery import Discovery
 from broker_core.client.errors import AuthError, BrokerError, ConnectionLost, SendTimeout, SwitchyardError
+from broker_core.client.options import ClientOptions
 from broker_core.protocol import M_BODY, M_KEY
 
 log = logging.getLogger("broker_core.client.producer")
@@ -35,8 +36,8 @@ class LinkOwner(Protocol):
     """What a link reads of, and hands back to, its producer (`producer.AsyncProducer` is one): the link never
     imports the producer that creates it."""
 
+    options: ClientOptions
     send_timeout: float
-    connect_timeout: float
     max_batch: int
     max_batch_bytes: int
     window: int
@@ -210,7 +211,7 @@ class _Link:
             address = next((b for b in self.discovery.candidates() if b.node_id == node_id), None)
             if address is not None:
                 try:
-                    conn = await BrokerConnection.open(address, timeout=self.producer.connect_timeout,
+                    conn = await BrokerConnection.open(address, timeout=self.producer.options.connect_timeout,
                                                        **self.producer.conn_args())
                 except AuthError as exc:
                     self.last_error = exc
@@ -295,7 +296,7 @@ class _Link:
                 address = random.choice(fresh)
                 tried.add(address)
                 try:
-                    conn = await BrokerConnection.open(address, timeout=producer.connect_timeout,
+                    conn = await BrokerConnection.open(address, timeout=producer.options.connect_timeout,
                                                        **producer.conn_args())
                 except AuthError as exc:
                     self.last_error = exc

@@ -15,8 +15,9 @@ from typing import Protocol
 
 from broker_core import protocol as p
 from broker_core.client.connection import BrokerAddress, BrokerConnection
-from broker_core.client.discovery import Discovery
+from broker_core.client.discovery import BrokerFollower, Discovery
 from broker_core.client.errors import AuthError, BrokerError, ConnectionLost, SwitchyardError
+from broker_core.client.options import ClientOptions
 
 log = logging.getLogger("broker_core.client.consumer")
 
@@ -56,13 +57,9 @@ class SessionOwner(Protocol):
 
     topic: str
     group: str
-    app_id: str
-    secret: str
-    client_id: str
+    options: ClientOptions  # who it is, its heartbeat and connect timeout
     credit: int
     ack_timeout_ms: int
-    heartbeat_ms: int
-    connect_timeout: float
     resubscribe_delay: float
     forget_after: float
     received: int  # counters the sessions raise
@@ -97,16 +94,15 @@ class _BrokerSession:
         consumer = self.consumer
         delay = 0.05
         while not (self.dropped or self.retiring):
-            if self.cluster.gone_too_long(self.address):
+            if self.cluster.brokers.gone_too_long(self.address):
                 log.info("consumer: %s left the cluster's broker list %ds ago; no longer retrying it",
                          self.address, consumer.forget_after)
                 self.cluster.sessions.pop(self.address, None)
                 return
             try:
                 conn = await BrokerConnection.open(
-                    self.address, timeout=consumer.connect_timeout, app_id=consumer.app_id, secret=consumer.secret,
-                    client_id=consumer.client_id, heartbeat_ms=consumer.heartbeat_ms, on_deliver=self._delivered,
-                    on_unsubscribed=self._unsubscribed)
+                    self.address, timeout=consumer.options.connect_timeout, on_deliver=self._delivered,
+                    on_unsubscribed=self._unsubscribed, **consumer.options.conn_args())
             except (OSError, SwitchyardError, TimeoutError) as exc:
                 if isinstance(exc, AuthError):
                     self.refusal = exc
@@ -120,7 +116,7 @@ class _BrokerSession:
             try:
                 answer = await asyncio.wait_for(conn.request(p.Subscribe(
                     conn.next_ref(), consumer.topic, consumer.group, consumer.credit, consumer.ack_timeout_ms)),
-                    consumer.connect_timeout)
+                    consumer.options.connect_timeout)
             except BrokerError as exc:
                 self.refusal = exc
                 self.subscribed.set()
@@ -231,34 +227,13 @@ class _ClusterSubscription:
         self.zk = zk
         self.name = name
         self.discovery = discovery
-        self.sessions: dict[BrokerAddress, _BrokerSession] = {}
-        self._left: dict[BrokerAddress, float] = {}  # brokers no longer listed, since when
-        self.closed = False
-        discovery.listeners.append(self._brokers_changed)
-        self._brokers_changed(discovery.candidates())
-
-    def _brokers_changed(self, brokers: list[BrokerAddress]) -> None:
-        if self.closed:
-            return
-        now = time.monotonic()
-        for address in brokers:
-            self._left.pop(address, None)
-            if address not in self.sessions:
-                self.sessions[address] = _BrokerSession(self, address)
-        # A broker that left the list keeps its session for a while: it may be restarting with
-        # messages on disk. After `forget_after` seconds away (and disconnected) it is dropped.
-        for address in self.sessions:
-            if address not in brokers:
-                self._left.setdefault(address, now)
-
-    def gone_too_long(self, address: BrokerAddress) -> bool:
-        left = self._left.get(address)
-        return left is not None and time.monotonic() - left > self.consumer.forget_after
+        # a session per listed broker; one that left the list is dropped after `forget_after` away (and disconnected)
+        self.brokers: BrokerFollower[_BrokerSession] = BrokerFollower(
+            discovery, lambda address: _BrokerSession(self, address), consumer.forget_after)
+        self.sessions = self.brokers.items
 
     def _detach(self) -> None:
-        self.closed = True
-        if self._brokers_changed in self.discovery.listeners:
-            self.discovery.listeners.remove(self._brokers_changed)
+        self.brokers.close()
 
     async def retire(self, timeout: float) -> None:
         """The cluster left the route: finish what it delivered, acknowledge it, then close."""

@@ -28,9 +28,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import os
 import queue
-import socket
 import threading
 from collections.abc import Callable
 
@@ -38,7 +36,7 @@ from broker_core import protocol as p
 from broker_core.client._loop import LoopThread
 from broker_core.client._session import ReceivedMessage, _BrokerSession, _ClusterSubscription
 from broker_core.client.connection import BrokerAddress, BrokerConnection
-from broker_core.client.locator import Locator
+from broker_core.client.options import ClientOptions
 from broker_core.client.routes import Route
 
 log = logging.getLogger("broker_core.client.consumer")
@@ -56,42 +54,31 @@ class Nack(Exception):
 
 
 class AsyncConsumer:
+    """Takes the topic, the group and the handler, its own settings below, and the keyword arguments of
+    `ClientOptions` (app_id and secret required; where the brokers are; client_id, heartbeat_ms,
+    connect_timeout, cache_dir, api_token)."""
+
     def __init__(
         self,
         topic: str,
         group: str,
         handler: Callable,
         *,
-        app_id: str,
-        secret: str,
-        zk: str | None = None,
-        control_plane: str | None = None,
-        environment: str | None = None,
-        brokers: list[str] | None = None,
-        client_id: str | None = None,
         credit: int = 1000,
         ack_timeout_ms: int = 0,
-        heartbeat_ms: int = 5000,
-        connect_timeout: float = 5.0,
         resubscribe_delay: float = 2.0,
         forget_after: float = 600.0,
         drain_timeout: float = 30.0,
-        cache_dir=None,
-        api_token: str | None = None,
+        **options,
     ):
         self.topic = topic
         self.group = group
         self.handler = handler
         self.is_async = inspect.iscoroutinefunction(handler)
-        self.app_id = app_id
-        self.secret = secret
-        self.locator = Locator(zk=zk, control_plane=control_plane, environment=environment, brokers=brokers,
-                               cache_dir=cache_dir, api_token=api_token, start_timeout=connect_timeout)
-        self.client_id = client_id or f"consumer-{socket.gethostname()}-{os.getpid()}"
+        self.options = ClientOptions(**options).named("consumer")
+        self.locator = self.options.locator()
         self.credit = credit
         self.ack_timeout_ms = ack_timeout_ms
-        self.heartbeat_ms = heartbeat_ms
-        self.connect_timeout = connect_timeout
         self.resubscribe_delay = resubscribe_delay
         self.drain_timeout = drain_timeout
         self.clusters: dict[str, _ClusterSubscription] = {}  # by connect string: the clusters subscribed on
@@ -112,7 +99,7 @@ class AsyncConsumer:
         """Subscribe on every live broker of every cluster the route names for consumers. Raises why it cannot
         (RouteUnknown, ControlPlaneUnreachable, ZooKeeperUnreachable, NoBrokers) or the broker's refusal (no
         binding, wrong secret)."""
-        timeout = timeout if timeout is not None else self.connect_timeout
+        timeout = timeout if timeout is not None else self.options.connect_timeout
         try:
             await self._start(timeout)
         except BaseException:

@@ -23,8 +23,10 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Generic, TypeVar
 
 from kazoo.client import KazooClient
 from kazoo.exceptions import KazooException, NoNodeError
@@ -37,6 +39,47 @@ from broker_core.client.routes import default_cache_dir
 from broker_core.layout import LAYOUT
 
 log = logging.getLogger("broker_core.client.discovery")
+
+
+T = TypeVar("T")
+
+
+class BrokerFollower(Generic[T]):
+    """Something kept per broker of a cluster's list: `start(address)` makes it when the broker is listed. A broker
+    that leaves the list keeps it, for it may be restarting with messages on disk, until it has been away
+    `forget_after` seconds: its owner asks `gone_too_long(address)` before trying it again, and drops it then."""
+
+    def __init__(self, discovery: Discovery, start: Callable[[BrokerAddress], T], forget_after: float):
+        self.discovery = discovery
+        self.forget_after = forget_after
+        self.items: dict[BrokerAddress, T] = {}
+        self.closed = False
+        self._start = start
+        self._left: dict[BrokerAddress, float] = {}  # brokers no longer listed, since when
+        discovery.listeners.append(self._changed)
+        self._changed(discovery.candidates())
+
+    def _changed(self, brokers: list[BrokerAddress]) -> None:
+        if self.closed:
+            return
+        now = time.monotonic()
+        for address in brokers:
+            self._left.pop(address, None)
+            if address not in self.items:
+                self.items[address] = self._start(address)
+        for address in self.items:
+            if address not in brokers:
+                self._left.setdefault(address, now)
+
+    def gone_too_long(self, address: BrokerAddress) -> bool:
+        left = self._left.get(address)
+        return left is not None and time.monotonic() - left > self.forget_after
+
+    def close(self) -> None:
+        """Stop following the list; what was made stays in `items` for the owner to end."""
+        self.closed = True
+        if self._changed in self.discovery.listeners:
+            self.discovery.listeners.remove(self._changed)
 
 
 class Discovery:

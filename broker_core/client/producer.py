@@ -39,8 +39,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import os
-import socket
 import time
 from collections.abc import Callable, Iterable
 
@@ -50,7 +48,7 @@ from broker_core.client._link import _Link
 from broker_core.client._loop import LoopThread
 from broker_core.client.connection import BrokerAddress, BrokerConnection
 from broker_core.client.errors import AuthError, BrokerError, ConnectionLost, SendTimeout, SwitchyardError
-from broker_core.client.locator import Locator
+from broker_core.client.options import ClientOptions
 from broker_core.client.routes import Route
 from broker_core.client.transactions import CheckAnswerer, CheckSessions, PreparedMessage, TxCheck, TxResult
 
@@ -58,36 +56,26 @@ log = logging.getLogger("broker_core.client.producer")
 
 
 class AsyncProducer:
+    """Takes app_id and secret, its own settings below, and the other keyword arguments of `ClientOptions`
+    (where the brokers are; client_id, heartbeat_ms, connect_timeout, cache_dir, api_token)."""
+
     def __init__(
         self,
         app_id: str,
         secret: str,
         *,
-        zk: str | None = None,
-        control_plane: str | None = None,
-        environment: str | None = None,
-        brokers: list[str] | None = None,
-        client_id: str | None = None,
         send_timeout: float = 30.0,
-        connect_timeout: float = 5.0,
-        heartbeat_ms: int = 5000,
         max_batch: int = 512,
         max_batch_bytes: int = 1024 * 1024,
         window: int = 16,
-        cache_dir=None,
-        api_token: str | None = None,
         check_listener: Callable[[TxCheck], object] | None = None,
+        **options,
     ):
-        self.app_id = app_id
+        self.options = ClientOptions(app_id=app_id, secret=secret, **options).named("producer")
+        self.locator = self.options.locator()
         self.check_listener = check_listener
         self._answerer = CheckAnswerer(check_listener) if check_listener is not None else None
-        self.secret = secret
-        self.locator = Locator(zk=zk, control_plane=control_plane, environment=environment, brokers=brokers,
-                               cache_dir=cache_dir, api_token=api_token, start_timeout=connect_timeout)
-        self.client_id = client_id or f"producer-{socket.gethostname()}-{os.getpid()}"
         self.send_timeout = send_timeout
-        self.connect_timeout = connect_timeout
-        self.heartbeat_ms = heartbeat_ms
         self.max_batch = max_batch
         self.max_batch_bytes = max_batch_bytes
         self.window = window
@@ -124,9 +112,9 @@ class AsyncProducer:
         loop = asyncio.get_running_loop()
         started = loop.time()
         route = await self.locator.route(topic)
-        remaining = self.connect_timeout - (loop.time() - started)
+        remaining = self.options.connect_timeout - (loop.time() - started)
         await self.locator.ready_discovery(route.produce_zk, route.produce, max(remaining, 0.05))
-        await self._link_to(route).follow(topic, self.connect_timeout - (loop.time() - started))
+        await self._link_to(route).follow(topic, self.options.connect_timeout - (loop.time() - started))
         if topic not in self._topic_links:
             self.locator.on_route(topic, lambda new: self._route_changed(topic, new))
             self._topic_links[topic] = self._link_to(self.locator.current(topic))
@@ -214,8 +202,7 @@ class AsyncProducer:
 
     def conn_args(self) -> dict:
         """How this producer's connections introduce themselves (with the check listener, if any)."""
-        args = {"app_id": self.app_id, "secret": self.secret, "client_id": self.client_id,
-                "heartbeat_ms": self.heartbeat_ms}
+        args = self.options.conn_args()
         if self._answerer is not None:
             args.update(features={p.FEATURE_CHECK_LISTENER: True}, on_check=self._answerer)
         return args
@@ -226,7 +213,7 @@ class AsyncProducer:
         route names has a check connection."""
         link = await self._link(topic)
         link._ensure_connecting()
-        deadline = time.monotonic() + (timeout if timeout is not None else self.connect_timeout)
+        deadline = time.monotonic() + (timeout if timeout is not None else self.options.connect_timeout)
         while link.conn is None or not link.conn.is_open:
             if isinstance(link.last_error, AuthError):
                 raise link.last_error
@@ -292,7 +279,7 @@ class AsyncProducer:
                 raise SendTimeout(f"could not end transaction message {prepared.message_id} within "
                                   f"{self.send_timeout}s; a back-check will settle it")
             try:
-                conn = await self._connection_to(prepared.broker, min(remaining, self.connect_timeout))
+                conn = await self._connection_to(prepared.broker, min(remaining, self.options.connect_timeout))
                 answer = await asyncio.wait_for(
                     conn.request(p.EndTx(conn.next_ref(), prepared.topic, prepared.message_id, commit)), remaining)
                 return answer.state

@@ -12,15 +12,15 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from broker_core import protocol as p
 from broker_core.client.connection import BrokerAddress, BrokerConnection
-from broker_core.client.discovery import Discovery
+from broker_core.client.discovery import BrokerFollower, Discovery
 from broker_core.client.errors import AuthError, SwitchyardError
+from broker_core.client.options import ClientOptions
 
 log = logging.getLogger("broker_core.client.transactions")
 
@@ -92,7 +92,7 @@ class CheckAnswerer:
 class CheckOwner(Protocol):
     """What check connections read of their producer (`producer.AsyncProducer` is one)."""
 
-    connect_timeout: float
+    options: ClientOptions
 
     def conn_args(self) -> dict:
         """`BrokerConnection.open` arguments, with the check listener."""
@@ -105,37 +105,23 @@ class CheckSessions:
     def __init__(self, producer: CheckOwner, discovery: Discovery, forget_after: float = 600.0):
         self.producer = producer
         self.discovery = discovery
-        self.forget_after = forget_after
         self.conns: dict[BrokerAddress, BrokerConnection] = {}
-        self.tasks: dict[BrokerAddress, asyncio.Task] = {}
-        self._left: dict[BrokerAddress, float] = {}
-        self.closed = False
         self.last_error: BaseException | None = None
-        discovery.listeners.append(self._brokers_changed)
-        self._brokers_changed(discovery.candidates())
-
-    def _brokers_changed(self, brokers: list[BrokerAddress]) -> None:
-        if self.closed:
-            return
-        now = time.monotonic()
-        for address in brokers:
-            self._left.pop(address, None)
-            if address not in self.tasks:
-                self.tasks[address] = asyncio.get_running_loop().create_task(self._run(address))
-        for address in self.tasks:
-            if address not in brokers:
-                self._left.setdefault(address, now)
+        self.closed = False
+        # a connection task per listed broker; one that left the list is dropped after `forget_after` away
+        self.brokers: BrokerFollower[asyncio.Task] = BrokerFollower(
+            discovery, lambda address: asyncio.get_running_loop().create_task(self._run(address)), forget_after)
+        self.tasks = self.brokers.items
 
     async def _run(self, address: BrokerAddress) -> None:
         producer = self.producer
         delay = 0.05
         while not self.closed:
-            left = self._left.get(address)
-            if left is not None and time.monotonic() - left > self.forget_after:
+            if self.brokers.gone_too_long(address):
                 self.tasks.pop(address, None)
                 return
             try:
-                conn = await BrokerConnection.open(address, timeout=producer.connect_timeout, **producer.conn_args())
+                conn = await BrokerConnection.open(address, timeout=producer.options.connect_timeout, **producer.conn_args())
             except AuthError as exc:
                 self.last_error = exc
                 await asyncio.sleep(2.0)
@@ -160,8 +146,7 @@ class CheckSessions:
 
     async def close(self) -> None:
         self.closed = True
-        if self._brokers_changed in self.discovery.listeners:
-            self.discovery.listeners.remove(self._brokers_changed)
+        self.brokers.close()
         for conn in list(self.conns.values()):
             conn.close()
         for task in self.tasks.values():

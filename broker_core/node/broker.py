@@ -28,6 +28,7 @@ from broker_core.cluster.zk_acl import broker_credential
 from broker_core.delivery.lifecycle import STORAGE_CHECK_S, Lifecycle
 from broker_core.delivery.topic import Topic
 from broker_core.delivery.transactions import TxService
+from broker_core.node.counters import SAVE_S, CarriedCounters, live_counts
 from broker_core.node.options import Options
 from broker_core.node.server import ClientConnection
 from broker_core.storage.file_dead_letters import safe_name
@@ -64,6 +65,7 @@ class Broker:
         self.lifecycle = Lifecycle(self.topics, self.state, options.data_dir, options.cluster, self.open_store,
                                    self.storage_for)
         self.auth_failures = 0
+        self.counters = CarriedCounters(options.data_dir / "counters.json")  # what was counted before a restart
         self.node_id = ""
         self.trace: TraceSink = trace or NullTraceSink()
         self.started_at = time.time()
@@ -243,7 +245,7 @@ class Broker:
 
     async def _tick_loop(self) -> None:
         interval = self.options.tick_ms / 1000
-        next_liveness = next_storage_check = 0.0
+        next_liveness = next_storage_check = next_save = 0.0
         while True:
             await asyncio.sleep(interval)
             now = time.monotonic()
@@ -260,6 +262,11 @@ class Broker:
             if now >= next_storage_check:
                 next_storage_check = now + STORAGE_CHECK_S
                 self.lifecycle.tick()
+            if now >= next_save:
+                next_save = now + SAVE_S
+                if self.state.ready:  # a deleted topic's counters go with it
+                    self.counters.keep_only({*self.topics, *self.state.topics})
+                self.counters.save(self._live_counts())
 
     async def _zk_check_loop(self) -> None:
         while True:
@@ -286,6 +293,7 @@ class Broker:
             topic.store.close()
         if self.state.ready:
             self._write_snapshot()
+        self.counters.save(self._live_counts())
         self.trace.close()
         if hasattr(self.trace, "wait_closed"):
             await self.trace.wait_closed()
@@ -293,6 +301,10 @@ class Broker:
         self.auth_executor.shutdown(wait=False)
 
     # -- reporting ------------------------------------------------------------------------------
+
+    def _live_counts(self) -> dict:
+        return live_counts({"auth_failures": self.auth_failures, "refused_connections": self.refused_connections},
+                           self.topics)
 
     def stats(self) -> dict:
         """The JSON served at /stats:
@@ -320,11 +332,12 @@ class Broker:
         topic's document asks for that is not applied yet (it is once the topic holds no message). `depth` counts
         messages waiting (ready or in backoff), `in_flight` those sent and not yet acked, `dead_letter_queue` the
         entries in the group's dead-letter queue, `revision` that of the binding applied (None: not bound); the
-        other group figures are counters since the broker started (`retention_dropped`: dropped past the topic's
-        retention).
+        other group figures are counters (`retention_dropped`: dropped past the topic's
+        retention). Counters add up across the broker's restarts (node/counters.py); `published` counts the
+        messages made visible to the groups, committed transaction messages included.
         """
         m = self.membership
-        return {
+        stats = {
             "node_id": self.node_id,
             "cluster": self.options.cluster,
             "version": __version__,
@@ -341,6 +354,7 @@ class Broker:
                               "leads": self._leads(name)}
                        for name, t in sorted(self.topics.items())},
         }
+        return self.counters.apply(stats, self._live_counts())
 
 
     def _leads(self, name: str) -> list[int] | None:

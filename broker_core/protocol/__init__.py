@@ -28,6 +28,7 @@ from broker_core.protocol.connection import (
     error_body,
 )
 from broker_core.protocol.constants import (
+    BOTH,
     CLIENT,
     DEFAULT_MAX_FRAME,
     E_AUTH_FAILED,
@@ -108,6 +109,7 @@ from broker_core.protocol.events import (
 
 __all__ = [
     "Ack",
+    "BOTH",
     "CLIENT",
     "CheckTx",
     "Connection",

@@ -49,5 +49,5 @@ E_NOT_LEADER = "not_leader"  # the partition is not led by this broker: ask ZooK
 M_ID, M_TYPE, M_KEY, M_BUSINESS_ID, M_HEADERS, M_BODY, M_TTL_MS, M_DELIVERY_LIMIT, M_FLAGS, M_TIMESTAMP_MS = range(10)
 MESSAGE_FIELDS = 10
 
-# who may send an event
-CLIENT, SERVER = "client", "server"
+# who may send an event (BOTH: either side)
+CLIENT, SERVER, BOTH = "client", "server", "both"

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import msgpack
 
 from broker_core.protocol.constants import (
+    BOTH,
     CLIENT,
     E_BAD_FRAME,
     HEADER,
@@ -70,16 +73,13 @@ def check_message(m) -> list:
 # --- events --------------------------------------------------------------------------------
 
 
-# --- events --------------------------------------------------------------------------------
-
-
 class Event:
-    """A typed command. `fields()` gives the msgpack body; `from_body` checks and builds one."""
+    """A typed command: a slotted dataclass whose fields, in order, are its msgpack body (see `_kind`)."""
 
-    code: ClassVar[int]
-    sender: ClassVar[str]  # CLIENT, SERVER or "both"
-    schema: ClassVar[tuple]  # per field: a type, a tuple of types, or None for "anything"
-    field_names: ClassVar[tuple[str, ...]] = ()  # set once the event classes are defined
+    code: ClassVar[int]  # the frame's command number
+    sender: ClassVar[str]  # CLIENT, SERVER or BOTH
+    schema: ClassVar[tuple] = ()  # per field, what a received value must be: a type, or a tuple of types
+    field_names: ClassVar[tuple[str, ...]] = ()
 
     def fields(self) -> list:
         return [getattr(self, name) for name in self.field_names]
@@ -89,260 +89,112 @@ class Event:
         if type(body) is not list or len(body) < len(cls.schema):
             raise ProtocolError(f"malformed {cls.__name__}: expected {len(cls.schema)} fields")
         for value, kind in zip(body, cls.schema, strict=False):
-            if kind is not None and not isinstance(value, kind):
+            if not isinstance(value, kind):
                 raise ProtocolError(f"malformed {cls.__name__}: a field has the wrong type")
         return cls(*body[: len(cls.schema)])
 
 
-_NONE = type(None)
-_OPT_STR = (str, _NONE)
-_OPT_INT = (int, _NONE)
+EVENTS: dict[int, type[Event]] = {}  # by command code, filled as the kinds are defined
+RESERVED_CODES = frozenset(range(16, 20)) | {27}  # room for ordered topics and a later transaction command
 
 
-@dataclass(slots=True)
-class Hello(Event):
-    """First frame of a client: who it is and how often it will be heard from."""
-
-    code: ClassVar[int] = 1
-    sender: ClassVar[str] = CLIENT
-    schema: ClassVar[tuple] = (int, str, str, str, int, dict)
-    version: int
-    client_id: str
-    app_id: str
-    secret: str
-    heartbeat_ms: int
-    features: dict = field(default_factory=dict)
+def _wire_type(annotation) -> type | tuple[type, ...]:
+    """What a received field is checked against: `str | None` -> (str, NoneType), `list[int]` -> list."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return typing.get_args(annotation)
+    return typing.get_origin(annotation) or annotation
 
 
-@dataclass(slots=True)
-class Publish(Event):
-    """Store these messages on the topic; answered by `Published` or `Error` with the same ref."""
-
-    code: ClassVar[int] = 2
-    sender: ClassVar[str] = CLIENT
-    schema: ClassVar[tuple] = (int, str, list)
-    ref: int
-    topic: str
-    messages: list  # of message arrays (see `message`)
-    partition: int | None = None  # issue 20: the partition (its leader takes it); None: the broker's choice
-
-    @classmethod
-    def from_body(cls, body: Any) -> Event:
-        ev = super(Publish, cls).from_body(body)
-        if len(body) > 3 and body[3] is not None:
-            if type(body[3]) is not int or body[3] < 0:
-                raise ProtocolError("malformed Publish: partition must be a non-negative integer")
-            ev.partition = body[3]
-        return ev
+def _register(cls: type[Event]) -> type[Event]:
+    if cls.code in EVENTS or cls.code in RESERVED_CODES:
+        raise ValueError(f"command code {cls.code} of {cls.__name__} is taken or reserved")
+    hints = typing.get_type_hints(cls)
+    cls.field_names = tuple(f.name for f in dataclasses.fields(cls))
+    cls.schema = tuple(_wire_type(hints[name]) for name in cls.field_names)
+    EVENTS[cls.code] = cls
+    return cls
 
 
-@dataclass(slots=True)
-class Subscribe(Event):
-    code: ClassVar[int] = 3
-    sender: ClassVar[str] = CLIENT
-    schema: ClassVar[tuple] = (int, str, str, int, int)
-    ref: int
-    topic: str
-    group: str
-    credit: int  # how many unacknowledged messages the consumer accepts (NSQ's RDY)
-    ack_timeout_ms: int  # 0: the broker's default
+def _kind(code: int, sender: str, name: str, doc: str, **wire) -> type[Event]:
+    """Define the event kind `name` with command `code`, sent by `sender`: a slotted dataclass whose fields are
+    `wire` in order, each `field=type` (`str | None` where nil is allowed) or `field=(type, dataclasses.field(...))`
+    for one with a default."""
+    specs = [(field_name, *spec) if isinstance(spec, tuple) else (field_name, spec) for field_name, spec in wire.items()]
+    namespace = {"__doc__": doc, "__module__": __name__, "code": code, "sender": sender}
+    return _register(dataclasses.make_dataclass(name, specs, bases=(Event,), namespace=namespace, slots=True))
 
 
-@dataclass(slots=True)
-class Ready(Event):
-    """Change the credit of a subscription."""
-
-    code: ClassVar[int] = 4
-    sender: ClassVar[str] = CLIENT
-    schema: ClassVar[tuple] = (int, int)
-    sub_id: int
-    credit: int
-
-
-@dataclass(slots=True)
-class Ack(Event):
-    code: ClassVar[int] = 5
-    sender: ClassVar[str] = CLIENT
-    schema: ClassVar[tuple] = (int, list)
-    sub_id: int
-    seqs: list
+# The commands: code, who sends it, name, what it means, its fields in wire order.
+Hello = _kind(1, CLIENT, "Hello", "First frame of a client: who it is and how often it will be heard from.",
+              version=int, client_id=str, app_id=str, secret=str, heartbeat_ms=int,
+              features=(dict, field(default_factory=dict)))
+Publish = _kind(2, CLIENT, "Publish", "Store these messages (message arrays, see `message`) on the topic; answered "
+                "by `Published` or `Error` with the same ref. `partition` (issue 20): the partition, whose leader "
+                "takes it; nil, or absent (a client from before partitions), lets the broker choose.",
+                ref=int, topic=str, messages=list, partition=(int | None, field(default=None)))
+Publish.schema = Publish.schema[:3]  # the partition may be absent on the wire: checked by `_publish_from_body`
 
 
-@dataclass(slots=True)
-class Nack(Event):
-    """Refuse messages: each item is [seq, delay_ms or -1 for the binding's backoff, reason]."""
-
-    code: ClassVar[int] = 6
-    sender: ClassVar[str] = CLIENT
-    schema: ClassVar[tuple] = (int, list)
-    sub_id: int
-    items: list
+def _publish_from_body(cls, body: Any) -> Event:
+    ev = Event.from_body.__func__(cls, body)
+    if len(body) > 3 and body[3] is not None:
+        if type(body[3]) is not int or body[3] < 0:
+            raise ProtocolError("malformed Publish: partition must be a non-negative integer")
+        ev.partition = body[3]
+    return ev
 
 
-@dataclass(slots=True)
-class Unsubscribe(Event):
-    code: ClassVar[int] = 7
-    sender: ClassVar[str] = CLIENT
-    schema: ClassVar[tuple] = (int,)
-    sub_id: int
+Publish.from_body = classmethod(_publish_from_body)
+Subscribe = _kind(3, CLIENT, "Subscribe", "Receive the group's messages of the topic: `credit` unacknowledged at most "
+                  "(NSQ's RDY); `ack_timeout_ms` 0 is the broker's default.",
+                  ref=int, topic=str, group=str, credit=int, ack_timeout_ms=int)
+Ready = _kind(4, CLIENT, "Ready", "Change the credit of a subscription.", sub_id=int, credit=int)
+Ack = _kind(5, CLIENT, "Ack", "These messages of the subscription are handled.", sub_id=int, seqs=list)
+Nack = _kind(6, CLIENT, "Nack", "Refuse messages: each item is [seq, delay_ms or -1 for the binding's backoff, "
+             "reason].", sub_id=int, items=list)
+Unsubscribe = _kind(7, CLIENT, "Unsubscribe", "End a subscription.", sub_id=int)
+Ping = _kind(8, BOTH, "Ping", "Are you there? Either side asks; the other answers `Pong` (heartbeats).")
+Pong = _kind(9, BOTH, "Pong", "The answer to `Ping`.")
+ListDeadLetters = _kind(10, CLIENT, "ListDeadLetters", "Ask for `limit` dead letters of the group; answered by "
+                        "`DeadLetters`.", ref=int, topic=str, group=str, limit=int)
+Goodbye = _kind(11, BOTH, "Goodbye", "The sender will close the connection; the receiver should not expect more "
+                "frames.", reason=(str, field(default="")))
 
+# Transaction messages (codes 12-15). A producer publishes messages with FLAG_PREPARED (a Publish holds only
+# prepared or only plain messages; only topics whose ZooKeeper document says "transactional": true accept
+# prepared ones). It then ends each one with EndTx (commit or roll back), answered by TxEnded with the state the
+# message is in now. A connection whose Hello said features={"check_listener": true} may receive CheckTx from
+# the broker (a back-check) and answers TxState with the same check_id.
+EndTx = _kind(12, CLIENT, "EndTx", "Commit (`commit` true) or roll back a prepared message; answered by `TxEnded` "
+              "or `Error`.", ref=int, topic=str, message_id=str, commit=bool)
+TxEnded = _kind(13, SERVER, "TxEnded", "The state of the message after `EndTx` `ref`: \"committed\" or "
+                "\"rolled_back\". `changed` is false when it was already in a final state (then `state` is that "
+                "state, maybe not the one asked).", ref=int, message_id=str, state=str, changed=bool)
+CheckTx = _kind(14, SERVER, "CheckTx", "Back-check: the broker asks the producing app what became of a prepared "
+                "message.", check_id=int, topic=str, message_id=str, message_type=str, key=str | None,
+                business_id=str | None, headers=dict)
+TxState = _kind(15, CLIENT, "TxState", "The answer to `CheckTx` `check_id`: \"commit\", \"rollback\" or "
+                "\"unknown\".", check_id=int, message_id=str, state=str)
 
-@dataclass(slots=True)
-class Ping(Event):
-    code: ClassVar[int] = 8
-    sender: ClassVar[str] = "both"
-    schema: ClassVar[tuple] = ()
-
-
-@dataclass(slots=True)
-class Pong(Event):
-    code: ClassVar[int] = 9
-    sender: ClassVar[str] = "both"
-    schema: ClassVar[tuple] = ()
-
-
-@dataclass(slots=True)
-class ListDeadLetters(Event):
-    code: ClassVar[int] = 10
-    sender: ClassVar[str] = CLIENT
-    schema: ClassVar[tuple] = (int, str, str, int)
-    ref: int
-    topic: str
-    group: str
-    limit: int
-
-
-@dataclass(slots=True)
-class Goodbye(Event):
-    """The sender will close the connection; the receiver should not expect more frames."""
-
-    code: ClassVar[int] = 11
-    sender: ClassVar[str] = "both"
-    schema: ClassVar[tuple] = (str,)
-    reason: str = ""
-
-
-# --- transaction messages (codes 12-15; 16-19 and 27 stay reserved) ---------------------------
-#
-# A producer publishes messages with FLAG_PREPARED (a Publish holds only prepared or only plain
-# messages; only topics whose ZooKeeper document says "transactional": true accept prepared ones).
-# It then ends each one with EndTx (commit or roll back), answered by TxEnded with the state the
-# message is in now. A connection whose Hello said features={"check_listener": true} may receive
-# CheckTx from the broker (a back-check) and answers TxState with the same check_id.
-
-
-@dataclass(slots=True)
-class EndTx(Event):
-    """Commit (`commit` true) or roll back a prepared message; answered by `TxEnded` or `Error`."""
-
-    code: ClassVar[int] = 12
-    sender: ClassVar[str] = CLIENT
-    schema: ClassVar[tuple] = (int, str, str, bool)
-    ref: int
-    topic: str
-    message_id: str
-    commit: bool
-
-
-@dataclass(slots=True)
-class TxEnded(Event):
-    """The state of the message after `EndTx` `ref`: "committed" or "rolled_back". `changed` is
-    false when it was already in a final state (then `state` is that state, maybe not the one asked)."""
-
-    code: ClassVar[int] = 13
-    sender: ClassVar[str] = SERVER
-    schema: ClassVar[tuple] = (int, str, str, bool)
-    ref: int
-    message_id: str
-    state: str
-    changed: bool
-
-
-@dataclass(slots=True)
-class CheckTx(Event):
-    """Back-check: the broker asks the producing app what became of a prepared message."""
-
-    code: ClassVar[int] = 14
-    sender: ClassVar[str] = SERVER
-    schema: ClassVar[tuple] = (int, str, str, str, _OPT_STR, _OPT_STR, dict)
-    check_id: int
-    topic: str
-    message_id: str
-    message_type: str
-    key: str | None
-    business_id: str | None
-    headers: dict
-
-
-@dataclass(slots=True)
-class TxState(Event):
-    """The answer to `CheckTx` `check_id`: "commit", "rollback" or "unknown"."""
-
-    code: ClassVar[int] = 15
-    sender: ClassVar[str] = CLIENT
-    schema: ClassVar[tuple] = (int, str, str)
-    check_id: int
-    message_id: str
-    state: str
-
-
-
-@dataclass(slots=True)
-class Welcome(Event):
-    code: ClassVar[int] = 20
-    sender: ClassVar[str] = SERVER
-    schema: ClassVar[tuple] = (int, str, str, int, int)
-    version: int
-    node_id: str
-    cluster: str
-    heartbeat_ms: int
-    max_frame: int
-
-
-@dataclass(slots=True)
-class Published(Event):
-    """The messages of `Publish` `ref` are stored; seqs are their positions on this broker."""
-
-    code: ClassVar[int] = 21
-    sender: ClassVar[str] = SERVER
-    schema: ClassVar[tuple] = (int, int, int)
-    ref: int
-    first_seq: int
-    count: int
-
-
-@dataclass(slots=True)
-class Subscribed(Event):
-    code: ClassVar[int] = 22
-    sender: ClassVar[str] = SERVER
-    schema: ClassVar[tuple] = (int, int, str, int, int)
-    ref: int
-    sub_id: int
-    mode: str
-    credit: int
-    ack_timeout_ms: int
-
-
-@dataclass(slots=True)
-class Deliver(Event):
-    """Messages for one subscription: each item is [seq, attempt, message array]."""
-
-    code: ClassVar[int] = 23
-    sender: ClassVar[str] = SERVER
-    schema: ClassVar[tuple] = (int, list)
-    sub_id: int
-    items: list
+Welcome = _kind(20, SERVER, "Welcome", "The broker's answer to an accepted `Hello`.",
+                version=int, node_id=str, cluster=str, heartbeat_ms=int, max_frame=int)
+Published = _kind(21, SERVER, "Published", "The messages of `Publish` `ref` are stored; seqs are their positions "
+                  "on this broker.", ref=int, first_seq=int, count=int)
+Subscribed = _kind(22, SERVER, "Subscribed", "The subscription of `Subscribe` `ref` is open as `sub_id`.",
+                   ref=int, sub_id=int, mode=str, credit=int, ack_timeout_ms=int)
+Deliver = _kind(23, SERVER, "Deliver", "Messages for one subscription: each item is [seq, attempt, message array].",
+                sub_id=int, items=list)
 
 
 @dataclass(slots=True)
 class Error(Event):
-    """A refusal. `ref` names the request it answers (None: the connection); fatal: it will close."""
+    """A refusal. `ref` names the request it answers (None: the connection); fatal: it will close. Written out
+    because its error code is passed as `code`, which on an event is the command number."""
 
     code: ClassVar[int] = 24
     sender: ClassVar[str] = SERVER
-    schema: ClassVar[tuple] = (_OPT_INT, str, str, bool)
     ref: int | None
-    code_name: str  # the error code (E_*); `code` is already the frame's command number
+    code_name: str  # the error code (E_*)
     message: str
     fatal: bool = False
 
@@ -357,39 +209,11 @@ class Error(Event):
         return self.code_name
 
 
-@dataclass(slots=True)
-class DeadLetters(Event):
-    """Dead letters of one group: each entry a dict (see `broker_core.storage.store.DeadLetter.to_dict`)."""
-
-    code: ClassVar[int] = 25
-    sender: ClassVar[str] = SERVER
-    schema: ClassVar[tuple] = (int, list)
-    ref: int
-    entries: list
-
-
-@dataclass(slots=True)
-class Unsubscribed(Event):
-    """The broker ended a subscription (its binding was removed or changed hands)."""
-
-    code: ClassVar[int] = 26
-    sender: ClassVar[str] = SERVER
-    schema: ClassVar[tuple] = (int, str)
-    sub_id: int
-    reason: str
-
-
-# Code 27 stays reserved (room for a later transaction command).
-
-EVENTS: dict[int, type[Event]] = {
-    cls.code: cls
-    for cls in (Hello, Publish, Subscribe, Ready, Ack, Nack, Unsubscribe, Ping, Pong, ListDeadLetters, Goodbye,
-                EndTx, TxEnded, CheckTx, TxState,
-                Welcome, Published, Subscribed, Deliver, Error, DeadLetters, Unsubscribed)
-}
-RESERVED_CODES = frozenset(range(16, 20)) | {27}
-for _cls in EVENTS.values():
-    _cls.field_names = tuple(f.name for f in dataclasses.fields(_cls))
+_register(Error)
+DeadLetters = _kind(25, SERVER, "DeadLetters", "Dead letters of one group: each entry a dict (see "
+                    "`broker_core.storage.store.DeadLetter.to_dict`).", ref=int, entries=list)
+Unsubscribed = _kind(26, SERVER, "Unsubscribed", "The broker ended a subscription (its binding was removed or "
+                     "changed hands).", sub_id=int, reason=str)
 
 _PING_FRAME = HEADER.pack(MAGIC, PROTOCOL_VERSION, Ping.code, 1) + msgpack.packb([])
 _PONG_FRAME = HEADER.pack(MAGIC, PROTOCOL_VERSION, Pong.code, 1) + msgpack.packb([])

@@ -30,6 +30,8 @@ def monitoring(live_server):
     state, stack_ports = state_dir(), ports()
     for data in ("prometheus", "alertmanager"):  # no series, alerts or silences of an earlier run
         shutil.rmtree(mon.monitoring_dir(state) / data, ignore_errors=True)
+    # nor its brokers: a new broker on an earlier one's port would be scraped under the earlier node's labels too
+    (mon.monitoring_dir(state) / "targets" / "brokers.json").unlink(missing_ok=True)
     host = urllib.parse.urlsplit(live_server.url).netloc
     mon.start_monitoring(state, stack_ports, control_plane=host, interval="1s")
     try:

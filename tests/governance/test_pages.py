@@ -94,6 +94,28 @@ def test_binding_form_is_prefilled_from_the_topic_and_explains_the_policy(client
     assert 'data-testid="state">draft<' in detail and 'data-testid="submit"' in detail
 
 
+def test_binding_form_gives_field_errors_and_policy_failures_in_one_round(client, people, topic):
+    """A bad group name and a selector matching nothing: both said at once; the checks that read the bad field
+    (group is free, group belongs to the app) wait for it; nothing is saved."""
+    from apps.bindings.models import BindingApplication
+    from apps.topics.actions import create_app
+
+    create_app(actor=people.consumer, app_id="shipping-worker", team=people.consumer.teams.get())
+    as_user(client, people.consumer)
+    response = client.post("/applications/bindings/new/", {
+        "topic": topic.pk, "app": App.objects.get().pk, "group": "Shipping Team", "selector_kind": "exact",
+        "selector_pattern": "refunded", "mode": "clustering", "delivery_limit": 5, "ttl_s": 60,
+        "backoff_initial_ms": 100, "backoff_max_ms": 1000, "backoff_multiplier": 2, "max_in_flight": 4,
+        "reason": "ship", "intent": "submit"})
+    assert response.status_code == 400
+    errors = response.context["form"].errors
+    assert set(errors) == {"group", "selector_pattern"}, errors
+    assert len(errors["group"]) == 1 and "lowercase letters" in errors["group"][0]
+    assert errors["selector_pattern"] == ["The selector matches none of payments.order-paid's message types "
+                                          "(created, paid)."]
+    assert BindingApplication.objects.count() == 0
+
+
 def test_withdraw_from_the_page(client, people, make_cluster, topic_fields):
     from apps.topics.actions import create_topic_application
 

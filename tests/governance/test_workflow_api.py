@@ -202,6 +202,22 @@ def test_dry_run_says_why_not_and_changes_nothing(people, api_for, dev_cluster, 
     assert "naming" in [r["rule"] for r in rules]
 
 
+def test_dry_run_gives_field_errors_and_policy_failures_together(people, api_for, dev_cluster):
+    """A body with a bad field is still checked against the policy on the fields that are right: one answer."""
+    body = {**BODY, "name": "Payments Order Paid", "environment": "prod", "message_types": []}
+    answer = api_for(people.dev).post("/api/v1/topic-applications/dry-run/", body, format="json")
+    assert answer.status_code == 200
+    result = answer.json()
+    assert result["passed"] is False
+    assert set(result["field_errors"]) == {"name", "message_types", "cluster"}, result
+    assert result["field_errors"]["cluster"] == ["Cluster dev-a serves Development, not Production."]
+    checked = {c["rule"]: c["passed"] for c in result["checks"]}
+    # the rules that read the refused name wait for it; the others answer
+    assert "naming" not in checked and "unique-name" not in checked
+    assert checked["cluster"] is False and checked["team-member"] is True and checked["quota-mps"] is True
+    assert TopicApplication.objects.count() == 0
+
+
 def test_anonymous_gets_401(api_for, dev_cluster):
     assert api_for(None).get("/api/v1/topic-applications/").status_code == 401
     assert api_for(None).post("/api/v1/topic-applications/", BODY, format="json").status_code == 401

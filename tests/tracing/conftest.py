@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.db import connections
 
 from broker_core.tracing.writer import TraceFileWriter
 from spark_jobs.session import spark_session
@@ -38,3 +39,13 @@ def trace_batch(tmp_path):
         return TraceBatch(tmp_path / "brokers" / node / "trace", node=node)
 
     return make
+
+
+@pytest.fixture
+def request_threads_close_their_connections():
+    """The live server answers each request on a new thread; with CONN_MAX_AGE its connection would
+    outlive the thread and keep the test database from being dropped."""
+    saved = connections.settings["default"].get("CONN_MAX_AGE")
+    connections.settings["default"]["CONN_MAX_AGE"] = 0
+    yield
+    connections.settings["default"]["CONN_MAX_AGE"] = saved

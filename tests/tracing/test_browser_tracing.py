@@ -4,7 +4,6 @@ import csv
 import io
 
 import pytest
-from django.db import connections
 from django.http import HttpRequest
 
 from apps.audit.models import AuditRecord
@@ -12,17 +11,7 @@ from apps.tracing.models import IndexRun, TracedMessage
 from tests.support.browser import login
 from tests.tracing.conftest import TraceBatch
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def request_threads_close_their_connections():
-    """The live server answers each request on a new thread; with CONN_MAX_AGE its connection would
-    outlive the thread and keep the test database from being dropped."""
-    saved = connections.settings["default"].get("CONN_MAX_AGE")
-    connections.settings["default"]["CONN_MAX_AGE"] = 0
-    yield
-    connections.settings["default"]["CONN_MAX_AGE"] = saved
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("request_threads_close_their_connections")]
 
 
 def test_rebuild_now_then_the_auditor_traces_a_message(live_server, page, make_user, celery_worker, trace_dirs):

@@ -122,10 +122,17 @@ def test_auditor_reads_and_changes_nothing(auditor_api, indexed):
 
 
 def test_people_without_a_tracing_role_see_no_trace(make_user, api_for, indexed):
-    developer = api_for(make_user("dev-1", "developer"))
-    assert developer.get("/api/v1/traces/messages/", {"message_id": "m-1"}).status_code == 403
-    assert developer.get("/api/v1/traces/messages/m-1/").status_code == 403
+    nobody = api_for(make_user("no-role-1"))
+    assert nobody.get("/api/v1/traces/messages/", {"message_id": "m-1"}).status_code == 403
+    assert nobody.get("/api/v1/traces/messages/m-1/").status_code == 403
     assert api_for(None).get("/api/v1/traces/messages/m-1/").status_code in (401, 403)
+
+
+def test_a_developer_of_no_team_finds_nothing_and_is_refused_each_message(make_user, api_for, indexed):
+    developer = api_for(make_user("dev-1", "developer"))
+    assert ids(developer.get("/api/v1/traces/messages/", {"key": "cust-7"})) == []
+    refused = developer.get("/api/v1/traces/messages/m-1/")
+    assert refused.status_code == 403 and "none of your teams owns" in refused.json()["detail"]
 
 
 def test_rebuild_now_is_refused_while_a_run_is_under_way_and_a_stale_run_does_not_block(make_user, api_for):

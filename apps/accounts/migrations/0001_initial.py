@@ -4,6 +4,8 @@ import django.core.validators
 from django.conf import settings
 from django.db import migrations, models
 
+from control_plane import migration_fields as shared
+
 
 class Migration(migrations.Migration):
 
@@ -14,10 +16,9 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.CreateModel(
+        shared.create_model(
             name='Team',
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('name', models.CharField(max_length=63, unique=True, validators=[django.core.validators.RegexValidator('^[a-z][a-z0-9-]{1,62}$', "Use 2–63 characters: lowercase letters, digits and '-', starting with a letter.")])),
                 ('display_name', models.CharField(max_length=120)),
                 ('description', models.TextField(blank=True)),

@@ -5,6 +5,8 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
+from control_plane import migration_fields as shared
+
 
 class Migration(migrations.Migration):
 
@@ -34,10 +36,9 @@ class Migration(migrations.Migration):
                 'ordering': ['-created'],
             },
         ),
-        migrations.CreateModel(
+        shared.create_model(
             name='ServiceAccount',
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('name', models.CharField(max_length=40, validators=[django.core.validators.RegexValidator('^[a-z][a-z0-9-]{1,62}$', "Use 2–63 characters: lowercase letters, digits and '-', starting with a letter.")])),
                 ('description', models.TextField(blank=True)),
                 ('created_at', models.DateTimeField(auto_now_add=True)),

@@ -4,6 +4,8 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
+from control_plane import migration_fields as shared
+
 
 class Migration(migrations.Migration):
 
@@ -13,10 +15,9 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.CreateModel(
+        shared.create_model(
             name='ExternalIdentity',
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('source', models.CharField(choices=[('oidc', 'OpenID Connect'), ('ldap', 'LDAP')], max_length=8)),
                 ('subject', models.CharField(max_length=255)),
                 ('groups', models.JSONField(blank=True, default=list, help_text='The directory groups seen at the last login or sync.')),
@@ -28,10 +29,9 @@ class Migration(migrations.Migration):
                 'constraints': [models.UniqueConstraint(fields=('source', 'subject'), name='unique_external_identity')],
             },
         ),
-        migrations.CreateModel(
+        shared.create_model(
             name='SsoGroupMapping',
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('source', models.CharField(choices=[('oidc', 'OpenID Connect'), ('ldap', 'LDAP')], max_length=8)),
                 ('group', models.CharField(help_text='Compared without regard to case.', max_length=255)),
                 ('role', models.CharField(blank=True, max_length=20)),

@@ -4,6 +4,8 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
+from control_plane import migration_fields as shared
+
 
 class Migration(migrations.Migration):
 
@@ -16,10 +18,9 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.CreateModel(
+        shared.create_model(
             name='AlertRule',
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('name', models.CharField(help_text='Shown in notifications; unique per cluster.', max_length=100)),
                 ('kind', models.CharField(choices=[('lag_age', 'Oldest waiting message older than (seconds)'), ('backlog', 'Backlog larger than (messages)'), ('no_consumers', 'Fewer consumers than (consumers)'), ('auth_failures', 'Authentication failures in 5 minutes above'), ('unresolved_tx', 'Unresolved transaction messages above'), ('broker_down', 'Fewer live brokers than'), ('zookeeper_drift', 'ZooKeeper nodes drifted above')], max_length=24)),
                 ('group', models.CharField(blank=True, help_text='Consumer group (lag, backlog, consumers).', max_length=200)),
@@ -39,10 +40,9 @@ class Migration(migrations.Migration):
                 'permissions': [('manage_any_alertrule', 'Add, change and remove alarm rules of any cluster and topic')],
             },
         ),
-        migrations.CreateModel(
+        shared.create_model(
             name='AlertEvent',
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('fingerprint', models.CharField(max_length=32)),
                 ('starts_at', models.DateTimeField()),
                 ('ends_at', models.DateTimeField(blank=True, null=True)),

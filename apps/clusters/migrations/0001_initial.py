@@ -3,6 +3,8 @@
 import django.core.validators
 from django.db import migrations, models
 
+from control_plane import migration_fields as shared
+
 
 class Migration(migrations.Migration):
 
@@ -12,10 +14,9 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.CreateModel(
+        shared.create_model(
             name='Cluster',
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('name', models.CharField(max_length=63, unique=True, validators=[django.core.validators.RegexValidator('^[a-z][a-z0-9-]{1,62}$', "Use 2–63 characters: lowercase letters, digits and '-', starting with a letter.")])),
                 ('environment', models.CharField(choices=[('dev', 'Development'), ('test', 'Test'), ('staging', 'Staging'), ('prod', 'Production')], max_length=16)),
                 ('region', models.CharField(max_length=63, validators=[django.core.validators.RegexValidator('^[a-z][a-z0-9-]{1,62}$', "Use 2–63 characters: lowercase letters, digits and '-', starting with a letter.")])),

@@ -5,6 +5,8 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
+from control_plane import migration_fields as shared
+
 
 class Migration(migrations.Migration):
 
@@ -17,10 +19,9 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.CreateModel(
+        shared.create_model(
             name='TopicMove',
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('dead_letters', models.CharField(choices=[('move', 'Move them to the target'), ('discard', 'Discard them with the source')], help_text="What happens to the source's dead letters once it is drained.", max_length=16)),
                 ('client_follow_s', models.PositiveSmallIntegerField(default=5, help_text='After each route change has landed on every cluster, the move waits this long before relying on it (the SDK follows within 5 s).', validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(60)], verbose_name='seconds clients get to follow a route change')),
                 ('state', models.CharField(choices=[('running', 'Running'), ('rolling_back', 'Rolling back'), ('succeeded', 'Succeeded'), ('rolled_back', 'Rolled back'), ('failed', 'Failed (resume it or roll it back)')], db_index=True, default='running', max_length=16)),
@@ -43,10 +44,9 @@ class Migration(migrations.Migration):
                 'permissions': [('rollback_topicmove', 'Roll back or resume a topic move')],
             },
         ),
-        migrations.CreateModel(
+        shared.create_model(
             name='MoveStep',
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('name', models.CharField(choices=[('checks', 'Checks'), ('provision', 'Provision on the target'), ('consume_both', 'Consumers on both clusters'), ('switch_producers', 'Producers to the target'), ('drain', 'Drain the source'), ('cutover', 'Cut-over'), ('deprovision', 'Deprovision the source'), ('rb_producers', 'Rollback: producers to the source'), ('rb_drain', 'Rollback: drain the target'), ('rb_cutover', 'Rollback: consumers off the target'), ('rb_deprovision', 'Rollback: deprovision the target')], max_length=24)),
                 ('position', models.PositiveSmallIntegerField()),
                 ('state', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('done', 'Done'), ('skipped', 'Skipped (rolled back before it)'), ('failed', 'Failed')], default='pending', max_length=16)),

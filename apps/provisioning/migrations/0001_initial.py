@@ -4,6 +4,8 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
+from control_plane import migration_fields as shared
+
 
 class Migration(migrations.Migration):
 
@@ -15,10 +17,9 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.CreateModel(
+        shared.create_model(
             name='ReconcileRun',
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('source', models.CharField(max_length=16)),
                 ('repair', models.BooleanField(default=False)),
                 ('started_at', models.DateTimeField()),
@@ -40,10 +41,9 @@ class Migration(migrations.Migration):
                 'permissions': [('repair_drift', 'Repair drift between the platform and ZooKeeper')],
             },
         ),
-        migrations.CreateModel(
+        shared.create_model(
             name='SyncState',
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('kind', models.CharField(choices=[('topic', 'Topic'), ('binding', 'Binding'), ('app', 'App'), ('grant', 'Producer grant')], max_length=16)),
                 ('object_id', models.BigIntegerField()),
                 ('path', models.CharField(help_text="Relative to the cluster's chroot, as in docs/zookeeper-layout.md.", max_length=400, verbose_name='ZooKeeper path')),

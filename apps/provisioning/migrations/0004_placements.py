@@ -3,6 +3,8 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
+from control_plane import migration_fields as shared
+
 
 class Migration(migrations.Migration):
 
@@ -18,10 +20,9 @@ class Migration(migrations.Migration):
             name='kind',
             field=models.CharField(choices=[('topic', 'Topic'), ('binding', 'Binding'), ('app', 'App'), ('grant', 'Producer grant'), ('route', 'Route')], max_length=16),
         ),
-        migrations.CreateModel(
+        shared.create_model(
             name='Placement',
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('consume', models.BooleanField(default=False, help_text='Consumers subscribe on this cluster too.')),
                 ('created_at', models.DateTimeField(auto_now_add=True)),
                 ('updated_at', models.DateTimeField(auto_now=True)),

@@ -2,11 +2,12 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, permissions, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.pagination import CursorPagination
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.tracing import actions, schedule
+from apps.tracing.api.pagination import TraceCursorPagination
 from apps.tracing.api.permissions import CachedRolePermission
 from apps.tracing.api.serializers import (
     IndexRunSerializer,
@@ -18,32 +19,35 @@ from apps.tracing.api.serializers import (
 from apps.tracing.export import export_messages
 from apps.tracing.filtersets import IndexRunFilterSet, TracedMessageFilterSet
 from apps.tracing.models import IndexRun, TracedMessage
-from apps.tracing.queries import timeline_of
+from apps.tracing.paging import NEWEST_FIRST
+from apps.tracing.queries import may_trace, timeline_of, visible_messages
 
-
-class NewestFirst(CursorPagination):
-    """Keyset pages: no COUNT over a large index, stable while the index grows."""
-
-    ordering = ("-first_at", "-message_id")
-    page_size = 50
-    max_page_size = 500
-    page_size_query_param = "page_size"
+REFUSED = "This message is on a topic none of your teams owns: ask its team, an auditor or an SRE to trace it."
 
 
 class TracedMessageViewSet(viewsets.ReadOnlyModelViewSet):
-    """Traced messages: search by message_id, business_id, key, or topic + since/until + state; read-only."""
+    """Traced messages: search by message_id, business_id, key, or topic + since/until + state, on one cluster or
+    all; newest first in cursor pages. Developers and approvers see the messages of their teams' topics (another
+    team's message by id: 403); auditors, SREs and admins see all. Read-only."""
 
     queryset = TracedMessage.objects.defer("timeline")  # a search lists summaries; retrieve reads the timeline
     serializer_class = TracedMessageSerializer
     permission_classes = [CachedRolePermission]
     filterset_class = TracedMessageFilterSet
     filter_backends = viewsets.ReadOnlyModelViewSet.filter_backends[:1]
-    pagination_class = NewestFirst
+    pagination_class = TraceCursorPagination
     lookup_field = "message_id"
     lookup_value_regex = "[^/]+"
 
+    def get_queryset(self):
+        if getattr(self, "swagger_fake_view", False):  # the schema's generation has no user
+            return super().get_queryset()
+        return visible_messages(self.request.user, super().get_queryset())
+
     def retrieve(self, request, message_id=None):
         message = get_object_or_404(TracedMessage, message_id=message_id)
+        if not may_trace(request.user, message):
+            raise PermissionDenied(REFUSED)
         serializer = TracedMessageDetailSerializer(message, context={"request": request,
                                                                       "timeline": timeline_of(message)})
         return Response(serializer.data)
@@ -52,7 +56,7 @@ class TracedMessageViewSet(viewsets.ReadOnlyModelViewSet):
     @action(detail=False, methods=["get"], url_path="export")
     def export(self, request):
         """The search's results as CSV (same filters as the list)."""
-        return export_messages(self.filter_queryset(self.get_queryset()).order_by("-first_at", "-message_id"))
+        return export_messages(self.filter_queryset(self.get_queryset()).order_by(*NEWEST_FIRST))
 
 
 class IndexRunViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.CreateModelMixin,

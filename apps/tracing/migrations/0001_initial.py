@@ -5,6 +5,8 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
+from control_plane import migration_fields as shared
+
 
 class Migration(migrations.Migration):
 
@@ -39,10 +41,9 @@ class Migration(migrations.Migration):
                 'ordering': ['message_id', 'ts_us', 'rank', 'event_id'],
             },
         ),
-        migrations.CreateModel(
+        shared.create_model(
             name='IndexRun',
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('trigger', models.CharField(choices=[('schedule', 'Schedule'), ('manual', 'Rebuild now')], max_length=16)),
                 ('state', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed')], default='queued', max_length=16)),
                 ('stage', models.CharField(blank=True, max_length=200)),

@@ -4,6 +4,8 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
+from control_plane import migration_fields as shared
+
 
 class Migration(migrations.Migration):
 
@@ -15,10 +17,9 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
-        migrations.CreateModel(
+        shared.create_model(
             name='PreparedMessage',
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('broker', models.CharField(max_length=255, verbose_name='broker node')),
                 ('message_id', models.CharField(max_length=64)),
                 ('topic', models.CharField(max_length=255)),
@@ -45,10 +46,9 @@ class Migration(migrations.Migration):
                 'permissions': [('resolve_preparedmessage', 'Can commit or roll back a prepared message by hand')],
             },
         ),
-        migrations.CreateModel(
+        shared.create_model(
             name='Redrive',
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('topic', models.CharField(max_length=255)),
                 ('group', models.CharField(max_length=63)),
                 ('since', models.DateTimeField(blank=True, null=True)),
@@ -71,10 +71,9 @@ class Migration(migrations.Migration):
                 'ordering': ['-id'],
             },
         ),
-        migrations.CreateModel(
+        shared.create_model(
             name='RedrivenMessage',
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('topic', models.CharField(max_length=255)),
                 ('group', models.CharField(max_length=63)),
                 ('message_id', models.CharField(max_length=64)),
@@ -86,10 +85,9 @@ class Migration(migrations.Migration):
                 'db_table': 'transactions_redriven_message',
             },
         ),
-        migrations.CreateModel(
+        shared.create_model(
             name='TxCheck',
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('at', models.DateTimeField()),
                 ('via', models.CharField(choices=[('connection', 'Producer connection (in-band)'), ('http', 'HTTP check URL'), ('none', 'Nobody to ask')], max_length=16)),
                 ('answer', models.CharField(choices=[('commit', 'Commit'), ('rollback', 'Rollback'), ('unknown', 'Unknown')], max_length=16)),
