@@ -38,6 +38,7 @@ CONDITIONS = {
     RuleKind.UNRESOLVED_TX: "more than {t} unresolved transaction messages",
     RuleKind.BROKER_DOWN: "fewer live brokers than {t}",
     RuleKind.ZOOKEEPER_DRIFT: "more than {t} ZooKeeper nodes drifted",
+    RuleKind.UNDER_REPLICATED: "more than {t} partitions under-replicated",
 }
 
 

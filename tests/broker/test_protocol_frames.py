@@ -11,7 +11,7 @@ from broker_core import protocol as p
 # name: (code, who sends it, fields in wire order)
 KINDS = {
     "Hello": (1, "client", ("version", "client_id", "app_id", "secret", "heartbeat_ms", "features")),
-    "Publish": (2, "client", ("ref", "topic", "messages")),
+    "Publish": (2, "client", ("ref", "topic", "messages", "partition")),  # partition: issue 20, optional
     "Subscribe": (3, "client", ("ref", "topic", "group", "credit", "ack_timeout_ms")),
     "Ready": (4, "client", ("sub_id", "credit")),
     "Ack": (5, "client", ("sub_id", "seqs")),
@@ -42,7 +42,8 @@ MESSAGE = "9a a2 6d31 a1 78 c0 c0 80 c4 01 62 00 00 00 00"
 FRAMES = [
     (p.Hello(1, "c1", "app", "s", 500, {"sdk": "py"}),
      "01 00000016", "96 01 a2 6331 a3 617070 a1 73 cd 01f4 81 a3 73646b a2 7079"),
-    (p.Publish(7, "t", [p.message("m1", "x", b"b")]), "02 00000015", "93 07 a1 74 91" + MESSAGE),
+    (p.Publish(7, "t", [p.message("m1", "x", b"b")]), "02 00000016", "94 07 a1 74 91" + MESSAGE + " c0"),
+    (p.Publish(7, "t", [p.message("m1", "x", b"b")], 3), "02 00000016", "94 07 a1 74 91" + MESSAGE + " 03"),
     (p.Subscribe(8, "t", "g", 100, 2000), "03 0000000a", "95 08 a1 74 a1 67 64 cd 07d0"),
     (p.Ready(1, 50), "04 00000003", "92 01 32"),
     (p.Ack(1, [1, 2, 3]), "05 00000006", "92 01 93 01 02 03"),
@@ -109,3 +110,13 @@ def test_a_field_of_the_wrong_type_is_refused(kind, body):
     cls = getattr(p, kind)
     with pytest.raises(p.ProtocolError, match="wrong type"):
         cls.from_body(body)
+
+
+def test_a_publish_of_a_client_from_before_partitions_is_read_and_a_bad_partition_refused():
+    old = literal("02 00000015", "93 07 a1 74 91" + MESSAGE)  # three fields, as before issue 20
+    conn = p.Connection(p.SERVER)
+    conn.receive_data(old)
+    assert conn.next_event() == p.Publish(7, "t", [p.message("m1", "x", b"b")])
+    for bad in (-1, "0"):
+        with pytest.raises(p.ProtocolError, match="partition"):
+            p.Publish.from_body([7, "t", [], bad])
