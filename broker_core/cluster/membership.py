@@ -174,6 +174,7 @@ class ZkMembership:
     def _watch_all(self) -> None:
         self.client.DataWatch(self.path(LAYOUT.META), self._on_meta)
         self._watch_children(LAYOUT.TOPICS, lambda name: self._watch_leaf("topic", (name,), LAYOUT.topic(name)))
+        self._watch_children(LAYOUT.BROKERS, lambda node: self._watch_leaf("broker", (node,), LAYOUT.broker(node)))
         self._watch_children(LAYOUT.PLACEMENT,
                              lambda name: self._watch_leaf("placement", (name,), LAYOUT.placement(name)))
         self._watch_children(LAYOUT.APPS, lambda app: self._watch_leaf("app", (app,), LAYOUT.app(app)))

@@ -141,6 +141,7 @@ class ClusterState:
         self.grants: dict[str, set[str]] = {}
         # topic -> partition id -> replicas (first: preferred leader), from /placement/<topic> (layout 3)
         self.placements: dict[str, dict[int, tuple[str, ...]]] = {}
+        self.brokers: dict[str, dict] = {}  # node id -> its /brokers document (where a partition's leader listens)
         self.ready = False  # the first full read from ZooKeeper has been applied
         self.meta: dict | None = None  # the cluster's /meta document, once read
         # (kind, key) of nodes that exist but cannot be read: treated as absent, but not as removed
@@ -213,6 +214,12 @@ class ClusterState:
             self.topics[name] = topic
         for listener in self.on_topic:
             listener(name, topic)
+
+    def _apply_broker(self, node_id: str, doc: dict | None) -> None:
+        if doc is None:
+            self.brokers.pop(node_id, None)
+        else:
+            self.brokers[node_id] = {"host": str(doc["host"]), "port": int(doc["port"])}
 
     def _apply_placement(self, topic: str, doc: dict | None) -> None:
         placed = placement_replicas(doc) if doc is not None else None

@@ -26,10 +26,11 @@ class PublishPlan:
 
     size: int
     prepared: bool
+    partition: int | None = None  # the partition it goes to (None: the topic has no placement)
 
 
 def check_publish(state: ClusterState, cluster: str, topic: str, app_id: str, messages: list,
-                  default_limit: int) -> PublishPlan | Refusal:
+                  default_limit: int, node_id: str = "", partition: int | None = None) -> PublishPlan | Refusal:
     """The plan of an acceptable publish, or why it is refused. A malformed message array raises
     `protocol.ProtocolError` (the connection that sent it is closed)."""
     config = state.topics.get(topic)
@@ -63,7 +64,10 @@ def check_publish(state: ClusterState, cluster: str, topic: str, app_id: str, me
         refusal = _prepared_refusal(config, prepared, len(messages))
         if refusal is not None:
             return refusal
-    return PublishPlan(size, bool(prepared))
+    placed = publish_partition(state, node_id, topic, partition)
+    if isinstance(placed, Refusal):
+        return placed
+    return PublishPlan(size, bool(prepared), placed)
 
 
 def _prepared_refusal(config: TopicConfig, prepared: int, count: int) -> Refusal | None:

@@ -35,6 +35,8 @@ class Topic:
         self.trace = trace  # the node's sink (a NullTraceSink when tracing is off: its methods do nothing)
         self.max_credit = max_credit
         self.groups: dict[str, Group] = {}
+        # partition -> its replication leader on this broker (broker_core.replication.leader): admit, wrap, published
+        self.leaders: dict[int, object] = {}
         self.dropped: set[str] = set()  # groups whose binding was removed: what still arrives for them is finished
         self._routes: dict[str, tuple[str, ...]] = {}
         self.published = 0
@@ -123,6 +125,13 @@ class Topic:
         """Store a batch of message arrays (`size`: their body bytes) in `partition` (None: the topic's home
         partition on this broker); `reply` runs once it is durable (or failed)."""
         received_ms = int(time.time() * 1000)
+        leader = self.leaders.get(partition) if self.leaders and partition is not None else None
+        if leader is not None:  # a replicated partition: refused while too few replicas are in sync
+            refused = leader.admit()
+            if refused is not None:
+                reply(refused, 0, 0)
+                return
+            reply = leader.wrap(reply)  # answered once min_insync replicas hold it
         routes = self.routes
         groups = []
         last_type = last_groups = None
@@ -142,6 +151,8 @@ class Topic:
             stored.append(store.append(app_id, received_ms, arrays, groups, done))
         else:
             stored.append(store.append_to(partition, app_id, received_ms, arrays, groups, done))
+        if leader is not None:
+            leader.published(stored[0], app_id, received_ms, arrays, groups)
         traced.append(self.trace.emit_messages("published", self.name, stored[0], app_id=app_id,
                                                client_host=client_host, ts_us=received_ms * 1000))
 

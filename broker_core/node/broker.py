@@ -31,6 +31,7 @@ from broker_core.delivery.transactions import TxService
 from broker_core.node.counters import SAVE_S, CarriedCounters, live_counts
 from broker_core.node.options import Options
 from broker_core.node.server import ClientConnection
+from broker_core.replication.service import Replication
 from broker_core.storage.file_dead_letters import safe_name
 from broker_core.storage.file_store import FileStore
 from broker_core.storage.memory_store import MemoryStore
@@ -69,6 +70,7 @@ class Broker:
         self.node_id = ""
         self.trace: TraceSink = trace or NullTraceSink()
         self.started_at = time.time()
+        self.replication = Replication(self.state, lambda: self.node_id)
         self.store_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="store")
         self.auth_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="auth")
         self.membership: ZkMembership | None = None
@@ -93,6 +95,7 @@ class Broker:
         self.state.on_topic.append(self.lifecycle.topic_changed)
         self.state.on_placement.append(self._placement_changed)
         self.state.on_removed.append(self.lifecycle.removed)
+        self.state.on_removed.append(self._removed)
         self.state.on_any.append(self._schedule_snapshot)
 
         info = {"node_id": self.node_id, "host": opts.advertise_host, "port": opts.port,
@@ -160,6 +163,7 @@ class Broker:
         topic = Topic(name, store, self.state, trace=self.trace, max_credit=self.options.max_credit)
         self.topics[name] = topic
         topic.recover()
+        self.replication.refresh(name, topic)
         return topic
 
     def storage_for(self, config: TopicConfig | None) -> str:
@@ -173,9 +177,11 @@ class Broker:
         directory = self.options.data_dir / "topics" / safe_name(name)
         if storage != "memory" and adopt_legacy_folder(directory):
             log.info("topic %s: the folder of a broker from before partitions is now its partition 0", name)
-        return PartitionedStore(directory, {pid: self._open_partition(name, pid, storage)
-                                            for pid in self.state.partitions_of(name, self.node_id)},
-                                durable=storage != "memory", spare=MemoryStore(notify=self.loop.call_soon))
+        held = self.state.partitions_of(name, self.node_id)
+        return PartitionedStore(directory, {pid: self._open_partition(name, pid, storage) for pid in held},
+                                durable=storage != "memory", spare=MemoryStore(notify=self.loop.call_soon),
+                                following={pid for pid in held if self.state.leader_of(name, pid) not in
+                                           (None, self.node_id)})
 
     def _open_partition(self, name: str, partition: int, storage: str) -> TopicStore:
         if storage == "memory":
@@ -198,8 +204,11 @@ class Broker:
         for pid in self.state.partitions_of(name, self.node_id):
             if pid not in topic.store.stores:
                 storage = "file" if topic.store.durable else "memory"
-                topic.take_owed(topic.store.add(pid, self._open_partition(name, pid, storage)))
+                owed = topic.store.add(pid, self._open_partition(name, pid, storage))
+                if self.state.leader_of(name, pid) == self.node_id:  # a follower's partition delivers nothing
+                    topic.take_owed(owed)
                 log.info("topic %s: partition %d placed on this broker", name, pid)
+        self.replication.refresh(name, topic)
 
     def _retention_s(self, name: str) -> float | None:
         """The topic's retention from its ZooKeeper document (None: the topic is not known now)."""
@@ -211,6 +220,10 @@ class Broker:
     def _zk_synced(self) -> None:
         self.state.zk_synced()
         self.lifecycle.sweep()
+
+    def _removed(self, kind: str, key: tuple[str, ...]) -> None:
+        if kind == "topic":  # its data goes (lifecycle): so do its leaders and followers
+            self.replication.forget(key[0])
 
     def _binding_changed(self, topic: str, group: str, binding: Binding | None) -> None:
         if topic in self.topics:
@@ -255,6 +268,7 @@ class Broker:
                     topic.tick(now, now_ms)
                 except Exception:
                     log.exception("tick of topic %s failed", topic.name)
+            self.replication.tick(now)
             if now >= next_liveness:
                 next_liveness = now + 0.1
                 for conn in list(self.connections):
@@ -283,6 +297,7 @@ class Broker:
             self.server.close()
         for conn in list(self.connections):
             conn.close("broker shutting down")
+        self.replication.stop()
         for task in self._tasks:
             task.cancel()
         if self.http is not None:
@@ -351,7 +366,7 @@ class Broker:
             "auth_failures": self.auth_failures,
             "transactions": self.tx.stats(),
             "topics": {name: {**t.stats(), "storage_wanted": self.lifecycle.storage_due.get(name),
-                              "leads": self._leads(name)}
+                              "leads": self._leads(name), "replication": self.replication.stats(name)}
                        for name, t in sorted(self.topics.items())},
         }
         return self.counters.apply(stats, self._live_counts())

@@ -215,6 +215,17 @@ DeadLetters = _kind(25, SERVER, "DeadLetters", "Dead letters of one group: each 
 Unsubscribed = _kind(26, SERVER, "Unsubscribed", "The broker ended a subscription (its binding was removed or "
                      "changed hands).", sub_id=int, reason=str)
 
+# Broker to broker (issue 20): a follower connects to a partition's leader with `Hello(app_id=REPLICA_APP,
+# secret=<the cluster secret>)`, asks for the partition's records from a seq, stores them with the leader's seqs
+# and says what it holds durably; the leader acknowledges a publish once `min_insync` replicas hold it.
+ReplicaFetch = _kind(40, CLIENT, "ReplicaFetch", "Send me the partition's batches from `from_seq` on, then each new "
+                     "one.", topic=str, partition=int, from_seq=int)
+ReplicaRecords = _kind(41, SERVER, "ReplicaRecords", "Batches of the partition's log, in seq order: each "
+                       "[first_seq, app_id, received_ms, [message array, ..], [[group, ..], ..]].",
+                       topic=str, partition=int, batches=list)
+ReplicaStored = _kind(42, CLIENT, "ReplicaStored", "The follower holds the partition durably up to `through_seq`.",
+                      topic=str, partition=int, through_seq=int)
+
 _PING_FRAME = HEADER.pack(MAGIC, PROTOCOL_VERSION, Ping.code, 1) + msgpack.packb([])
 _PONG_FRAME = HEADER.pack(MAGIC, PROTOCOL_VERSION, Pong.code, 1) + msgpack.packb([])
 

@@ -57,13 +57,15 @@ def adopt_legacy_folder(topic_dir: Path) -> bool:
 class PartitionedStore:
     """The partitions of one topic held by this broker, behind the `TopicStore` contract."""
 
-    def __init__(self, directory: Path, stores: dict[int, TopicStore], *, durable: bool, spare: TopicStore):
+    def __init__(self, directory: Path, stores: dict[int, TopicStore], *, durable: bool, spare: TopicStore,
+                 following: set[int] = frozenset()):
         """`spare`: the home while no partition of the topic is placed here (a memory store that stays empty:
         consumers may subscribe on a broker that holds no partition of their topic)."""
         self.dir = directory
         self.stores = dict(sorted(stores.items()))
         self.durable = durable
         self.spare = spare
+        self.following = set(following)  # partitions this broker follows: recovered, never delivered here
 
     # -- partitions --------------------------------------------------------------------------
 
@@ -97,8 +99,10 @@ class PartitionedStore:
 
     def recover(self) -> list[tuple[StoredMessage, tuple[str, ...]]]:
         owed = []
-        for store in self.stores.values():
-            owed += store.recover()
+        for pid, store in self.stores.items():
+            mine = store.recover()
+            if pid not in self.following:
+                owed += mine
         return owed
 
     def append(self, app_id, received_ms, arrays, groups, on_done):
