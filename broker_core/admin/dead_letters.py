@@ -13,6 +13,7 @@ checked completely before anything changes.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
 
@@ -194,7 +195,11 @@ class DeadLetterAdmin:
             raise BadRequest(f"group {group!r} is not bound to topic {topic!r} in this broker's cluster",
                              code="unknown_group", status=404)
         t = self.broker.topics.get(topic)
-        skipped = skip_backlog(t.group(group), before_ms, f"position reset to {before_ms}: skipped") if t else 0
+        skipped = 0
+        if t is not None:
+            counted = asyncio.get_running_loop().create_future()
+            skip_backlog(t.group(group), before_ms, f"position reset to {before_ms}: skipped", counted.set_result)
+            skipped = await counted
         if t is not None:
             exc = await durable(t.store.sync_finishes)
             if exc is not None:

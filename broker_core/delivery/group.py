@@ -22,7 +22,8 @@ import logging
 import time
 
 from broker_core.cluster.state import Backoff, Binding
-from broker_core.delivery.lanes import Lane, Subscription, oldest_owed_ms
+from broker_core.delivery.backlog import WINDOW_BYTES, WINDOW_MESSAGES, backlog_for
+from broker_core.delivery.lanes import Lane, Subscription, give_to_lanes, give_to_one_lane, oldest_owed_ms
 from broker_core.protocol import M_BODY, M_TTL_MS
 from broker_core.storage.store import StoredMessage, TopicStore
 from broker_core.tracing.sink import TraceSink
@@ -43,6 +44,7 @@ class Group:
         *,
         trace: TraceSink,
         max_credit: int,
+        window: tuple[int, int] = (WINDOW_MESSAGES, WINDOW_BYTES),
     ):
         self.topic = topic
         self.name = name
@@ -57,6 +59,8 @@ class Group:
         self.copies: dict[int, list] = {}  # broadcast: seq -> [lanes still holding it, some lane finished it]
         self.acked = self.delivered = self.redelivered = self.nacked = self.timed_out = 0
         self.dead_lettered = self.expired = self.retention_dropped = 0
+        self.window = window  # a file-stored topic: past this window the backlog stays in the log (backlog.py)
+        self.backlog = backlog_for(store, name, window)
         self.set_binding(binding)
 
     # -- configuration ----------------------------------------------------------------------
@@ -83,9 +87,11 @@ class Group:
         return the messages it still owed, which the caller finishes for it."""
         for sub in list(self.subs):
             self.unsubscribe(sub, reason=reason)
+        if self.backlog is not None:
+            self.backlog.closed = True  # what it owes on disk stays there (the caller finishes it or deletes it)
         owed = {}
         for lane in [self.main, *self.lanes.values()]:
-            for m in self._drain(lane):
+            for m in lane.drain():
                 owed[m.seq] = m
         self.copies.clear()
         return list(owed.values())
@@ -116,7 +122,39 @@ class Group:
     # -- messages in ----------------------------------------------------------------------------
 
     def enqueue(self, messages: list[StoredMessage]) -> None:
-        """Messages now durable and owed to this group."""
+        """Messages now durable and owed to this group, in log order: kept in memory while the window has room
+        and nothing older is on disk, else left in the log (read back when the window runs low)."""
+        backlog = self.backlog
+        if backlog is not None:
+            if backlog.on_disk or self.held_in_memory() + len(messages) > backlog.limit:
+                backlog.spill(messages)
+                self.dispatch()
+                return
+            backlog.took(messages)
+        self._admit(messages)
+        self.dispatch()
+
+    def resume(self, start, end: int) -> None:
+        """Recovery: the group owes messages of the log from `start` (a storage.owed.GroupStart) on."""
+        self.backlog.resume(start, end)
+        self.dispatch()
+
+    def use_store(self, store: TopicStore) -> None:
+        """Another storage level (the topic holds no message now)."""
+        self.store, self.backlog = store, backlog_for(store, self.name, self.window)
+
+    def enqueue_committed(self, m: StoredMessage) -> None:
+        """A committed transaction message, owed from now (its seq is older): after what is on disk."""
+        if self.backlog is not None and self.backlog.on_disk:
+            self.backlog.insert(m)
+        else:
+            self._admit([m])
+        self.dispatch()
+
+    def held_in_memory(self) -> int:  # owed messages waiting in memory (in flight ones are bounded by credit)
+        return len(self.main.waiting) + len(self.copies)
+
+    def _admit(self, messages: list[StoredMessage]) -> None:
         if self.mode == "clustering" or not self.lanes:
             main = self.main
             main.ready.extend(messages)
@@ -127,6 +165,16 @@ class Group:
                 self.copies[m.seq] = [len(lanes), False]
                 for lane in lanes:
                     lane.add(m)
+
+    def _refill(self) -> None:
+        """The window ran below half: read the next owed messages from the log (one read at a time)."""
+        backlog = self.backlog
+        room = backlog.limit - self.held_in_memory()
+        if room >= backlog.limit // 2 and not backlog.closed:
+            backlog.read(room, self._loaded)
+
+    def _loaded(self, messages: list[StoredMessage]) -> None:
+        self._admit(messages)
         self.dispatch()
 
     # -- subscriptions ----------------------------------------------------------------------
@@ -143,10 +191,10 @@ class Group:
             sub.lane = lane
             self.lanes[sub] = lane
             old_main = self.main
-            waiting = self._drain(old_main)
+            waiting = old_main.drain()
             if waiting:
                 self.main = Lane()
-                self._give_to_lanes(waiting, old_main.attempts)
+                give_to_lanes(self.lanes, self.main, self.copies, waiting, old_main.attempts)
         self.dispatch()
 
     def unsubscribe(self, sub: Subscription, reason: str | None = None) -> None:
@@ -169,7 +217,7 @@ class Group:
         else:
             del self.lanes[sub]
             orphans = []
-            for m in held + self._drain(lane):
+            for m in held + lane.drain():
                 copies = self.copies.get(m.seq)
                 if copies is None:
                     continue
@@ -181,50 +229,13 @@ class Group:
                         del self.copies[m.seq]
                         orphans.append(m)
             if orphans:
-                self._give_to_one_lane(orphans, lane.attempts)
+                give_to_one_lane(self.lanes, self.main, self.copies, orphans, lane.attempts)
         if reason is not None:
             sub.conn.unsubscribed(sub.sub_id, reason)
         if self.mode == "clustering":
             self.dispatch()
         elif not self.subs and self.binding is not None:
             self.mode = self.binding.mode
-
-    def _drain(self, lane: Lane) -> list[StoredMessage]:
-        out = [m for m in lane.ready if m.seq in lane.waiting]
-        out += [m for _, _, m in sorted(lane.deferred) if m.seq in lane.waiting]
-        lane.ready.clear()
-        lane.deferred.clear()
-        lane.waiting.clear()
-        return out
-
-    def _give_to_lanes(self, messages: list[StoredMessage], attempts: dict[int, int]) -> None:
-        """Broadcast: hand waiting messages to every consumer now connected (or keep them), with the deliveries
-        they had so far (`attempts`)."""
-        lanes = list(self.lanes.values()) or [self.main]
-        for lane in lanes:
-            lane.attempts.update((m.seq, attempts[m.seq]) for m in messages if m.seq in attempts)
-        if not self.lanes:
-            for m in messages:
-                self.main.add(m)
-            return
-        for m in messages:
-            self.copies[m.seq] = [len(lanes), False]
-            for lane in lanes:
-                lane.add(m)
-
-    def _give_to_one_lane(self, messages: list[StoredMessage], attempts: dict[int, int]) -> None:
-        """Broadcast: messages that a consumer held alone (it was cut off or left before it acked them) go back
-        to the group ONCE: to the connected consumer with the least waiting, or kept for the next one. Handing
-        them to every consumer would multiply what the broker holds and sends (none of them was owed these)."""
-        if not self.lanes:
-            lane = self.main
-        else:
-            lane = min(self.lanes.values(), key=lambda lane: len(lane.waiting))
-        lane.attempts.update((m.seq, attempts[m.seq]) for m in messages if m.seq in attempts)
-        for m in messages:
-            if self.lanes:
-                self.copies[m.seq] = [1, False]
-            lane.add(m)
 
     def set_credit(self, sub: Subscription, credit: int) -> None:
         sub.wanted = credit
@@ -234,6 +245,9 @@ class Group:
     # -- delivery -------------------------------------------------------------------------------
 
     def dispatch(self) -> None:
+        backlog = self.backlog
+        if backlog is not None and backlog.on_disk and not backlog.reading:
+            self._refill()
         if self.binding is None:
             return
         if self.mode == "clustering":
@@ -459,16 +473,16 @@ class Group:
                         client_host=sub.conn.peer if sub else None, attempt=attempt, detail=detail)
 
     def depth(self) -> int:
-        if self.mode == "clustering":
-            return self.main.depth()
-        return self.main.depth() + sum(lane.depth() for lane in self.lanes.values())
+        waiting = self.main.depth() + sum(lane.depth() for lane in self.lanes.values())  # no lanes in clustering
+        return waiting + (self.backlog.depth() if self.backlog is not None else 0)
 
     def in_flight(self) -> int:
         return sum(len(s.in_flight) for s in self.subs)
 
     def oldest_age_s(self) -> float:
         """Seconds since the broker received the oldest message the group still owes (waiting or in flight)."""
-        oldest = oldest_owed_ms([self.main, *self.lanes.values()], self.subs)
+        oldest = oldest_owed_ms([self.main, *self.lanes.values()], self.subs,
+                                self.backlog.oldest_ms() if self.backlog is not None else None)
         return max(0.0, time.time() - oldest / 1000) if oldest is not None else 0.0
 
     COUNTERS = ("delivered", "acked", "nacked", "timed_out", "redelivered", "dead_lettered", "expired",
@@ -482,4 +496,5 @@ class Group:
             "dead_letter_queue": self.store.dead_letter_count(self.name),
             "consumers": len(self.subs),
             "oldest_age_seconds": self.oldest_age_s(),
+            "on_disk": self.backlog.depth() if self.backlog is not None else 0,
         }

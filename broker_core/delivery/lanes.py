@@ -91,10 +91,51 @@ class Lane:
     def depth(self) -> int:
         return len(self.waiting)
 
+    def drain(self) -> list[StoredMessage]:
+        """Take every waiting message out (ready ones first, then deferred ones by due time)."""
+        out = [m for m in self.ready if m.seq in self.waiting]
+        out += [m for _, _, m in sorted(self.deferred) if m.seq in self.waiting]
+        self.ready.clear()
+        self.deferred.clear()
+        self.waiting.clear()
+        return out
 
-def oldest_owed_ms(lanes: list[Lane], subs: list[Subscription]) -> int | None:
-    """When the broker received the oldest message these lanes and subscriptions still owe (None: nothing)."""
-    times = [next((m.received_ms for m in lane.ready if m.seq in lane.waiting), None) for lane in lanes]
+
+def give_to_lanes(lanes: dict[Subscription, Lane], main: Lane, copies: dict[int, list], messages: list[StoredMessage],
+                  attempts: dict[int, int]) -> None:
+    """Broadcast: hand waiting messages to every consumer now connected (or keep them in `main`), with the
+    deliveries they had so far (`attempts`); `copies` counts each message's lanes."""
+    targets = list(lanes.values()) or [main]
+    for lane in targets:
+        lane.attempts.update((m.seq, attempts[m.seq]) for m in messages if m.seq in attempts)
+    if not lanes:
+        for m in messages:
+            main.add(m)
+        return
+    for m in messages:
+        copies[m.seq] = [len(targets), False]
+        for lane in targets:
+            lane.add(m)
+
+
+def give_to_one_lane(lanes: dict[Subscription, Lane], main: Lane, copies: dict[int, list],
+                     messages: list[StoredMessage], attempts: dict[int, int]) -> None:
+    """Broadcast: messages that a consumer held alone (it was cut off or left before it acked them) go back
+    to the group ONCE: to the connected consumer with the least waiting, or kept for the next one. Handing
+    them to every consumer would multiply what the broker holds and sends (none of them was owed these)."""
+    lane = min(lanes.values(), key=lambda lane: len(lane.waiting)) if lanes else main
+    lane.attempts.update((m.seq, attempts[m.seq]) for m in messages if m.seq in attempts)
+    for m in messages:
+        if lanes:
+            copies[m.seq] = [1, False]
+        lane.add(m)
+
+
+def oldest_owed_ms(lanes: list[Lane], subs: list[Subscription], on_disk_ms: int | None = None) -> int | None:
+    """When the broker received the oldest message these lanes and subscriptions still owe, or the oldest of the
+    group's backlog on disk (`on_disk_ms`) if older (None: nothing)."""
+    times = [on_disk_ms] + [next((m.received_ms for m in lane.ready if m.seq in lane.waiting), None)
+                            for lane in lanes]
     times += [m.received_ms for lane in lanes for _, _, m in lane.deferred if m.seq in lane.waiting]
     times += [m.received_ms for sub in subs for m, _, _ in sub.in_flight.values()]
     return min((t for t in times if t is not None), default=None)

@@ -4,20 +4,57 @@ Every message the group still owes that the broker received before the reset tim
 as an ack would finish it: waiting ones leave their lanes, in-flight ones leave their subscriptions (a late ack
 of one is ignored, as for a timed-out delivery). The store records the finishes (the ack file's KIND_FINISH
 records at the file level), so after a restart the skipped messages stay skipped; messages received at or
-after the reset time are delivered as before. Kept apart from `group.py`: it reads the group's lanes and
+after the reset time are delivered as before. What the group owes on disk (its backlog past the window in memory)
+is read back in batches and finished likewise, up to the first message received at or after the reset time. Kept apart from `group.py`: it reads the group's lanes and
 subscriptions, and the delivery path never calls it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from broker_core.delivery.group import Group
 from broker_core.delivery.lanes import Lane
 from broker_core.storage.store import StoredMessage
 
 
-def skip_backlog(group: Group, before_ms: int, detail: str) -> int:
-    """Finish for the group every message it owes that was received before `before_ms`; returns how many.
-    `detail` goes with each message's trace event (why it was not delivered)."""
+def skip_backlog(group: Group, before_ms: int, detail: str, on_done: Callable[[int], None]) -> None:
+    """Finish for the group every message it owes that was received before `before_ms`; `on_done(how many)` once
+    done (the part of its backlog on disk is read back in batches, off the event loop). `detail` goes with each
+    message's trace event (why it was not delivered)."""
+    backlog = group.backlog
+    if backlog is None:
+        skipped = _skip_in_memory(group, before_ms, detail)
+        group.dispatch()
+        on_done(skipped)
+        return
+
+    def start() -> None:
+        count = [_skip_in_memory(group, before_ms, detail)]
+
+        def batch(messages: list[StoredMessage]) -> None:
+            count[0] += len(messages)
+            _finish(group, messages, detail)
+
+        def done() -> None:
+            group.dispatch()
+            on_done(count[0])
+
+        backlog.skip(lambda m: m.received_ms >= before_ms, batch, done)
+
+    backlog.when_idle(start)  # after the read in flight, if any: what it brings in is skipped in memory
+
+
+def _finish(group: Group, messages: list[StoredMessage], detail: str) -> None:
+    for m in messages:
+        group.trace.emit("expired", message_id=m.id, topic=group.topic, message_type=m.message_type, key=m.key,
+                         business_id=m.business_id, group=group.name, detail=detail)
+    group.store.finish_many(messages, group.name)
+    for m in messages:
+        m.pending -= 1
+
+
+def _skip_in_memory(group: Group, before_ms: int, detail: str) -> int:
     taken: list[tuple[Lane, StoredMessage]] = []
     for lane in [group.main, *group.lanes.values()]:
         waiting = lane.waiting
@@ -32,15 +69,12 @@ def skip_backlog(group: Group, before_ms: int, detail: str) -> int:
             taken.append((sub.lane, sub.in_flight.pop(seq)[0]))
     shared: list[StoredMessage] = []
     for lane, m in taken:
-        group.trace.emit("expired", message_id=m.id, topic=group.topic, message_type=m.message_type, key=m.key,
-                         business_id=m.business_id, group=group.name, detail=detail)
         if group.mode == "broadcast" and lane is not group.main:
+            group.trace.emit("expired", message_id=m.id, topic=group.topic, message_type=m.message_type, key=m.key,
+                             business_id=m.business_id, group=group.name, detail=detail)
             group._copy_done(m)  # the message is finished once every consumer's copy is
         else:
             shared.append(m)
     if shared:
-        group.store.finish_many(shared, group.name)
-        for m in shared:
-            m.pending -= 1
-    group.dispatch()
-    return len(taken)
+        _finish(group, shared, detail)
+    return len(taken)  # the caller dispatches (not before the skip on disk has begun: no read may start between)

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 
 from broker_core.cluster.state import Binding, ClusterState
+from broker_core.delivery.backlog import WINDOW_BYTES, WINDOW_MESSAGES
 from broker_core.delivery.group import Group
 from broker_core.protocol import M_ID, M_TYPE
 from broker_core.storage.store import DeadLetter, StoredMessage, TopicStore, TxEntry
@@ -28,12 +29,14 @@ PublishReply = Callable[[BaseException | None, int, int], None]
 
 
 class Topic:
-    def __init__(self, name: str, store: TopicStore, state: ClusterState, *, trace: TraceSink, max_credit: int):
+    def __init__(self, name: str, store: TopicStore, state: ClusterState, *, trace: TraceSink, max_credit: int,
+                 window: tuple[int, int] = (WINDOW_MESSAGES, WINDOW_BYTES)):
         self.name = name
         self.store = store
         self.state = state
         self.trace = trace  # the node's sink (a NullTraceSink when tracing is off: its methods do nothing)
         self.max_credit = max_credit
+        self.window = window  # a group's window of messages in memory (messages, bytes): delivery/backlog.py
         self.groups: dict[str, Group] = {}
         # partition -> its replication leader on this broker (broker_core.replication.leader): admit, wrap, published
         self.leaders: dict[int, object] = {}
@@ -45,26 +48,33 @@ class Topic:
         self.tx_prepared = self.tx_committed = self.tx_rolled_back = self.redriven = 0
 
     def recover(self) -> int:
-        """Load what the store still owes and queue it for its groups; returns the message count."""
+        """Give each group what the store still owes it: its position in the log (file level: the messages stay
+        on disk until the group reads them) or the messages (memory level: none after a start). Returns how many
+        (message, group) deliveries are owed."""
         return self.take_owed(self.store.recover())
 
-    def take_owed(self, owed: list[tuple[StoredMessage, tuple[str, ...]]]) -> int:
-        """Queue recovered messages for the groups they are owed to (a partition placed here later, too)."""
-        by_group: dict[str, list[StoredMessage]] = {}
-        for m, groups in owed:
+    def take_owed(self, owed) -> int:
+        """`recover` for a store's recovery result (a partition placed on this broker later, too)."""
+        starts = getattr(owed, "starts", None)
+        in_memory = owed.in_memory if starts is not None else owed
+        count = 0
+        for g, start in (starts or {}).items():
+            if start.start is not None:
+                self.group(g).resume(start, owed.end)
+                count += start.owed
+        for m, groups in in_memory:
             for g in groups:
-                by_group.setdefault(g, []).append(m)
-        for g, messages in by_group.items():
-            self.group(g).enqueue(messages)
-        if owed:
-            log.info("topic %s: recovered %d messages owed to %d groups", self.name, len(owed), len(by_group))
-        return len(owed)
+                self.group(g).enqueue_committed(m)
+            count += len(groups)
+        if count:
+            log.info("topic %s: recovered %d deliveries owed to %d groups", self.name, count, len(self.groups))
+        return count
 
     def group(self, name: str) -> Group:
         group = self.groups.get(name)
         if group is None:
             group = Group(self.name, name, self.store, self.state.binding(self.name, name), trace=self.trace,
-                          max_credit=self.max_credit)
+                          max_credit=self.max_credit, window=self.window)
             self.groups[name] = group
         return group
 
@@ -85,10 +95,15 @@ class Topic:
         owed = group.release("binding removed") if group is not None else []
         if owed:
             self._finish(owed, name)
+        backlog = group.backlog if group is not None else None
+        on_disk = backlog.depth() if backlog is not None else 0
+        if on_disk:  # what it owed on disk is read and finished, batch by batch, off the event loop
+            backlog.when_idle(lambda: backlog.skip(lambda m: False, lambda batch: self._finish(batch, name),
+                                                   lambda: None))
         self.store.drop_dead_letters(name)
         if owed or group is not None:
-            log.info("topic %s: group %s dropped with %d messages it still owed", self.name, name, len(owed))
-        return len(owed)
+            log.info("topic %s: group %s dropped with %d messages it still owed", self.name, name, len(owed) + on_disk)
+        return len(owed) + on_disk
 
     def known_groups(self) -> set[str]:
         """Groups this topic holds anything for: messages or dead letters."""
@@ -99,7 +114,7 @@ class Topic:
         """Another storage level (the caller checked that the topic holds no message now)."""
         self.store = store
         for group in self.groups.values():
-            group.store = store
+            group.use_store(store)
 
     def close(self, reason: str) -> None:
         """The topic goes from this broker: every subscription ends with `reason` (the caller discards the store)."""
@@ -154,7 +169,8 @@ class Topic:
         if leader is not None:
             leader.published(stored[0], app_id, received_ms, arrays, groups)
         traced.append(self.trace.emit_messages("published", self.name, stored[0], app_id=app_id,
-                                               client_host=client_host, ts_us=received_ms * 1000))
+                                               client_host=client_host, ts_us=received_ms * 1000,
+                                               encoded=self.store.last_batch))
 
     def _stored(self, messages: list[StoredMessage], size: int, exc: BaseException | None, reply: PublishReply,
                 client_host: str | None, traced: object = None) -> None:
@@ -237,8 +253,11 @@ class Topic:
             self.trace.emit("committed" if commit else "rolled_back", message_id=m.id, topic=self.name,
                             message_type=m.message_type, key=m.key, business_id=m.business_id, app_id=m.app_id,
                             client_host=client_host, detail=tx_detail(reason))
-            if groups:
-                self._enqueue(groups, [m])
+            for g in groups:
+                if g in self.dropped:
+                    self._finish([m], g)
+                else:
+                    self.group(g).enqueue_committed(m)
 
         self.store.end_tx(entry, commit, groups, int(time.time() * 1000), reason, done)
 

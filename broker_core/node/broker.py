@@ -160,7 +160,8 @@ class Broker:
             return topic
         config: TopicConfig | None = self.state.topics.get(name)
         store = self.open_store(name, storage or self.storage_for(config))
-        topic = Topic(name, store, self.state, trace=self.trace, max_credit=self.options.max_credit)
+        topic = Topic(name, store, self.state, trace=self.trace, max_credit=self.options.max_credit,
+                      window=(self.options.backlog_window_messages, self.options.backlog_window_bytes))
         self.topics[name] = topic
         topic.recover()
         self.replication.refresh(name, topic)
@@ -181,7 +182,7 @@ class Broker:
         return PartitionedStore(directory, {pid: self._open_partition(name, pid, storage) for pid in held},
                                 durable=storage != "memory", spare=MemoryStore(notify=self.loop.call_soon),
                                 following={pid for pid in held if self.state.leader_of(name, pid) not in
-                                           (None, self.node_id)})
+                                           (None, self.node_id)}, single=name not in self.state.placements)
 
     def _open_partition(self, name: str, partition: int, storage: str) -> TopicStore:
         if storage == "memory":
@@ -338,14 +339,18 @@ class Broker:
                               "groups": {<group>: {"mode", "bound": bool, "depth", "in_flight",
                                                    "delivered", "acked", "nacked", "timed_out",
                                                    "redelivered", "dead_lettered", "expired", "retention_dropped",
-                                                   "dead_letter_queue", "consumers", "revision"}}}}}
+                                                   "dead_letter_queue", "consumers", "revision",
+                                                   "oldest_age_seconds", "on_disk"}}}}}
 
         `leads` (issue 20) lists the partitions this broker takes publishes for (None: the topic has no placement,
-        every broker takes it; `store.partitions` those it holds). `revision` and `status` are those of the topic
-        document this broker applies (None: it is not in ZooKeeper
-        now), `held` the messages some group still owes (each counted once), `storage_wanted` a storage level the
+        every broker takes it; `store.partitions` those it holds). `revision` and `status` are those of the topic document this broker applies (None: it is not in ZooKeeper
+        now), `held` what its groups still owe (memory level: messages, each counted once; file level: (message,
+        group) pairs, from the segments' counts), `storage_wanted` a storage level the
         topic's document asks for that is not applied yet (it is once the topic holds no message). `depth` counts
-        messages waiting (ready or in backoff), `in_flight` those sent and not yet acked, `dead_letter_queue` the
+        messages waiting (ready or in backoff, in memory or on disk), `on_disk` those of them left in the log (file
+        level: past the group's window in memory), `oldest_age_seconds` the age of the oldest message the group owes
+        (computed from the window's head and the log position, not by a scan), `in_flight` those sent and not yet
+        acked, `dead_letter_queue` the
         entries in the group's dead-letter queue, `revision` that of the binding applied (None: not bound); the
         other group figures are counters (`retention_dropped`: dropped past the topic's
         retention). Counters add up across the broker's restarts (node/counters.py); `published` counts the

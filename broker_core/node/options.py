@@ -60,6 +60,10 @@ class Options:
     max_connections_per_host: int = 256  # client connections from one source address
     max_outbuf_bytes: int = 4 * 1024 * 1024  # bytes queued to one connection; delivery to it stops past this
     max_http_connections: int = 32  # concurrent HTTP requests (metrics, stats, admin); more get 503
+    # a group of a file-stored topic holds at most this many owed messages waiting in memory (and about this many
+    # bytes of bodies); the rest of its backlog stays in the log and is read back as the window empties
+    backlog_window_messages: int = 10_000
+    backlog_window_bytes: int = 16 * 1024 * 1024
     tick_ms: int = 20
     zk_session_timeout_s: float = 10.0
     zk_start_timeout_s: float = 15.0
@@ -97,6 +101,8 @@ class Options:
         for name in ("max_connections", "max_connections_per_host", "max_http_connections"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
+        if self.backlog_window_messages < 16 or self.backlog_window_bytes < 64 * 1024:
+            raise ValueError("backlog_window_messages must be at least 16 and backlog_window_bytes at least 65536")
         if self.max_outbuf_bytes < 64 * 1024:  # the transport's own high-water mark (pause_writing)
             raise ValueError("max_outbuf_bytes must be at least 65536")
         self.data_dir = Path(self.data_dir)

@@ -264,7 +264,8 @@ class FileDeadLetters:
         markers += [marker(d.seq, 0, received_ms) for d in superseded]
         for d in [*dead, *superseded]:
             self.dlq.index.mark_redriven(group, d.seq, d.fields[M_ID])
-        self.held += len(messages)
+        seg.owe(seq, [1] * len(dead))
+        self.held += len(dead)
 
         def durable(exc: BaseException | None) -> None:
             if exc is None:  # the copies are safe: now the markers (the next job writes them)

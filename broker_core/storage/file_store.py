@@ -37,6 +37,7 @@ from pathlib import Path
 
 from broker_core.protocol import TX_COMMITTED, TX_PREPARED, TX_ROLLED_BACK
 from broker_core.storage.file_dead_letters import DeadLetterFiles, FileDeadLetters, write_all
+from broker_core.storage.file_reader import INDEX_EVERY, ReadHint, ReadResult, read_owed
 from broker_core.storage.file_segments import Segment, SegmentRecovery
 from broker_core.storage.fsync import fsync_dir
 from broker_core.storage.store import (
@@ -101,7 +102,7 @@ class FileStore(FileDeadLetters, SegmentRecovery):
         self._busy = False
         self._failed: BaseException | None = None
         self._discarded = False  # the topic was deleted: nothing more is written, the files close
-        self.held = 0  # messages some group still owes
+        self.last_batch: bytes | None = None  # the record of the last append (TopicStore.last_batch)
         self.tx: dict[str, TxEntry] = {}
         self.prepared: dict[str, TxEntry] = {}
         self._log_redrives: list[tuple[str, int, int, int, str]] = []  # recovery: (group, dead seq, seq, ms, id)
@@ -109,7 +110,9 @@ class FileStore(FileDeadLetters, SegmentRecovery):
         self._last_ack_sync = time.monotonic()
         self._unsynced = False
         self._force_ack_sync = False  # a caller waits for the finishes to be durable (`sync_finishes`)
+        self.held = 0  # messages some group still owes (each segment counts the groups owing each of its messages)
         self.flushes = 0
+        self.reads = 0  # reads of groups' backlogs from the log
         self.fsyncs = 0  # fdatasyncs of log segments
         self._other_fsyncs = 0  # fsyncs of ack files and the folder (dead-letter files count their own)
 
@@ -117,6 +120,25 @@ class FileStore(FileDeadLetters, SegmentRecovery):
     def other_fsyncs(self) -> int:
         """fsyncs of ack files, dead-letter files and the folder."""
         return self._other_fsyncs + self.dlq.fsyncs
+
+    readable = True  # groups read their backlog back from the log (`read_owed`)
+
+    def read_owed(self, group: str, start: int, end: int, max_count: int, max_bytes: int, hint: ReadHint | None,
+                  on_done: Callable[[ReadResult | None, BaseException | None], object]) -> None:
+        """Read in the executor the messages owed to `group` at publish with seq in [start, end) (`file_reader.
+        read_owed`); `on_done(result, error)` runs on the loop thread. `end` must not pass what is written."""
+        segments = [(seg, seg.base, list(seg.index)) for seg in self.segments if not seg.deleted]
+
+        def job() -> None:
+            try:
+                result = read_owed(segments, group, start, end, max_count, max_bytes, hint)
+            except BaseException as exc:  # reported to the group, which tries again later
+                self.notify(on_done, None, exc)
+                return
+            self.notify(on_done, result, None)
+
+        self.reads += 1
+        self.executor.submit(job)
 
     def _new_segment(self, base: int) -> Segment:
         seg = Segment(self.dir, base)
@@ -129,13 +151,15 @@ class FileStore(FileDeadLetters, SegmentRecovery):
     def append(self, app_id, received_ms, arrays, groups, on_done):
         place = self._place(on_done)
         if place is None:
+            self.last_batch = None
             return []
         seq, seg = place
         messages = [StoredMessage(seq + i, fields, app_id, received_ms, groups[i], seg)
                     for i, fields in enumerate(arrays)]
+        seg.owe(seq, map(len, groups))
         self.held += len(groups) - groups.count(())  # messages owed to no group are not held
-        self._queue(seg, encode_record(KIND_BATCH, [seq, app_id, received_ms, arrays, groups]), len(arrays),
-                    sum(map(len, groups)), on_done)
+        self.last_batch = encode_record(KIND_BATCH, [seq, app_id, received_ms, arrays, groups])
+        self._queue(seg, self.last_batch, len(arrays), sum(map(len, groups)), on_done)
         return messages
 
     def _roll(self, base: int) -> Segment:
@@ -149,8 +173,8 @@ class FileStore(FileDeadLetters, SegmentRecovery):
         self.finish_many((message,), group)
 
     def finish_many(self, messages, group: str) -> None:
-        self.held -= sum(1 for m in messages if m.pending <= 1)
         finished = self._finished
+        held = self.held
         seg = seqs = None
         count = 0
         for m in messages:
@@ -163,6 +187,9 @@ class FileStore(FileDeadLetters, SegmentRecovery):
                     seqs = finished[(seg, group)] = []
                 count = len(seqs)
             seqs.append(m.seq)
+            if seg.finish(m.seq):
+                held -= 1
+        self.held = held
         if seg is not None:
             self._retire(seg, len(seqs) - count)
 
@@ -200,6 +227,8 @@ class FileStore(FileDeadLetters, SegmentRecovery):
 
     def _queue(self, seg: Segment, record: bytes, count: int, unfinished: int, on_done: DoneCallback) -> None:
         """Buffer a record of `count` new messages (`unfinished` entries owed) for the next flush job."""
+        if not seg.index or seg.size - seg.index[-1][1] >= INDEX_EVERY:
+            seg.index.append((self.next_seq, seg.size))  # where the record of this seq starts
         seg.size += len(record)
         seg.unfinished += unfinished
         self.next_seq += count
@@ -231,6 +260,7 @@ class FileStore(FileDeadLetters, SegmentRecovery):
         if commit:
             entry.state = TX_COMMITTED
             m.groups, m.pending = groups, len(groups)
+            seg.owe(m.seq, [len(groups)])
             self.held += 1 if groups else 0
             record = encode_record(KIND_COMMIT, [m.seq, m.id, list(groups), now_ms, reason])
             seg.unfinished += len(groups)
@@ -441,6 +471,8 @@ class FileStore(FileDeadLetters, SegmentRecovery):
             "next_seq": self.next_seq,
             "prepared": len(self.prepared),
             "flushes": self.flushes,
+            "reads": self.reads,
+            "finishes_unwritten": sum(map(len, self._finished.values())) + (1 if self._busy else 0),
             "fsyncs": self.fsyncs,
             "failed": str(self._failed) if self._failed else None,
         }

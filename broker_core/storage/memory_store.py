@@ -13,6 +13,7 @@ MAX_RESOLVED_TX = 100_000  # resolved transaction entries remembered (for state 
 
 class MemoryStore:
     durable = False
+    last_batch = None  # this level encodes no record (TopicStore.last_batch)
 
     def __init__(self, notify: Callable[..., object], max_dead_letters: int = 100_000, first_seq: int = 1):
         self.notify = notify

@@ -58,7 +58,10 @@ class PartitionedStore:
     """The partitions of one topic held by this broker, behind the `TopicStore` contract."""
 
     def __init__(self, directory: Path, stores: dict[int, TopicStore], *, durable: bool, spare: TopicStore,
-                 following: set[int] = frozenset()):
+                 following: set[int] = frozenset(), single: bool = False):
+        """`single`: the topic is one partition held by every broker (no placement): its groups read their backlog
+        back from the partition's log (`readable`). A placed topic's groups keep their backlog in memory: they
+        have one position in one log, and the partitions held here may change."""
         """`spare`: the home while no partition of the topic is placed here (a memory store that stays empty:
         consumers may subscribe on a broker that holds no partition of their topic)."""
         self.dir = directory
@@ -66,6 +69,8 @@ class PartitionedStore:
         self.durable = durable
         self.spare = spare
         self.following = set(following)  # partitions this broker follows: recovered, never delivered here
+        self.single = single
+        self._last: TopicStore | None = None  # the store of the last append (its `last_batch`)
 
     # -- partitions --------------------------------------------------------------------------
 
@@ -82,7 +87,7 @@ class PartitionedStore:
 
     def add(self, partition: int, store: TopicStore) -> list[tuple[StoredMessage, tuple[str, ...]]]:
         """A partition placed here later: recover it and return what it owes (for the groups)."""
-        owed = store.recover()
+        owed = list(store.recover())  # (read back: a placed topic's groups keep their backlog in memory)
         self.stores[partition] = store
         self.stores = dict(sorted(self.stores.items()))
         return owed
@@ -97,19 +102,36 @@ class PartitionedStore:
 
     # -- messages ------------------------------------------------------------------------------
 
-    def recover(self) -> list[tuple[StoredMessage, tuple[str, ...]]]:
+    @property
+    def readable(self) -> bool:
+        return self.single and len(self.stores) == 1 and getattr(self.home, "readable", False)
+
+    def read_owed(self, *args) -> None:
+        self.home.read_owed(*args)  # (only when `readable`: one partition)
+
+    @property
+    def last_batch(self) -> bytes | None:
+        return getattr(self._last, "last_batch", None)
+
+    def recover(self):
+        """What the partitions led here owe: the one partition's recovery as it is (its groups' positions, when
+        `readable`), else every owed message read back (a follower's partitions owe nothing here)."""
+        if self.readable and not self.following:
+            return self.home.recover()
         owed = []
         for pid, store in self.stores.items():
             mine = store.recover()
             if pid not in self.following:
-                owed += mine
+                owed += list(mine)  # (a file store's recovery reads its owed messages back when iterated)
         return owed
 
     def append(self, app_id, received_ms, arrays, groups, on_done):
+        self._last = self.home
         return self.home.append(app_id, received_ms, arrays, groups, on_done)
 
     def append_to(self, partition: int, app_id, received_ms, arrays, groups, on_done):
-        return self.stores[partition].append(app_id, received_ms, arrays, groups, on_done)
+        self._last = self.stores[partition]
+        return self._last.append(app_id, received_ms, arrays, groups, on_done)
 
     def finish(self, message: StoredMessage, group: str) -> None:
         self.part(message.seq).finish(message, group)

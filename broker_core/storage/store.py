@@ -255,6 +255,9 @@ class TopicStore(Protocol):
     """Storage of one topic (nsqd's BackendQueue, plus per-group delivery state)."""
 
     durable: bool
+    # the encoded record of the last `append` as it goes to the log (None if it failed, or for a level that
+    # encodes none): a trace sink ships it as it is rather than taking its messages' values one by one
+    last_batch: bytes | None
 
     def recover(self) -> list[tuple[StoredMessage, tuple[str, ...]]]:
         """Messages some group has not finished with, in seq order, each with those groups."""

@@ -1,21 +1,25 @@
 """A trace sink that writes from a child process, so writing trace files never holds the broker's GIL.
 
-The broker side (`ProcessTraceSink`) adds records to a RecordBuffer; `ship_interval_s` after a first record
-it takes them and writes them to the child's stdin through a non-blocking asyncio pipe, as a frame: a
-4-byte big-endian length, then the records as msgpack (records.pack: plain lists, an explicit layout, no
-pickle). The broker builds no Arrow array: that is the child's work. Tracing never blocks the broker: when
-the child is more than `max_buffer_bytes` behind, the records are dropped and their events counted in
-`dropped`.
+The broker side (`ProcessTraceSink`) adds records to a RecordBuffer and writes them to the child's stdin
+through a non-blocking asyncio pipe (made 1 MiB where the system allows), as a frame: the lengths of its
+two parts (4 bytes big-endian each), the records as msgpack (records.pack: plain lists, an explicit layout,
+no pickle), then the store's encoded batch records they hold, written as they are (no copy). It ships `ship_interval_s` after a first record, and at once (on the next loop turn) when
+`ship_records` records or `ship_bytes` of store records are waiting: each shipment is a short step of the
+event loop, not one long one. The broker builds no Arrow array and decodes no record: that is the child's
+work. Tracing never blocks the broker: when the child is more than `max_buffer_bytes` behind, the
+records are dropped and their events counted in `dropped`.
 
 The child (`python -m broker_core.tracing.process DIR NODE_ID CLUSTER [NICE] [ROLL_BYTES] [ROLL_SECONDS]`,
-at a lower priority: `nice`, default 10) makes each frame one Arrow record batch (records.to_batch), hands
-it to a TraceFileWriter and rolls its file when due, also while no frame comes. It stops (closing its file) when its stdin closes, also after a kill -9 of the
-broker.
+at a lower priority: `nice`, default 10) makes each frame one Arrow record batch (records.Decoder), hands
+it to a TraceFileWriter and rolls its file when due, also while no frame comes. It stops (closing its
+file) when its stdin closes, also after a kill -9 of the broker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import gc
 import logging
 import os
 import select
@@ -24,34 +28,46 @@ import subprocess
 import sys
 from pathlib import Path
 
-from broker_core.tracing.records import RecordBuffer, Records, pack, to_batch, unpack
+from broker_core.tracing.records import Decoder, RecordBuffer, Records, pack, unpack
 from broker_core.tracing.writer import TraceFileWriter
 
 log = logging.getLogger("broker_core.trace")
 
-LENGTH = struct.Struct(">I")
+HEAD = struct.Struct(">II")  # the lengths of a frame's msgpack and of the encoded records after it
+PIPE_BYTES = 1024 * 1024
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux
+
+
+def frame_parts(records: Records) -> list[bytes]:
+    """Records as the child reads them, in parts to be written one after the other."""
+    meta, raw = pack(records)
+    return [HEAD.pack(len(meta), sum(map(len, raw))), meta, *raw]
 
 
 def frame(records: Records) -> bytes:
-    """Records as the child reads them: their length, then their msgpack."""
-    data = pack(records)
-    return LENGTH.pack(len(data)) + data
+    """frame_parts() joined."""
+    return b"".join(frame_parts(records))
 
 
 class ProcessTraceSink:
     def __init__(self, directory: Path, *, node_id: str, cluster: str, ship_interval_s: float = 0.2,
-                 max_buffer_bytes: int = 64 * 1024 * 1024, nice: int = 10, roll_bytes: int | None = None,
-                 roll_s: float | None = None):
+                 ship_records: int = 256, ship_bytes: int = PIPE_BYTES, max_buffer_bytes: int = 64 * 1024 * 1024,
+                 nice: int = 10, roll_bytes: int | None = None, roll_s: float | None = None):
         self.ship_interval_s = ship_interval_s
+        self.ship_records, self.ship_bytes = ship_records, ship_bytes
         self.max_buffer_bytes = max_buffer_bytes
         self.dropped = 0
         self._buffer = RecordBuffer()
-        self._scheduled = False
+        self._scheduled = self._soon = False
         self._transport: asyncio.WriteTransport | None = None
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "broker_core.tracing.process", str(directory), node_id, cluster, str(nice),
              str(roll_bytes or ""), str(roll_s or "")],
             stdin=subprocess.PIPE, start_new_session=False)
+        try:  # fewer, larger writes; the default pipe holds 64 KiB
+            fcntl.fcntl(self._proc.stdin.fileno(), F_SETPIPE_SZ, PIPE_BYTES)
+        except OSError:
+            pass
         self.loop = asyncio.get_running_loop()
 
     async def start(self) -> ProcessTraceSink:
@@ -60,39 +76,47 @@ class ProcessTraceSink:
 
     def emit(self, event: str, **fields) -> None:
         self._buffer.emit(event, **fields)
-        if not self._scheduled:
-            self._schedule()
+        self._added()
 
     def emit_messages(self, event: str, topic: str, messages: list, **fields) -> int | None:
         handle = self._buffer.emit_messages(event, topic, messages, **fields)
-        if not self._scheduled:
-            self._schedule()
+        self._added()
         return handle
 
     def emit_group(self, event: str, topic: str, group: str, rows: list, **fields) -> None:
         self._buffer.emit_group(event, topic, group, rows, **fields)
-        if not self._scheduled:
-            self._schedule()
+        self._added()
 
     def emit_attempts(self, event: str, topic: str, group: str, entries: list, **fields) -> None:
         self._buffer.emit_attempts(event, topic, group, entries, **fields)
-        if not self._scheduled:
-            self._schedule()
+        self._added()
 
-    def _schedule(self) -> None:
-        self._scheduled = True
-        self.loop.call_later(self.ship_interval_s, self.ship)
+    def _added(self) -> None:
+        if not self._scheduled:
+            self._scheduled = True
+            self.loop.call_later(self.ship_interval_s, self._timer)
+        buffer = self._buffer
+        if not self._soon and (buffer.records >= self.ship_records or buffer.encoded_bytes >= self.ship_bytes):
+            self._soon = True
+            self.loop.call_soon(self._ship_soon)
+
+    def _timer(self) -> None:
+        self._scheduled = False
+        self.ship()
+
+    def _ship_soon(self) -> None:
+        self._soon = False
+        self.ship()
 
     def ship(self) -> None:
         """Send what was recorded to the child now (the timer does, `ship_interval_s` after a first record)."""
-        self._scheduled = False
         if not self._buffer.records:
             return
         transport = self._transport
         if transport is None or transport.is_closing() or transport.get_write_buffer_size() > self.max_buffer_bytes:
             self.dropped += self._buffer.drop()
             return
-        transport.write(frame(self._buffer.take_records()))
+        transport.writelines(frame_parts(self._buffer.take_records()))
 
     def close(self) -> None:
         self.ship()
@@ -125,20 +149,27 @@ def _read_exactly(fd: int, n: int) -> bytes | None:
 
 def serve(fd: int, writer: TraceFileWriter) -> None:
     """Write the frames read from `fd` until it ends, rolling the file when due in between."""
+    decoder = Decoder()
     while True:
         ready, _, _ = select.select([fd], [], [], writer.roll_due_in())
         if ready:
-            head = _read_exactly(fd, LENGTH.size)
-            data = head and _read_exactly(fd, LENGTH.unpack(head)[0])
-            if data is None:
+            head = _read_exactly(fd, HEAD.size)
+            if head is None:
                 return
-            writer.write(to_batch(unpack(data)))
+            meta_size, raw_size = HEAD.unpack(head)
+            meta = _read_exactly(fd, meta_size)
+            raw = None if meta is None else _read_exactly(fd, raw_size)
+            if raw is None:
+                return
+            writer.write(decoder.batch(unpack(meta, raw)))
         writer.roll_if_due()
 
 
 def main(directory: str, node_id: str, cluster: str, nice: str = "0", roll_bytes: str = "", roll_s: str = "") -> None:
     if int(nice):
         os.nice(int(nice))  # the broker and its clients come first; the writer catches up when they idle
+    gc.freeze()  # what a batch decodes dies with it: no full collections over the modules' objects
+    gc.set_threshold(100_000, 50, 1000)
     roll = {**({"max_bytes": int(roll_bytes)} if roll_bytes else {}), **({"max_age_s": float(roll_s)} if roll_s else {})}
     writer = TraceFileWriter(directory, node_id=node_id, cluster=cluster, **roll)
     try:

@@ -1,23 +1,30 @@
 """The broker's side of tracing without I/O: the sink methods (TraceSink) add records to a `RecordBuffer`;
 `take_records()` hands over the records since the last take as plain lists (`Records`), which `pack` turns
-into msgpack for the trace process, and `to_batch` (in the trace process) into one Arrow record batch of
+into msgpack for the trace process, and a `Decoder` (in the trace process) into one Arrow record batch of
 schema.wire_schema(); `take()` does both at once (for a writer in the same process).
 
-A record's per-message values are taken when it is emitted, while the publish or delivery path has just
-touched its messages, as plain lists (C-level `map` passes), or as a `Run` when they are all the same
-(a batch of one message type, first deliveries); the batch is built column-wise once per shipment, without
-a Python object per value where it can (ASCII strings are joined and cut by their lengths; runs repeat
-one value). A record whose messages the trace process already has names them instead of repeating their
-ids, types, keys and business ids: a publish batch's `stored` record its `published` record (the handle
-`emit_messages` returned), a delivery or ack frame the runs of published records its seqs make. Records
-are numbered across batches; a record may name records of its own batch and of the one taken before
-(the writer resolves those), never of one dropped.
+The broker does as little per message as it can; the trace process does the rest:
+- a publish batch the file store encoded (`TopicStore.last_batch`: the log record as it goes to disk)
+  ships as those bytes, with its first seq; the Decoder takes its messages' ids, types, keys, business
+  ids and body sizes from them. Without such bytes (the memory level, `prepared`, a single `emit`) the
+  buffer takes them from the messages when the record is emitted, as plain lists (C-level passes), or as
+  a `Run` when they are all the same;
+- a publish batch's `stored` record names its `published` record (the handle `emit_messages` returned);
+- a delivery or ack frame whose seqs lie within published records still nameable ships its seqs (its first
+  seq and count when they are one run in order, else int64 bytes) and attempts only; the Decoder turns the seqs into runs of (record, offset, count) of those
+  published records. Any other frame ships its messages' values.
+Records are numbered across batches; a record may name records of its own batch and of the 15 taken
+before it (NAMEABLE_TAKES; the writer resolves those), never of one dropped. The Decoder keeps the published
+seq runs of as many batches, the window the buffer names from.
 """
 
 from __future__ import annotations
 
+import struct
 from bisect import bisect_left, bisect_right
+from collections import deque
 from itertools import chain, repeat
+from operator import itemgetter
 from time import time_ns
 from typing import NamedTuple
 
@@ -26,24 +33,33 @@ import numpy as np
 import pyarrow as pa
 
 from broker_core.protocol import M_BODY, M_BUSINESS_ID, M_ID, M_KEY, M_TYPE
-from broker_core.tracing.schema import MESSAGE_VALUES, RECORD_VALUES, SIZED, wire_schema
+from broker_core.storage.store import RECORD_HEADER
+from broker_core.tracing.schema import MESSAGE_VALUES, RECORD_VALUES, RUN_TYPE, SIZED, wire_schema
 
-_NO_VALUES = (None,) * len(MESSAGE_VALUES)  # a record naming its messages: no value of its own
+NAMEABLE_TAKES = 16  # a record may name records of its own batch and of the 15 taken before it
+_NO_VALUES = (None,) * len(MESSAGE_VALUES)  # a record naming its messages, or whose bytes hold them
+_FRAMED = (None, None, None, None)  # a frame naming its messages: their attempts only
+_FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
 
 
 class RecordBuffer:
     def __init__(self) -> None:
         self._first = 0  # the number of the first record since the last take
         self._floor = 0  # the first record a new record may name
+        self._taken: deque[int] = deque(maxlen=NAMEABLE_TAKES - 1)  # the first records of the last takes
         self._start()
         # per topic, the seq runs of nameable published records: (first seqs, counts, record numbers)
         self._runs: dict[str, tuple[list, list, list]] = {}
+        self._decoder: Decoder | None = None  # take()'s, for a writer in the same process
 
     def _start(self) -> None:
         self._scalars: list[tuple] = []
         self._counts: list[int] = []
         self._refs: list = []  # per record: None or its runs as (record, offset, count) tuples
-        self._parts: list[list] = []  # per record: one part per MESSAGE_VALUES column (turned into columns at take)
+        self._parts: list = []  # per record: one part per MESSAGE_VALUES column (turned into columns at take)
+        self._seqs: list = []  # per record: None, a published batch's first seq, or a frame's seqs (int64 bytes)
+        self._encoded: list = []  # per record: None or the store's encoded batch record
+        self.encoded_bytes = 0  # the length of the encoded records since the last take
 
     @property
     def records(self) -> int:
@@ -59,7 +75,7 @@ class RecordBuffer:
                   [[message_id], Run(message_type, 1), _one(key), _one(business_id), _one(attempt), _one(size)])
 
     def emit_messages(self, event: str, topic: str, messages: list, *, app_id=None, client_host=None, ts_us=None,
-                      same_as=None) -> int | None:
+                      same_as=None, encoded: bytes | None = None) -> int | None:
         n = len(messages)
         if not n:
             return None
@@ -69,21 +85,16 @@ class RecordBuffer:
         if same_as is not None and same_as >= self._floor and not sized:
             self._add(scalars, n, _NO_VALUES, [(same_as, 0, n)])
             return None
-        columns = _columns([m.fields for m in messages])
-        sizes = None
-        if sized:  # one value for a batch of equal bodies
-            sizes = list(map(len, columns[M_BODY]))
-            if sizes.count(sizes[0]) == n:  # (list.count: a direct loop, not countOf's iterator)
-                sizes = Run(sizes[0], n)
-        self._add(scalars, n, [*_strings(columns, n), None, sizes])
-        if event == "published":
-            starts, counts, numbers = self._runs.setdefault(topic, ([], [], []))
-            first_seq = messages[0].seq  # a batch's seqs follow each other (the store appends it whole)
-            if starts and first_seq < starts[-1] + counts[-1]:  # seqs started again (a new store)
-                del starts[:], counts[:], numbers[:]
-            starts.append(first_seq)
-            counts.append(n)
-            numbers.append(number)
+        if event != "published":
+            self._add(scalars, n, message_parts([m.fields for m in messages], sized))
+            return number
+        first_seq = messages[0].seq  # a batch's seqs follow each other (the store appends it whole)
+        if encoded is not None:  # its messages' values are the trace process's work
+            self._add(scalars, n, _NO_VALUES, None, first_seq, encoded)
+            self.encoded_bytes += len(encoded)
+        else:
+            self._add(scalars, n, message_parts([m.fields for m in messages], sized), None, first_seq)
+        _add_run(self._runs, topic, first_seq, n, number)
         return number
 
     def emit_group(self, event: str, topic: str, group: str, rows: list, *, consumer=None, client_host=None,
@@ -91,59 +102,63 @@ class RecordBuffer:
         if not rows:
             return
         scalars = (ts_us or time_ns() // 1000, event, topic, None, client_host, group, consumer, None)
-        seqs, attempts, fields = zip(*rows, strict=True)  # one pass, in C, for the three columns
-        self._framed(scalars, topic, seqs, lambda: _columns(fields), _attempts(attempts))
+        self._framed(scalars, topic, list(map(_FIRST, rows)), list(map(_SECOND, rows)),
+                     lambda: list(map(_THIRD, rows)))
 
     def emit_attempts(self, event: str, topic: str, group: str, entries: list, *, consumer=None, client_host=None,
                       ts_us=None) -> None:
         if not entries:
             return
         scalars = (ts_us or time_ns() // 1000, event, topic, None, client_host, group, consumer, None)
-        messages, attempts = list(zip(*entries, strict=True))[:2]
-        self._framed(scalars, topic, [m.seq for m in messages], lambda: _columns([m.fields for m in messages]),
-                     _attempts(attempts))
+        self._framed(scalars, topic, [entry[0].seq for entry in entries], list(map(_SECOND, entries)),
+                     lambda: [entry[0].fields for entry in entries])
 
     def close(self) -> None:
         return None
 
     # --- records ------------------------------------------------------------------------------
 
-    def _framed(self, scalars: tuple, topic: str, seqs: list, fields, attempts) -> None:
-        """A delivery or ack frame: it names published records when its seqs are one run of theirs."""
+    def _framed(self, scalars: tuple, topic: str, seqs: list, attempts: list, arrays) -> None:
+        """A delivery or ack frame: its seqs when the trace process can name their messages (one run as its
+        first seq and count, else packed), else its messages' values (`arrays()`)."""
         n = len(seqs)
-        named = self._named(topic, seqs)
-        if named is not None:
-            self._add(scalars, n, [None, None, None, None, attempts, None], named)
+        ordered = sorted(seqs)  # (n - 1 comparisons when in order, cheaper than min() and max())
+        low, high = ordered[0], ordered[-1]
+        if not self._nameable(topic, low, high):
+            self._add(scalars, n, [*_strings(_columns(arrays()), n), _attempts(attempts), None])
+        elif high - low == n - 1 and ordered == seqs:  # (the same int objects: compared by identity)
+            self._add(scalars, n, [*_FRAMED, _attempts(attempts), None], None, [low, n])
         else:
-            self._add(scalars, n, [*_strings(fields(), n), attempts, None])
+            self._add(scalars, n, [*_FRAMED, _attempts(attempts), None], None, struct.pack(f"<{n}q", *seqs))
 
-    def _add(self, scalars: tuple, n: int, parts: list, runs: list | None = None) -> None:
+    def _add(self, scalars: tuple, n: int, parts, runs: list | None = None, seqs=None, encoded=None) -> None:
         self._scalars.append(scalars)
         self._counts.append(n)
         self._refs.append(runs)
         self._parts.append(parts)
+        self._seqs.append(seqs)
+        self._encoded.append(encoded)
 
-    def _named(self, topic: str, seqs: list[int]) -> list | None:
-        """(record number, offset, count) of the published records holding `seqs` in that order; None if
-        they are not one run of seqs, or not all among the nameable records."""
+    def _nameable(self, topic: str, low: int, high: int) -> bool:
+        """Whether every seq from `low` to `high` is a message of a nameable published record (the runs
+        spanning them, not each seq, are checked)."""
         runs = self._runs.get(topic)
-        if runs is None or not seqs:
-            return None
-        starts, counts, numbers = runs
-        seq, left = seqs[0], len(seqs)
-        # spanning exactly len(seqs), and each the one before plus one: one run
-        if seqs[-1] - seq != left - 1 or tuple(seqs) != tuple(range(seq, seq + left)):
-            return None
-        j = bisect_right(starts, seq) - 1
-        named = []
-        while left:
-            if j < 0 or j >= len(starts) or not starts[j] <= seq < starts[j] + counts[j]:
-                return None
-            offset = seq - starts[j]
-            take = min(counts[j] - offset, left)
-            named.append((numbers[j], offset, take))
-            seq, left, j = seq + take, left - take, j + 1
-        return named
+        if runs is None:
+            return False
+        starts, counts, _ = runs
+        j = bisect_right(starts, low) - 1
+        if j < 0:
+            return False
+        end = starts[j] + counts[j]
+        if low >= end:
+            return False
+        last = len(starts) - 1
+        while end <= high:  # the runs after it must follow it without a gap up to `high`
+            j += 1
+            if j > last or starts[j] != end:
+                return False
+            end += counts[j]
+        return True
 
     # --- shipping -----------------------------------------------------------------------------
 
@@ -153,66 +168,163 @@ class RecordBuffer:
         k = len(self._counts)
         if not k:
             return None
-        refs = [None if runs is None else [{"record": r, "offset": o, "count": c} for r, o, c in runs]
-                for runs in self._refs]
         parts = [list(column) for column in zip(*self._parts, strict=True)]
-        records = Records(self._first, self._scalars, self._counts, refs, parts)
-        self._restart(self._first, self._first + k)
+        records = Records(self._first, self._scalars, self._counts, self._refs, parts, self._seqs, self._encoded)
+        self._taken.append(self._first)
+        self._restart(self._taken[0], self._first + k)
         return records
 
     def take(self) -> pa.RecordBatch | None:
-        """take_records() as one Arrow record batch."""
+        """take_records() as one Arrow record batch (decoded here, as the trace process would)."""
         records = self.take_records()
-        return None if records is None else to_batch(records)
+        if records is None:
+            return None
+        if self._decoder is None:
+            self._decoder = Decoder()
+        return self._decoder.batch(records)
 
     def drop(self) -> int:
         """Forget the records since the last take (they will never be written); returns their events."""
         events = sum(self._counts)
         end = self._first + len(self._counts)
+        self._taken.clear()
         self._restart(end, end)
         return events
 
     def _restart(self, floor: int, first: int) -> None:
         self._floor, self._first = floor, first
         self._start()
-        for topic, (starts, counts, numbers) in list(self._runs.items()):
-            keep = bisect_left(numbers, floor)
-            if keep == len(numbers):
-                del self._runs[topic]
-            elif keep:
-                self._runs[topic] = (starts[keep:], counts[keep:], numbers[keep:])
+        _prune(self._runs, floor)
+
+
+def _add_run(runs: dict, topic: str, first_seq: int, n: int, number: int) -> None:
+    """A published record's seqs: `n` from `first_seq` on, in record `number`."""
+    starts, counts, numbers = runs.setdefault(topic, ([], [], []))
+    if starts and first_seq < starts[-1] + counts[-1]:  # seqs started again (a new store)
+        del starts[:], counts[:], numbers[:]
+    starts.append(first_seq)
+    counts.append(n)
+    numbers.append(number)
+
+
+def _prune(runs: dict, floor: int) -> None:
+    """Forget the published runs of records before `floor`."""
+    for topic, (starts, counts, numbers) in list(runs.items()):
+        keep = bisect_left(numbers, floor)
+        if keep == len(numbers):
+            del runs[topic]
+        elif keep:
+            runs[topic] = (starts[keep:], counts[keep:], numbers[keep:])
 
 
 class Records(NamedTuple):
     """Records as the buffer holds them: the first one's number, then per record its RECORD_VALUES (a tuple),
-    its message count and its refs (None, or runs as dicts), and per MESSAGE_VALUES column one part per
-    record: None (all null), a list of its messages' values, a Run, or Joined."""
+    its message count and its refs (None, or (record, offset, count) runs); per MESSAGE_VALUES column one
+    part per record: None (all null, or values the Decoder fills in), a list of its messages' values, a Run,
+    or Joined; and per record its seqs (None; a published record's first seq; a frame's seqs for the Decoder
+    to name: [first, count] when they are one run in order, else little-endian int64 bytes) and its encoded batch record (None, or the store's bytes)."""
 
     first: int
     scalars: list
     counts: list
     refs: list
     parts: list
+    seqs: list
+    encoded: list
 
 
-def pack(records: Records) -> bytes:
-    """Records as msgpack: an array of the five fields, a Run as the map {"v": value, "n": count}, Joined as
-    {"j": text, "n": count}; a value msgpack cannot hold (a UUID) as its str()."""
+def pack(records: Records) -> tuple[bytes, list[bytes]]:
+    """Records as msgpack (an array of the seven fields, a Run as the map {"v": value, "n": count}, Joined as
+    {"j": text, "n": count}; a value msgpack cannot hold (a UUID) as its str(); an encoded batch record as
+    its length) and the encoded batch records themselves, to be sent after it as they are (not copied)."""
     parts = [[{"v": p.value, "n": p.n} if type(p) is Run else {"j": p.text, "n": p.n} if type(p) is Joined else p
               for p in column] for column in records.parts]
-    return msgpack.packb([records.first, records.scalars, records.counts, records.refs, parts], use_bin_type=True,
-                         default=str)
+    raw = [e for e in records.encoded if e is not None]
+    lengths = [None if e is None else len(e) for e in records.encoded] if raw else records.encoded
+    meta = msgpack.packb([records.first, records.scalars, records.counts, records.refs, parts, records.seqs,
+                          lengths], use_bin_type=True, default=str)
+    return meta, raw
 
 
-def unpack(data: bytes) -> Records:
-    first, scalars, counts, refs, parts = msgpack.unpackb(data, raw=False)
+def unpack(meta: bytes, raw: bytes = b"") -> Records:
+    """pack's msgpack and the encoded batch records after it (joined) as Records."""
+    first, scalars, counts, refs, parts, seqs, lengths = msgpack.unpackb(meta, raw=False)
+    encoded, at, view = [], 0, memoryview(raw)
+    for n in lengths:
+        encoded.append(None if n is None else view[at:at + n])
+        at += n or 0
     return Records(first, scalars, counts, refs,
                    [[p if type(p) is not dict else Run(p["v"], p["n"]) if "v" in p else Joined(p["j"], p["n"])
-                     for p in column] for column in parts])
+                     for p in column] for column in parts], seqs, encoded)
+
+
+class Decoder:
+    """The trace process's side: shipped records as Arrow record batches, in the order they were taken. It
+    fills in the values of records shipped as the store's bytes and names the messages of frames shipped as
+    seqs, from the published seq runs of the batches a record may name (NAMEABLE_TAKES)."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, tuple[list, list, list]] = {}
+        self._firsts: deque[int] = deque(maxlen=NAMEABLE_TAKES - 1)  # the first records of the last batches
+
+    def batch(self, records: Records) -> pa.RecordBatch:
+        refs, parts = list(records.refs), [list(column) for column in records.parts]
+        for i, (seqs, encoded) in enumerate(zip(records.seqs, records.encoded, strict=True)):
+            if encoded is not None:
+                scalars = records.scalars[i]
+                arrays = msgpack.unpackb(memoryview(encoded)[RECORD_HEADER.size:], raw=False, use_list=False)[3]
+                for column, part in zip(parts, message_parts(arrays, scalars[1] in SIZED), strict=True):
+                    column[i] = part
+            if type(seqs) is int:
+                _add_run(self._runs, records.scalars[i][2], seqs, records.counts[i], records.first + i)
+            elif type(seqs) is list:  # a frame of one run of seqs: its first and its count
+                refs[i] = self._name_run(records.scalars[i][2], seqs[0], seqs[1])
+            elif seqs is not None:
+                refs[i] = self._name(records.scalars[i][2], np.frombuffer(seqs, dtype="<i8").astype(np.int64))
+        self._firsts.append(records.first)
+        _prune(self._runs, self._firsts[0])
+        return _arrow(records._replace(refs=refs, parts=parts))
+
+    def _name_run(self, topic: str, seq: int, left: int) -> list:
+        """_name() of the seqs `seq` .. `seq + left - 1`, run by run (no array)."""
+        starts, counts, numbers = self._runs.get(topic, ([], [], []))
+        j, named, total = bisect_right(starts, seq) - 1, [], left
+        while left:
+            if j < 0 or j >= len(starts) or not starts[j] <= seq < starts[j] + counts[j]:
+                return [(-1, 0, total)]
+            take = min(starts[j] + counts[j] - seq, left)
+            named.append((numbers[j], seq - starts[j], take))
+            seq, left, j = seq + take, left - take, j + 1
+        return named
+
+    def _name(self, topic: str, seqs: np.ndarray) -> list:
+        """The (record, offset, count) runs of published records holding `seqs`, in their order; a run of
+        record -1 (which the writer drops and counts) if one is not among the runs known."""
+        starts, counts, numbers = self._runs.get(topic, ([], [], []))
+        low, high = int(seqs.min()), int(seqs.max())
+        j, last = bisect_right(starts, low) - 1, bisect_right(starts, high)
+        if j < 0:
+            return [(-1, 0, len(seqs))]
+        first_seqs = np.array(starts[j:last], dtype=np.int64)
+        at = np.searchsorted(first_seqs, seqs, side="right") - 1
+        offsets = seqs - first_seqs[at]
+        if np.any(offsets >= np.array(counts[j:last])[at]):
+            return [(-1, 0, len(seqs))]
+        record = np.array(numbers[j:last], dtype=np.int64)[at]
+        cuts = np.flatnonzero((np.diff(record) != 0) | (np.diff(offsets) != 1)) + 1
+        bounds = np.concatenate(([0], cuts, [len(seqs)]))
+        return list(zip(record[bounds[:-1]].tolist(), offsets[bounds[:-1]].tolist(), np.diff(bounds).tolist(),
+                        strict=True))
 
 
 def to_batch(records: Records) -> pa.RecordBatch:
-    """Records as one Arrow record batch (schema.wire_schema())."""
+    """One batch of records on its own as an Arrow record batch (schema.wire_schema()): its frames may name
+    published records of the same batch only."""
+    return Decoder().batch(records)
+
+
+def _arrow(records: Records) -> pa.RecordBatch:
+    """Records whose values and refs are all there as one Arrow record batch."""
     schema = wire_schema()
     k = len(records.counts)
     columns = list(zip(*records.scalars, strict=True))
@@ -220,10 +332,35 @@ def to_batch(records: Records) -> pa.RecordBatch:
               pa.array(records.counts, pa.int32()),
               *[_array(list(values), schema.field(name).type) for name, values in zip(RECORD_VALUES, columns,
                                                                                      strict=True)],
-              pa.array(records.refs, schema.field("refs").type),
+              _refs_array(records.refs),
               *[_list_array(parts, schema.field(name).type)
                 for name, parts in zip(MESSAGE_VALUES, records.parts, strict=True)]]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _refs_array(refs: list) -> pa.ListArray:
+    """Per record None or its (record, offset, count) runs, as the `refs` column."""
+    lengths = np.fromiter((0 if r is None else len(r) for r in refs), dtype=np.int32, count=len(refs))
+    offsets = pa.array(np.concatenate(([0], np.cumsum(lengths, dtype=np.int32))))
+    flat = np.array([run for r in refs if r is not None for run in r], dtype=np.int64).reshape(-1, 3)
+    runs = pa.StructArray.from_arrays([pa.array(flat[:, 0]), pa.array(flat[:, 1].astype(np.int32)),
+                                       pa.array(flat[:, 2].astype(np.int32))], fields=list(RUN_TYPE))
+    nulls = [r is None for r in refs]
+    return pa.ListArray.from_arrays(offsets, runs, type=pa.list_(RUN_TYPE),
+                                    mask=pa.array(nulls) if any(nulls) else None)
+
+
+def message_parts(arrays, sized: bool) -> list:
+    """A record's MESSAGE_VALUES parts from its messages' arrays: ids, types, keys and business ids
+    (`_strings`), no attempt, and the body sizes when `sized` (one value for a batch of equal bodies)."""
+    n = len(arrays)
+    columns = _columns(arrays)
+    sizes = None
+    if sized:
+        sizes = list(map(len, columns[M_BODY]))
+        if sizes.count(sizes[0]) == n:  # (list.count: a direct loop, not countOf's iterator)
+            sizes = Run(sizes[0], n)
+    return [*_strings(columns, n), None, sizes]
 
 
 class Run(NamedTuple):

@@ -20,6 +20,7 @@ import logging
 import os
 import secrets
 import time
+from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from broker_core.storage.fsync import fsync_dir
-from broker_core.tracing.records import RecordBuffer
+from broker_core.tracing.records import NAMEABLE_TAKES, RecordBuffer
 from broker_core.tracing.schema import FORMAT_VERSION, NAMED_VALUES, records_schema, wire_schema
 
 log = logging.getLogger("broker_core.trace")
@@ -69,7 +70,8 @@ class TraceFileWriter:
         self._sink = self._stream = self._path = None
         self._file_first = 0  # the number of the open file's first record
         self._opened = 0.0
-        self._prev: pa.RecordBatch | None = None  # the batch written last (names in the next one may need it)
+        # the batches written last (names in the next ones may need them)
+        self._recent: deque[pa.RecordBatch] = deque(maxlen=NAMEABLE_TAKES - 1)
         self._closed = False
         self._lock = _lock_node(self.directory, node_id)
         self.recover()
@@ -96,7 +98,7 @@ class TraceFileWriter:
         columns = [own[f.name] if f.name in own else batch.column(f.name) for f in self.schema]
         self._stream.write_batch(pa.RecordBatch.from_arrays(columns, schema=self.schema))
         self._sink.flush()
-        self._prev = batch
+        self._recent.append(batch)
         self._id_seq += events
         self.written += events
 
@@ -129,32 +131,44 @@ class TraceFileWriter:
             self._lock.close()  # (released anyway when the process ends, also killed)
 
     def _resolved(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        """`batch` with the names of records of an earlier file (the batch before went there) replaced by
-        their values; a record naming one this writer never got is dropped (counted)."""
-        runs = pc.list_flatten(batch.column("refs"))
+        """`batch` with the names of records of an earlier file (the batches before went there) replaced by
+        their values; a record naming one this writer never got is dropped (counted). Only the rows naming
+        such records, and the records they name, become Python values."""
+        refs = batch.column("refs")
+        runs = pc.list_flatten(refs)
         if not len(runs) or pc.min(runs.field("record")).as_py() >= self._file_first:
             return batch
-        rows = batch.to_pylist()
-        known = {r["record"]: r for r in [*(self._prev.to_pylist() if self._prev is not None else []), *rows]
-                 if r["refs"] is None}
+        lengths = pc.list_value_length(refs).fill_null(0).to_numpy(zero_copy_only=False)
+        owner = np.repeat(np.arange(batch.num_rows), lengths)
+        named = runs.field("record").to_numpy(zero_copy_only=False)
+        changing = np.unique(owner[named < self._file_first])  # the rows to resolve
+        needed = np.unique(named[np.isin(owner, changing)])
+        known = {}
+        for held in [*self._recent, batch]:
+            wanted = np.isin(held.column("record").to_numpy(zero_copy_only=False), needed)
+            if wanted.any():
+                known.update((r["record"], r) for r in held.filter(pa.array(wanted)).to_pylist() if r["refs"] is None)
         kept = []
-        for row in rows:
+        for row in batch.take(pa.array(changing)).to_pylist():
             refs = row["refs"]
-            if refs and min(run["record"] for run in refs) < self._file_first:
-                if not all(run["record"] in known and run["offset"] + run["count"] <= known[run["record"]]["count"]
-                           for run in refs):
-                    self.dropped += row["count"]
-                    continue
-                for name in NAMED_VALUES:
-                    values = []
-                    for run in refs:
-                        held = known[run["record"]][name]
-                        values += [None] * run["count"] if held is None else \
-                            held[run["offset"]:run["offset"] + run["count"]]
-                    row[name] = None if all(v is None for v in values) else values
-                row["refs"] = None
+            if not all(run["record"] in known and run["offset"] + run["count"] <= known[run["record"]]["count"]
+                       for run in refs):
+                self.dropped += row["count"]
+                continue
+            for name in NAMED_VALUES:
+                values = []
+                for run in refs:
+                    held = known[run["record"]][name]
+                    values += [None] * run["count"] if held is None else held[run["offset"]:run["offset"] + run["count"]]
+                row[name] = None if all(v is None for v in values) else values
+            row["refs"] = None
             kept.append(row)
-        return pa.RecordBatch.from_pylist(kept, schema=wire_schema())
+        unchanged = np.ones(batch.num_rows, dtype=bool)
+        unchanged[changing] = False
+        table = pa.Table.from_batches([batch.filter(pa.array(unchanged)),
+                                       pa.RecordBatch.from_pylist(kept, schema=wire_schema())])
+        return table.sort_by("record").combine_chunks().to_batches(max_chunksize=None)[0] if table.num_rows else \
+            pa.RecordBatch.from_pylist([], schema=wire_schema())
 
     def _open(self, first_record: int) -> None:
         stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())

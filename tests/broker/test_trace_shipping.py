@@ -12,7 +12,7 @@ import pyarrow as pa
 from broker_core.client import Consumer, Message, Producer
 from broker_core.storage.store import StoredMessage
 from broker_core.tracing.process import ProcessTraceSink
-from broker_core.tracing.records import Joined, RecordBuffer, to_batch
+from broker_core.tracing.records import NAMEABLE_TAKES, Joined, RecordBuffer, to_batch
 from broker_core.tracing.schema import read_events, read_trace_events
 from broker_core.tracing.writer import OPEN_FORMAT, TraceFileWriter
 from tests.broker.conftest import APP, wait_for
@@ -72,24 +72,31 @@ def test_a_stored_record_naming_a_published_one_of_the_chunk_before_gets_its_fie
     assert writer.dropped == 0
 
 
-def test_a_handle_older_than_the_batch_before_is_not_named(tmp_path):
+def test_a_handle_older_than_the_nameable_batches_is_not_named(tmp_path):
+    """A record names records of its own batch and of the NAMEABLE_TAKES - 1 taken before it, no older."""
     batch = [_message(1, "m-1", key="k1")]
     shipper = RecordBuffer()
     handle = shipper.emit_messages("published", "t", batch, ts_us=1)
     chunks = [shipper.take()]
-    shipper.emit("nacked", message_id="m-0", topic="t", message_type="normal", ts_us=2)
-    chunks.append(shipper.take())  # the writer keeps one batch back: record 0 is gone by now
+    for i in range(NAMEABLE_TAKES - 2):
+        shipper.emit("nacked", message_id=f"m-0{i}", topic="t", message_type="normal", ts_us=2)
+        chunks.append(shipper.take())
     shipper.emit_messages("stored", "t", batch, ts_us=3, same_as=handle)
     chunks.append(shipper.take())
-    assert _column(chunks[2], "refs") == [None] and _column(chunks[2], "message_id") == [["m-1"]]
+    assert _column(chunks[-1], "refs") == [_runs((0, 0, 1))]  # the 15th batch after it still names it
+    shipper.emit("nacked", message_id="m-0", topic="t", message_type="normal", ts_us=4)
+    chunks.append(shipper.take())  # the writer keeps 15 batches back: record 0 is gone by now
+    shipper.emit_messages("stored", "t", batch, ts_us=5, same_as=handle)
+    chunks.append(shipper.take())
+    assert _column(chunks[-1], "refs") == [None] and _column(chunks[-1], "message_id") == [["m-1"]]
     _written(tmp_path, *chunks)
-    assert [(e["event"], e["message_id"], e.get("key")) for e in _rows(tmp_path)] == [
-        ("published", "m-1", "k1"), ("nacked", "m-0", None), ("stored", "m-1", "k1")]
+    assert [(e["event"], e["message_id"], e.get("key")) for e in _rows(tmp_path) if e["event"] != "nacked"] == [
+        ("published", "m-1", "k1"), ("stored", "m-1", "k1"), ("stored", "m-1", "k1")]
 
 
 def test_delivery_and_ack_frames_of_published_seq_runs_name_those_records(tmp_path):
-    """A frame whose seqs are a run of published messages (across batches, and across shipments) ships only
-    its attempts; any other frame ships its messages' values."""
+    """A frame whose seqs lie within published records (across batches, and across shipments) ships its
+    seqs and attempts only; the decoder names those records run by run, also for seqs out of order."""
     batches = [[_message(1, "m-1", key="k1"), _message(2, "m-2", message_type="order.paid")],
                [_message(3, "m-3", business_id="b3"), _message(4, "m-4")]]
     shipper = RecordBuffer()
@@ -103,11 +110,12 @@ def test_delivery_and_ack_frames_of_published_seq_runs_name_those_records(tmp_pa
     shipper.emit_attempts("acked", "t", "g", [(m, 1, 0.0) for m in everything[1:3]], consumer="c-1",
                           client_host="h:2", ts_us=30)
     shipper.emit_group("delivered", "t", "g", [(4, 2, everything[3].fields), (3, 2, everything[2].fields)],
-                       consumer="c-2", client_host="h:2", ts_us=40)  # not in seq order: its own values
+                       consumer="c-2", client_host="h:2", ts_us=40)  # not in seq order: a run per message
     frames = shipper.take()
     # record 0 from 1 on, then record 1
-    assert _column(frames, "refs") == [_runs((0, 1, 1), (1, 0, 2)), _runs((0, 1, 1), (1, 0, 1)), None]
-    assert _column(frames, "message_id") == [None, None, ["m-4", "m-3"]]
+    assert _column(frames, "refs") == [_runs((0, 1, 1), (1, 0, 2)), _runs((0, 1, 1), (1, 0, 1)),
+                                       _runs((1, 1, 1), (1, 0, 1))]
+    assert _column(frames, "message_id") == [None, None, None]
     assert _column(frames, "attempt") == [[1, 1, 1], [1, 1], [2, 2]]
     _written(tmp_path, published, frames)
     got = [(e["event"], e["message_id"], e["message_type"], e.get("key"), e.get("business_id"), e.get("attempt"),
@@ -121,16 +129,17 @@ def test_delivery_and_ack_frames_of_published_seq_runs_name_those_records(tmp_pa
                    ("delivered", "m-3", "normal", None, "b3", 2, "c-2")]
 
 
-def test_a_frame_out_of_seq_order_spanning_a_run_is_not_named(tmp_path):
-    """Seqs 1, 3, 2, 4 span exactly four published seqs, yet are not one run: the frame ships its values."""
+def test_a_frame_out_of_seq_order_names_its_messages_in_its_order(tmp_path):
+    """Seqs 1, 3, 2, 4 span exactly four published seqs, yet are not one run: the frame names them one run
+    each, in the frame's order."""
     batch = [_message(i, f"m-{i}", key=f"k{i}") for i in range(1, 5)]
     shipper = RecordBuffer()
     shipper.emit_messages("published", "t", batch, ts_us=1)
     order = [batch[0], batch[2], batch[1], batch[3]]
     shipper.emit_group("delivered", "t", "g", [(m.seq, 1, m.fields) for m in order], consumer="c-1", ts_us=2)
     chunk = shipper.take()
-    assert _column(chunk, "refs") == [None, None]
-    assert _column(chunk, "message_id") == [["m-1", "m-2", "m-3", "m-4"], ["m-1", "m-3", "m-2", "m-4"]]
+    assert _column(chunk, "refs") == [None, _runs((0, 0, 1), (0, 2, 1), (0, 1, 1), (0, 3, 1))]
+    assert _column(chunk, "message_id") == [["m-1", "m-2", "m-3", "m-4"], None]
     _written(tmp_path, chunk)
     assert [(e["event"], e["message_id"], e["key"]) for e in _rows(tmp_path) if e["event"] == "delivered"] == [
         ("delivered", "m-1", "k1"), ("delivered", "m-3", "k3"), ("delivered", "m-2", "k2"), ("delivered", "m-4", "k4")]

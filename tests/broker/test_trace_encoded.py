@@ -1,0 +1,181 @@
+"""Trace records the broker ships as bytes it already has: a publish batch as the file store's encoded
+record, a delivery or ack frame as its seqs, both decoded by the trace process (records.Decoder). What
+comes out is event for event what records of the messages' own values give; shipments go out in short
+steps when records pile up; a trace process that dies does not stop publishing."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+
+from broker_core.client import Consumer, Message, Producer
+from broker_core.storage.store import KIND_BATCH, StoredMessage, encode_record
+from broker_core.tracing.process import ProcessTraceSink
+from broker_core.tracing.records import Decoder, RecordBuffer, pack, unpack
+from broker_core.tracing.schema import read_trace_events
+from broker_core.tracing.writer import TraceFileWriter
+from tests.broker.conftest import APP, wait_for
+from tests.broker.helpers import Received
+
+
+def _batch(first_seq: int, specs: list[tuple]) -> tuple[list[StoredMessage], bytes]:
+    """StoredMessages from (id, type, key, business id, body) and the file store's record of them."""
+    arrays = [[mid, mtype, key, bid, {"h": "v"}, body, 0, 0, 0, 1_700_000_000_000]
+              for mid, mtype, key, bid, body in specs]
+    groups = [("g",)] * len(arrays)
+    messages = [StoredMessage(first_seq + i, a, "shop", 1234, ("g",)) for i, a in enumerate(arrays)]
+    return messages, encode_record(KIND_BATCH, [first_seq, "shop", 1234, arrays, groups])
+
+
+def _every_step(buffer: RecordBuffer, use_encoded: bool) -> list[tuple[bytes, bytes]]:
+    """Every kind of step of two publish batches, shipped in two frames (as the sink ships them)."""
+    one, one_record = _batch(1, [("m-1", "order.created", "k1", "b1", b"12345"),
+                                 ("m-2", "order.paid", None, "b2", b"1234567"),
+                                 ("m-ü", "order.paid", "", None, b"")])
+    two, two_record = _batch(4, [("m-4", "order.paid", None, None, b"abc"), ("m-5", "order.paid", None, None, b"xyz")])
+    shipped = []
+    handle = buffer.emit_messages("published", "t", one, app_id="shop", client_host="h:1", ts_us=10,
+                                  encoded=one_record if use_encoded else None)
+    buffer.emit_messages("stored", "t", one, app_id="shop", client_host="h:1", ts_us=11, same_as=handle)
+    shipped.append(_shipped(buffer))
+    handle = buffer.emit_messages("published", "t", two, app_id="shop", client_host="h:1", ts_us=12,
+                                  encoded=two_record if use_encoded else None)
+    buffer.emit_messages("stored", "t", two, app_id="shop", client_host="h:1", ts_us=13, same_as=handle)
+    everything = one + two
+    buffer.emit_group("delivered", "t", "g", [(m.seq, 1, m.fields) for m in everything], consumer="c-1",
+                      client_host="h:2", ts_us=20)
+    buffer.emit_attempts("acked", "t", "g", [(m, 1, 0.0) for m in everything[:2]], consumer="c-1",
+                         client_host="h:2", ts_us=21)
+    m = everything[2]
+    buffer.emit("nacked", message_id=m.id, topic="t", message_type=m.message_type, key=m.key, group="g",
+                consumer="c-1", attempt=1, detail="retry", ts_us=22)
+    buffer.emit_group("delivered", "t", "g", [(m.seq, 2, m.fields) for m in everything[4:1:-1]], consumer="c-2",
+                      client_host="h:3", ts_us=23)  # a retry: second attempts, out of seq order
+    buffer.emit_attempts("acked", "t", "g", [(m, 2, 0.0) for m in everything[3:]], consumer="c-2",
+                         client_host="h:3", ts_us=24)
+    buffer.emit("dead_lettered", message_id=m.id, topic="t", message_type=m.message_type, group="g", attempt=2,
+                detail="delivery limit", ts_us=25)
+    prepared, _ = _batch(6, [("p-6", "order.held", "k6", "b6", b"123")])
+    buffer.emit_messages("prepared", "t", prepared, app_id="shop", client_host="h:1", ts_us=26)
+    buffer.emit("committed", message_id="p-6", topic="t", message_type="order.held", key="k6", business_id="b6",
+                detail="reason=commit from_check=false", ts_us=27)
+    shipped.append(_shipped(buffer))
+    return shipped
+
+
+def _shipped(buffer: RecordBuffer) -> tuple[bytes, bytes]:
+    """What the sink writes to the pipe: the records' msgpack, then the encoded batch records (joined)."""
+    meta, raw = pack(buffer.take_records())
+    return meta, b"".join(raw)
+
+
+def _written(folder: Path, shipped: list[tuple[bytes, bytes]]) -> list[dict]:
+    writer = TraceFileWriter(folder, node_id="n1", cluster="c")
+    decoder = Decoder()
+    for meta, raw in shipped:
+        writer.write(decoder.batch(unpack(meta, raw)))
+    writer.close()
+    assert writer.dropped == 0
+    rows = read_trace_events(folder)
+    for row in rows:
+        assert len(row.pop("event_id")) == 32
+    return rows
+
+
+def test_a_batch_shipped_as_the_stores_record_gives_every_step_as_its_values_do(tmp_path):
+    """published, stored, delivered, acked, a retry (nacked, delivered again out of order), dead_lettered,
+    prepared and committed: the same events, field for field, whether the publish batches went as the
+    store's bytes or as their values; the broker took none of the messages' values for them."""
+    encoded = RecordBuffer()
+    from_bytes = _written(tmp_path / "bytes", _every_step(encoded, use_encoded=True))
+    from_values = _written(tmp_path / "values", _every_step(RecordBuffer(), use_encoded=False))
+    assert from_bytes == from_values
+    assert [(r["event"], r["message_id"], r.get("attempt")) for r in from_bytes if r["event"] != "published"] == [
+        ("stored", "m-1", None), ("stored", "m-2", None), ("stored", "m-ü", None),
+        ("stored", "m-4", None), ("stored", "m-5", None),
+        *[("delivered", i, 1) for i in ("m-1", "m-2", "m-ü", "m-4", "m-5")],
+        ("acked", "m-1", 1), ("acked", "m-2", 1), ("nacked", "m-ü", 1),
+        ("delivered", "m-5", 2), ("delivered", "m-4", 2), ("delivered", "m-ü", 2),
+        ("acked", "m-4", 2), ("acked", "m-5", 2), ("dead_lettered", "m-ü", 2),
+        ("prepared", "p-6", None), ("committed", "p-6", None)]
+    published = {r["message_id"]: r for r in from_bytes if r["event"] == "published"}
+    assert {i: (r["message_type"], r.get("key"), r.get("business_id"), r["size"], r["app_id"], r["ts_us"])
+            for i, r in published.items()} == {
+        "m-1": ("order.created", "k1", "b1", 5, "shop", 10), "m-2": ("order.paid", None, "b2", 7, "shop", 10),
+        "m-ü": ("order.paid", "", None, 0, "shop", 10), "m-4": ("order.paid", None, None, 3, "shop", 12),
+        "m-5": ("order.paid", None, None, 3, "shop", 12)}
+    delivered = [r for r in from_bytes if r["event"] == "delivered" and r["attempt"] == 2]
+    assert [(r["message_id"], r["message_type"], r.get("key"), r["consumer"]) for r in delivered] == [
+        ("m-5", "order.paid", None, "c-2"), ("m-4", "order.paid", None, "c-2"), ("m-ü", "order.paid", "", "c-2")]
+
+
+def test_the_shipped_publish_batch_holds_the_stores_bytes_and_frames_their_seqs_only():
+    buffer = RecordBuffer()
+    messages, record = _batch(1, [("m-1", "a", None, None, b"1"), ("m-2", "a", None, None, b"2")])
+    buffer.emit_messages("published", "t", messages, ts_us=1, encoded=record)
+    buffer.emit_group("delivered", "t", "g", [(m.seq, 1, m.fields) for m in messages], ts_us=2)
+    buffer.emit_attempts("acked", "t", "g", [(m, 1, 0.0) for m in messages[::-1]], ts_us=3)
+    records = buffer.take_records()
+    assert records.encoded == [record, None, None] and records.seqs[0] == 1
+    assert [column[0] for column in records.parts] == [None] * 6  # no value taken by the broker
+    assert [column[i] for column in records.parts[:4] for i in (1, 2)] == [None] * 8
+    assert records.seqs[1] == [1, 2]  # one run in order: its first seq and count
+    assert records.seqs[2] == (2).to_bytes(8, "little") + (1).to_bytes(8, "little")  # else each seq
+    meta, raw = pack(records)
+    assert raw == [record] and record not in meta  # the store's bytes go after the msgpack, as they are
+    batch = Decoder().batch(unpack(meta, b"".join(raw)))
+    assert batch.column("message_id").to_pylist() == [["m-1", "m-2"], None, None]
+    assert batch.column("refs").to_pylist()[1:] == [[{"record": 0, "offset": 0, "count": 2}],
+                                                    [{"record": 0, "offset": 1, "count": 1},
+                                                     {"record": 0, "offset": 0, "count": 1}]]
+
+
+def test_the_sink_ships_at_once_when_records_pile_up_not_at_its_interval(tmp_path):
+    messages = [StoredMessage(i, [f"m-{i}", "a", None, None, None, b"x", 0, 0, 0, 0], "shop", 0, ("g",))
+                for i in range(1, 4)]
+
+    async def main():
+        sink = await ProcessTraceSink(tmp_path, node_id="n1", cluster="c", ship_interval_s=3600,
+                                      ship_records=2).start()
+        handle = sink.emit_messages("published", "t", messages, ts_us=1)
+        assert sink._buffer.records == 1
+        sink.emit_messages("stored", "t", messages, ts_us=2, same_as=handle)
+        await asyncio.sleep(0)  # one loop turn: the shipment
+        left = sink._buffer.records
+        sink.close()
+        await sink.wait_closed()
+        return left
+
+    assert asyncio.run(main()) == 0
+    assert [(e["event"], e["message_id"]) for e in read_trace_events(tmp_path)] == [
+        *[("published", f"m-{i}") for i in (1, 2, 3)], *[("stored", f"m-{i}") for i in (1, 2, 3)]]
+
+
+def _trace_child(broker_pid: int) -> int:
+    children = Path(f"/proc/{broker_pid}/task/{broker_pid}/children").read_text().split()
+    assert len(children) == 1, children
+    return int(children[0])
+
+
+def test_publishing_goes_on_after_the_trace_process_is_killed(cluster):
+    """kill -9 of the trace process: every publish is still acknowledged and delivered; the broker only
+    stops recording (what it can no longer ship is dropped)."""
+    cluster.standard("orders")
+    cluster.pv.binding("orders", "billing", APP)
+    broker = cluster.broker()
+    child = _trace_child(broker.proc.pid)
+    with Producer(**cluster.client_kwargs()) as producer:
+        before = producer.send_many("orders", [Message(b"a" * 10) for _ in range(50)])
+        os.kill(child, signal.SIGKILL)
+        wait_for(lambda: not Path(f"/proc/{child}").exists() or
+                 Path(f"/proc/{child}/stat").read_text().split()[2] == "Z", 10, "the trace process to die")
+        after = [producer.send("orders", b"b" * 10) for _ in range(200)]
+        after += producer.send_many("orders", [Message(b"c" * 10) for _ in range(500)])
+    got = Received()
+    with Consumer("orders", "billing", got.handler("c"), **cluster.client_kwargs()):
+        wait_for(lambda: got.count("c") >= 750, 20, "every message delivered")
+    assert set(got.ids("c")) == {*before, *after}
+    assert broker.proc.poll() is None
+    broker.stop()
