@@ -4,9 +4,10 @@
     .venv/bin/python bench/trace_index_bench.py [--events 5000000] [--master local[2]] [--web-port 27710]
 
 1. writes N synthetic trace events with the broker's own trace writer (kept for the next run),
-2. builds the index from nothing (session start excluded) and makes the lookups servable: loads
-   PostgreSQL (database `switchyard_bench`, migrated here); prints events/s for the Parquet build and
-   for the whole job including the load,
+2. builds the Parquet index alone from nothing (session start excluded; `--no-index-only` skips it), then
+   runs the whole job from nothing, which also makes the lookups servable: each task loads its rows into
+   PostgreSQL (database `switchyard_bench`, migrated here); prints events/s for both, and the job's progress
+   lines (the last gives the seconds the tasks spent summarizing, writing and loading, in all),
 3. starts gunicorn on the bench database and times GET /api/v1/traces/messages/<id>/ and
    ?business_id=... for random messages: prints p50/p99,
 4. prints the broker throughput with tracing on vs off when the broker can be benched (bench/broker_trace_ratio.py).
@@ -66,28 +67,79 @@ def build(args, jdbc: tuple[str, str], events_dir: Path) -> tuple[int, int]:
     spark = spark_session(args.master, "trace-index-bench", shuffle_partitions=args.shuffle_partitions,
                           driver_memory="2g")
     spark.range(1000).count()  # JVM and session warm-up stays out of the figure
-    out = Path(args.work) / "index"
-    shutil.rmtree(out, ignore_errors=True)
-    marks = {}
-    start = time.perf_counter()
-
-    def progress(stage, percent, **fields):
-        marks[stage] = time.perf_counter() - start
-        print(f"  {marks[stage]:7.1f}s  {stage} {fields if fields else ''}", flush=True)
-
-    result = trace_index.run(spark, [str(events_dir)], str(out), jdbc_url=jdbc[0], jdbc_password=jdbc[1],
-                             progress=progress)
-    total = time.perf_counter() - start
-    parquet = marks["wrote the message summaries and timelines"]
+    if args.index_only:
+        took, result = timed_run(spark, events_dir, Path(args.work) / "index-only", None)
+        n = result["new_events"]
+        print(f"index build alone, Parquet (read + dedupe + summaries + write): {n:,} events in {took:.1f} s "
+              f"= {n / took:,.0f} events/s")
+    took, result = timed_run(spark, events_dir, Path(args.work) / "index", jdbc)
     n = result["new_events"]
-    print(f"index build, Parquet (read + dedupe + summaries + write): {n:,} events in {parquet:.1f} s "
-          f"= {n / parquet:,.0f} events/s")
-    print(f"lookups made servable (PostgreSQL load): {total - parquet:.1f} s")
-    print(f"whole job ({args.master}): {n:,} events in {total:.1f} s = {n / total:,.0f} events/s")
+    print(f"whole job ({args.master}), the index and the lookups made servable (PostgreSQL load): {n:,} events "
+          f"in {took:.1f} s = {n / took:,.0f} events/s")
     if args.baseline:
         baseline(spark, events_dir, Path(args.work) / "baseline")
     spark.stop()
     return n, result["messages"]
+
+
+def timed_run(spark, events_dir: Path, out: Path, jdbc: tuple[str, str] | None) -> tuple[float, dict]:
+    """One run of the job from nothing into `out` (and the bench database, given `jdbc`): its seconds and result.
+    Also prints the CPU seconds it took, in the bench's process tree (driver, JVM, Python workers) and in
+    PostgreSQL's: on a shared machine they vary less than the wall clock."""
+    shutil.rmtree(out, ignore_errors=True)
+    postgres = postmaster_pid(jdbc)
+    cpu = cpu_seconds([os.getpid()]), cpu_seconds([postgres])
+    start = time.perf_counter()
+
+    def progress(stage, percent, **fields):
+        print(f"  {time.perf_counter() - start:7.1f}s  {percent:3d}%  {stage} {fields if fields else ''}", flush=True)
+
+    result = trace_index.run(spark, [str(events_dir)], str(out), jdbc_url=jdbc and jdbc[0],
+                             jdbc_password=jdbc and jdbc[1], progress=progress)
+    took = time.perf_counter() - start
+    print(f"  CPU seconds (user + system): the job's processes {cpu_seconds([os.getpid()]) - cpu[0]:.1f}, "
+          f"PostgreSQL {cpu_seconds([postgres]) - cpu[1]:.1f}")
+    return took, result
+
+
+def postmaster_pid(jdbc: tuple[str, str] | None) -> int:
+    """The PostgreSQL server's process (the parent of this session's backend: the bench runs beside it)."""
+    env = env_for_bench()
+    conn = psycopg2.connect(host="127.0.0.1", port=env.get("SWITCHYARD_DB_PORT", "27100"), dbname=DB,
+                            user=env.get("SWITCHYARD_DB_OWNER_USER", "switchyard_owner"),
+                            password=read_secret("SWITCHYARD_DB_OWNER_PASSWORD", env))
+    try:
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_backend_pid()")
+            return _stat(cur.fetchone()[0])[1]  # while the backend is there
+    finally:
+        conn.close()
+
+
+def _stat(pid: int) -> list[int]:
+    """Fields of /proc/<pid>/stat after the command name: [state, ppid, ...] (state as 0)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return [0, *map(int, text[text.rindex(")") + 2:].split()[1:])]
+
+
+def cpu_seconds(roots: list[int]) -> float:
+    """User + system CPU seconds of `roots` and their live descendants, with the children they have reaped."""
+    parents: dict[int, list[int]] = {}
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stats[int(entry)] = fields = _stat(int(entry))
+            except (OSError, ValueError):
+                continue
+            parents.setdefault(fields[1], []).append(int(entry))
+    total, todo = 0, list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid in stats:
+            total += sum(stats[pid][11:15])  # utime, stime, cutime, cstime
+        todo += parents.get(pid, [])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def baseline(spark, events_dir: Path, out: Path) -> None:
@@ -167,6 +219,8 @@ def main() -> int:
     parser.add_argument("--lookups", type=int, default=1000)
     parser.add_argument("--skip-build", action="store_true", help="reuse the index in the bench database")
     parser.add_argument("--no-broker", dest="broker", action="store_false", help="skip the tracing on/off ratio")
+    parser.add_argument("--no-index-only", dest="index_only", action="store_false",
+                        help="skip the build of the Parquet index alone (without the load) before the whole job")
     parser.add_argument("--no-baseline", dest="baseline", action="store_false",
                         help="skip the plain groupBy-to-Parquet reference build")
     args = parser.parse_args()

@@ -1,68 +1,48 @@
-"""Make the lookups servable: load the UI's table `tracing_message` into PostgreSQL by COPY.
+"""Make the lookups servable: load the UI's table `tracing_message` into PostgreSQL by binary COPY.
 
 A row per message: its summary and its timeline (the index's timeline as JSON text: one row to write and to
 read per message, rather than a row per event). The table belongs to the control plane (apps/tracing
-models and migrations); this module only fills it. The executors COPY their partitions through psycopg2,
-each partition sorted by message id (index pages are then touched in order) and written as CSV by
-pyarrow's C++ writer: no per-row Python.
+models and migrations); this module only fills it. Each task of the index job that summarizes a partition
+loads that partition's rows itself, right after writing them to Parquet (`load_partition`): no second pass
+over the index, no Spark row. The rows are sorted by message id (index pages are then touched in order)
+and sent in PostgreSQL's binary COPY format (spark_jobs.pg_copy).
 
-- Messages the index did not hold before (all of them in a first build) go straight into the table: no
-  staging copy and no merge to pay. If a partition meets a row already there (a run that failed after
-  loading, done again), its COPY is rolled back and the partition takes the way below.
-- Messages the run touched again go through a temporary table of the task's session, then one
-  `INSERT … ON CONFLICT DO UPDATE`; a row that did not change is left alone (`indexed_at` included).
+- When the table was empty as the run began (a first build), a task COPYs its rows straight in. If one is
+  there after all (a retried task whose first attempt had committed), that COPY is rolled back and the task
+  takes the way below.
+- Otherwise the task first asks which of its messages the table holds (their ids COPYed into a temporary
+  table, joined with the table's primary key). The others are COPYed straight in; those are upserted
+  through a temporary table of the task's session and `INSERT … ON CONFLICT DO UPDATE`, which leaves a row
+  that did not change alone (`indexed_at` included).
 
-So loading the same run twice leaves the same rows. Each task commits its own rows; one load at a time
-(an advisory lock).
+So loading the same run twice leaves the same rows. Each task commits its own rows in one transaction (a
+failed task leaves nothing behind; its retry loads again); one load at a time (an advisory lock the driver
+holds for the whole run, `LoadLock`).
 """
 
 from __future__ import annotations
 
-import io
-import logging
+import time
+from dataclasses import dataclass
 from urllib.parse import parse_qs, urlparse
 
 import psycopg2
 import psycopg2.errors
 import pyarrow as pa
-import pyarrow.csv as pacsv
-from pyspark.sql import DataFrame
-from pyspark.sql import functions as F
+import pyarrow.compute as pc
 
-log = logging.getLogger("spark_jobs.pg_load")
+from spark_jobs.pg_copy import MESSAGE_COLUMNS, StreamReader, ahead, copy_stream, id_stream
 
 MESSAGE_TABLE = "tracing_message"
 _LOCK_KEY = 0x5357_5452  # "SWTR": one loader at a time
-COPY_ROWS = 65536  # rows per COPY statement
-
-_SUMMARY_COLUMNS = ["message_id", "topic", "message_type", "key", "business_id", "cluster", "app_id", "producer_host",
-                    "broker", "size"]
-_TIMES = {"first_at": "first_ts_us", "last_at": "last_ts_us", "published_at": "published_ts_us",
-          "stored_at": "stored_ts_us"}
-_STATES = ["transaction_state", "final_state", "final_states", "attempts", "event_count", "groups", "timeline",
-           "indexed_at"]
-MESSAGE_COLUMNS = [*_SUMMARY_COLUMNS, *_TIMES, *_STATES]
+COPY_ROWS = 16384  # rows encoded at a time (while PostgreSQL reads the rows before)
 # a summary that did not change keeps its row untouched (indexed_at included): re-running changes nothing
 _COMPARED = [c for c in MESSAGE_COLUMNS if c not in ("message_id", "indexed_at")]
 _UPSERT = f"""ON CONFLICT (message_id) DO UPDATE SET
         {", ".join(f"{c} = EXCLUDED.{c}" for c in MESSAGE_COLUMNS if c != "message_id")}
         WHERE ({", ".join(f"{MESSAGE_TABLE}.{c}" for c in _COMPARED)})
               IS DISTINCT FROM ({", ".join(f"EXCLUDED.{c}" for c in _COMPARED)})"""
-
-
-def message_rows(messages: DataFrame) -> DataFrame:
-    """The columns of `tracing_message` (times as timestamps, final states as an array literal, groups and the
-    timeline as JSON: a timeline event's fields that are null are left out)."""
-    return messages.select(
-        *_SUMMARY_COLUMNS,
-        *[F.timestamp_micros(us).alias(name) for name, us in _TIMES.items()],
-        "transaction_state", "final_state",
-        F.concat(F.lit("{"), F.concat_ws(",", "final_states"), F.lit("}")).alias("final_states"),
-        "attempts", "event_count",
-        F.to_json("groups", {"ignoreNullFields": "false"}).alias("groups"),
-        F.to_json("timeline").alias("timeline"),
-        F.current_timestamp().alias("indexed_at"),
-    )
+_COLUMNS = ", ".join(MESSAGE_COLUMNS)
 
 
 def libpq_dsn(jdbc_url: str, password: str | None = None) -> str:
@@ -74,7 +54,7 @@ def libpq_dsn(jdbc_url: str, password: str | None = None) -> str:
     params = {k: v[0] for k, v in parse_qs(url.query).items()}
     if "password" in params or url.password:
         raise ValueError("the JDBC URL carries a password: give it apart (SWITCHYARD_JDBC_PASSWORD_FILE, a mode-600 "
-                         "file, or SWITCHYARD_JDBC_PASSWORD), never in the URL")
+                         "file), never in the URL")
     parts = {"host": url.hostname or "127.0.0.1", "port": str(url.port or 5432), "dbname": url.path.lstrip("/"),
              "user": params.get("user", ""), "password": password or ""}
     return " ".join(f"{k}='{_libpq_quote(v)}'" for k, v in parts.items() if v)
@@ -84,88 +64,104 @@ def _libpq_quote(value: str) -> str:
     return value.replace("\\", "\\\\").replace("'", "\\'")
 
 
-def _copy_rows(cur, table: str, rows: pa.Table) -> None:
-    sql = f"COPY {table} ({', '.join(rows.column_names)}) FROM STDIN WITH (FORMAT csv)"
-    for batch in rows.to_batches(max_chunksize=COPY_ROWS):
-        buffer = io.BytesIO()
-        # nulls are written as nothing, empty strings as "": what COPY's CSV format reads back
-        pacsv.write_csv(batch, buffer, write_options=pacsv.WriteOptions(include_header=False))
-        buffer.seek(0)
-        cur.copy_expert(sql, buffer)
+@dataclass(frozen=True)
+class LoadTarget:
+    """What a task needs to load its rows: where (a libpq connection string, password included: it travels in
+    the task's closure, never in a URL or a log), whether the table was empty as the run began, and the
+    run's `indexed_at` (microseconds)."""
+
+    dsn: str
+    table_was_empty: bool
+    indexed_at_us: int
+
+    def __repr__(self) -> str:  # never show the password
+        return f"LoadTarget(table_was_empty={self.table_was_empty})"
 
 
-def _upsert(cur, rows: pa.Table) -> None:
-    """Rows some of which may be in the table already: through a temporary table, then INSERT … ON CONFLICT."""
-    cur.execute(f"CREATE TEMPORARY TABLE load_rows (LIKE {MESSAGE_TABLE}) ON COMMIT DROP")
-    _copy_rows(cur, "load_rows", rows)
-    columns = ", ".join(rows.column_names)
-    cur.execute(f"INSERT INTO {MESSAGE_TABLE} ({columns}) SELECT {columns} FROM load_rows ORDER BY message_id "
-                f"{_UPSERT}")
+class LoadLock:
+    """The driver's session for the whole run: holds the advisory lock (one load at a time) and says whether
+    the table is empty. Closing it ends the session, so the lock too."""
 
-
-def copy_into(df: DataFrame, dsn: str, *, fresh: bool) -> dict:
-    """Load every partition of `df` (message_rows) from the executors, one connection and one transaction per
-    task (a failed task leaves nothing behind; its retry loads it again). `fresh`: rows not expected in the
-    table, COPYed straight into it (upserted if one is there after all). Returns the rows loaded and the
-    partitions that were upserted."""
-
-    def load(batches):
-        batches = [b for b in batches if b.num_rows]
-        upserted = rows = 0
-        if batches:
-            table_rows = pa.Table.from_batches(batches).sort_by("message_id")
-            rows = table_rows.num_rows
-            conn = psycopg2.connect(dsn)
-            try:
-                upserted = int(_load(conn, table_rows, fresh))
-                conn.commit()
-            finally:
-                conn.close()
-        yield pa.RecordBatch.from_pydict({"rows": [rows], "upserted": [upserted]})
-
-    totals = df.mapInArrow(load, "rows long, upserted long").agg(
-        F.coalesce(F.sum("rows"), F.lit(0)).alias("rows"), F.coalesce(F.sum("upserted"), F.lit(0)).alias("upserted"))
-    return totals.first().asDict()
-
-
-def _load(conn, rows: pa.Table, fresh: bool) -> bool:
-    """COPY `rows` into the table if `fresh`, else (or if one is there after all) upsert them. Returns whether
-    they were upserted."""
-    with conn.cursor() as cur:
-        if fresh:
-            try:
-                _copy_rows(cur, MESSAGE_TABLE, rows)
-                return False
-            except psycopg2.errors.UniqueViolation:
-                conn.rollback()
-        _upsert(cur, rows)
-        return True
-
-
-def load_lookup_tables(messages: DataFrame, jdbc_url: str, *, password: str | None = None,
-                       indexed_before: DataFrame | None = None, progress=None) -> dict:
-    """Load the summaries and timelines of `messages` (those a run updated); `indexed_before`: the ids of
-    those the index held before the run (upserted), the others are COPYed straight in."""
-    dsn = libpq_dsn(jdbc_url, password)
-    if indexed_before is None:
-        parts = [(messages, True)]
-    else:
-        parts = [(messages.join(indexed_before, "message_id", "left_anti"), True),
-                 (messages.join(indexed_before, "message_id", "left_semi"), False)]
-    conn = psycopg2.connect(dsn)  # holds the advisory lock for the whole load
-    try:
-        conn.autocommit = True
-        with conn.cursor() as cur:
+    def __init__(self, dsn: str):
+        self.dsn = dsn
+        self.conn = psycopg2.connect(dsn)
+        self.conn.autocommit = True
+        with self.conn.cursor() as cur:
             cur.execute("SELECT pg_try_advisory_lock(%s)", [_LOCK_KEY])
             if not cur.fetchone()[0]:
-                raise RuntimeError("another trace index load is running")
-        loaded = {"message_rows": 0, "upserted_partitions": 0}
-        for part, fresh in parts:
-            done = copy_into(message_rows(part), dsn, fresh=fresh)
-            loaded["message_rows"] += done["rows"]
-            loaded["upserted_partitions"] += done["upserted"]
-            if progress:
-                progress("loaded new messages" if fresh else "upserted the messages indexed before")
-        return loaded
+                self.conn.close()
+                raise RuntimeError("another trace index load is running; try again when it has finished")
+
+    def target(self) -> LoadTarget:
+        with self.conn.cursor() as cur:
+            cur.execute(f"SELECT NOT EXISTS (SELECT 1 FROM {MESSAGE_TABLE}), "
+                        "(extract(epoch FROM clock_timestamp()) * 1000000)::bigint")
+            empty, now_us = cur.fetchone()
+        return LoadTarget(self.dsn, empty, now_us)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> LoadLock:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def load_partition(summaries: pa.Table, target: LoadTarget) -> dict:
+    """Load a task's summary rows (trace_arrow.SUMMARY_SCHEMA) in one transaction. Returns the rows COPYed
+    straight in, the rows upserted and the seconds it took."""
+    if summaries.num_rows == 0:
+        return {"copied_rows": 0, "upserted_rows": 0, "load_s": 0.0}
+    start = time.perf_counter()
+    rows = summaries.sort_by("message_id")
+    conn = psycopg2.connect(target.dsn)
+    try:
+        with conn.cursor() as cur:
+            loaded = None
+            if target.table_was_empty:
+                try:
+                    _copy(cur, MESSAGE_TABLE, rows, target)
+                    loaded = {"copied_rows": rows.num_rows, "upserted_rows": 0}
+                except psycopg2.errors.UniqueViolation:
+                    conn.rollback()
+            if loaded is None:
+                held = pc.is_in(rows["message_id"], value_set=_held_ids(cur, rows["message_id"]))
+                new, old = rows.filter(pc.invert(held)), rows.filter(held)
+                if new.num_rows:
+                    _copy(cur, MESSAGE_TABLE, new, target)
+                if old.num_rows:
+                    _upsert(cur, old, target)
+                loaded = {"copied_rows": new.num_rows, "upserted_rows": old.num_rows}
+        conn.commit()
     finally:
-        conn.close()  # ends the session, so its advisory lock too
+        conn.close()
+    return {**loaded, "load_s": time.perf_counter() - start}
+
+
+def _copy(cur, table: str, rows: pa.Table, target: LoadTarget) -> None:
+    stream = ahead(copy_stream(rows, target.indexed_at_us, COPY_ROWS))
+    try:
+        cur.copy_expert(f"COPY {table} ({_COLUMNS}) FROM STDIN WITH (FORMAT binary)", StreamReader(stream),
+                        size=1 << 20)
+    finally:
+        stream.close()  # stops its encoder thread if the COPY failed
+
+
+def _held_ids(cur, ids) -> pa.Array:
+    """Which of `ids` the table holds."""
+    cur.execute("CREATE TEMPORARY TABLE load_ids (message_id varchar) ON COMMIT DROP")
+    ids = ids.combine_chunks() if isinstance(ids, pa.ChunkedArray) else ids
+    cur.copy_expert("COPY load_ids FROM STDIN WITH (FORMAT binary)", StreamReader(id_stream(ids)), size=1 << 20)
+    cur.execute("ANALYZE load_ids")
+    cur.execute(f"SELECT message_id FROM {MESSAGE_TABLE} WHERE message_id IN (SELECT message_id FROM load_ids)")
+    return pa.array([r[0] for r in cur.fetchall()], pa.string())
+
+
+def _upsert(cur, rows: pa.Table, target: LoadTarget) -> None:
+    """Rows the table holds: through a temporary table, then INSERT … ON CONFLICT (unchanged rows untouched)."""
+    cur.execute(f"CREATE TEMPORARY TABLE load_rows (LIKE {MESSAGE_TABLE}) ON COMMIT DROP")
+    _copy(cur, "load_rows", rows, target)
+    cur.execute(f"INSERT INTO {MESSAGE_TABLE} ({_COLUMNS}) SELECT {_COLUMNS} FROM load_rows ORDER BY message_id "
+                f"{_UPSERT}")

@@ -29,14 +29,17 @@ def read_events(spark: SparkSession, files: list[str]) -> DataFrame:
     return _files_frame(spark, files).mapInArrow(read, EVENT_SCHEMA)
 
 
-def file_buckets(spark: SparkSession, files: list[str], buckets: int) -> DataFrame:
+def file_buckets(spark: SparkSession, files: list[str], buckets: int, read_files=None) -> DataFrame:
     """The clean events of `files` as bucket blobs (trace_transforms.BLOB_DDL), not yet shuffled: one task per
-    file reads it, cleans it (trace_arrow.clean_table) and cuts it into buckets by message id."""
+    file reads it, cleans it (trace_arrow.clean_table) and cuts it into buckets by message id. `read_files`:
+    an accumulator counting the files read (progress)."""
 
     def read(batches):
         for batch in batches:
             for path in batch.column(0).to_pylist():
                 yield from bucket_blobs(clean_table(read_file_events(path)), buckets)
+                if read_files is not None:
+                    read_files.add(1)
 
     return _files_frame(spark, files).mapInArrow(read, BLOB_DDL)
 

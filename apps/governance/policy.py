@@ -193,9 +193,11 @@ def evaluate(application, *, applicant=None, unknown=()) -> Report:
     whose input was refused (a form's field errors); the checks that need them are left out."""
     applicant = applicant or application.applicant
     key = policy_key(application)
-    evaluator = EVALUATORS[key]
+    evaluator = EVALUATORS.get(key)
+    if evaluator is None and unknown:  # the field naming the kind was refused: no rule set to run yet
+        return Report(key)
     if not unknown:
-        return evaluator(application, applicant)
+        return EVALUATORS[key](application, applicant)
     if not isinstance(evaluator, RuleSet):  # evaluated in one piece: nothing to say until its fields are right
         return Report(key)
     return evaluator(Partial(application, unknown), applicant)

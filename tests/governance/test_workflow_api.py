@@ -218,6 +218,16 @@ def test_dry_run_gives_field_errors_and_policy_failures_together(people, api_for
     assert TopicApplication.objects.count() == 0
 
 
+@pytest.mark.parametrize("body", [{}, {"operation": "retire"}, {"target_kind": "topic", "operation": "teleport"}])
+def test_a_lifecycle_dry_run_without_a_valid_kind_gives_field_errors_not_a_server_error(people, api_for, dev_cluster,
+                                                                                      body):
+    """The rule set depends on the kind; while the fields naming it are refused there is none to run yet."""
+    answer = api_for(people.dev).post("/api/v1/lifecycle-applications/dry-run/", body, format="json")
+    assert answer.status_code == 200, answer.content
+    result = answer.json()
+    assert result["passed"] is False and result["field_errors"] and result["checks"] == []
+
+
 def test_anonymous_gets_401(api_for, dev_cluster):
     assert api_for(None).get("/api/v1/topic-applications/").status_code == 401
     assert api_for(None).post("/api/v1/topic-applications/", BODY, format="json").status_code == 401

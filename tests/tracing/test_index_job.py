@@ -144,8 +144,8 @@ def test_an_index_built_again_over_loaded_tables_upserts_and_changes_nothing(spa
     loads = []
 
     def progress(stage, percent, **fields):
-        if "upserted_partitions" in fields:
-            loads.append((fields["message_rows"], fields["upserted_partitions"]))
+        if "upserted_rows" in fields:
+            loads.append((fields["copied_rows"], fields["upserted_rows"]))
 
     trace_index.run(spark, inputs, str(tmp_path / "index"), **database(), progress=progress)
     before = snapshot()
@@ -153,9 +153,48 @@ def test_an_index_built_again_over_loaded_tables_upserts_and_changes_nothing(spa
 
     result = trace_index.run(spark, inputs, str(tmp_path / "another-index"), **database(), progress=progress)
     assert (result["new_files"], result["new_events"], result["messages"]) == (1, 3, 1)
-    assert loads == [(1, 0), (1, 1)]  # the second load's COPY met the row already there: upserted
+    assert loads == [(1, 0), (0, 1)]  # the second load found the row already there: upserted
     assert snapshot() == before
     assert steps("m-1") == [("published", None, None), ("stored", None, None), ("delivered", "billing", 1)]
+
+
+def test_a_message_whose_events_span_two_runs_is_merged_and_the_load_shows_progress(spark, trace_batch, tmp_path):
+    inputs, output = [str(tmp_path / "brokers")], str(tmp_path / "index")
+    seen = []
+
+    def progress(stage, percent, **fields):
+        seen.append((stage, percent, fields))
+
+    first = trace_batch()
+    first.emit("published", "m-1", 0, business_id="b-1")
+    first.emit("stored", "m-1", 1)
+    first.close()
+    trace_index.run(spark, inputs, output, **database(), progress=progress)
+    assert steps("m-1") == [("published", None, None), ("stored", None, None)]
+
+    seen.clear()
+    second = trace_batch()  # m-1's deliveries arrive in the next run's file, with a new message
+    second.emit("delivered", "m-1", 5, group="billing", consumer="c1", attempt=1)
+    second.emit("acked", "m-1", 6, group="billing", consumer="c1", attempt=1)
+    second.emit("published", "m-2", 7, business_id="b-2")
+    second.close()
+    result = trace_index.run(spark, inputs, output, **database(), progress=progress)
+    assert (result["new_events"], result["messages"]) == (3, 2)
+    [loaded] = [fields for _, _, fields in seen if "upserted_rows" in fields]
+    assert (loaded["copied_rows"], loaded["upserted_rows"]) == (1, 1)  # m-2 COPYed, m-1 upserted
+    assert steps("m-1") == [("published", None, None), ("stored", None, None), ("delivered", "billing", 1),
+                            ("acked", "billing", 1)]
+    m1 = TracedMessage.objects.get(message_id="m-1")
+    assert (m1.final_state, m1.event_count, m1.business_id) == ("acked", 4, "b-1")
+    assert TracedMessage.objects.get(business_id="b-2").final_state == "published"
+
+    # the run's progress: never back, each step's tasks counted to the end, then the commit at 100
+    percents = [percent for _, percent, _ in seen]
+    assert percents == sorted(percents) and percents[-1] == 100
+    stages = [stage for stage, _, _ in seen]
+    loaded_at = stages.index("summarizing, writing the index and loading PostgreSQL (2 of 2)")
+    assert loaded_at < stages.index("committed")
+    assert not any(stage.startswith("reading trace files") for stage in stages[loaded_at:]), stages
 
 
 def partitions(folder) -> dict[tuple[str, str], list[str]]:
