@@ -9,7 +9,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-LAYOUT_VERSION = 2
+LAYOUT_VERSION = 3
+
+MAX_PARTITIONS = 64
+MAX_REPLICATION_FACTOR = 3
 
 
 @dataclass(frozen=True)
@@ -21,6 +24,8 @@ class Layout:
     APPS: str = "/apps"
     GRANTS: str = "/grants"
     ROUTES: str = "/routes"  # where a topic's clients send and subscribe (docs/routing.md); readable by anyone
+    PLACEMENT: str = "/placement"  # which brokers hold each partition of a topic (control plane; world: read)
+    PARTITION_STATE: str = "/partition-state"  # each partition's leader, epoch and ISR (brokers; world: read)
 
     def broker(self, node_id: str) -> str:
         return f"{self.BROKERS}/{node_id}"
@@ -46,6 +51,12 @@ class Layout:
     def route(self, topic: str) -> str:
         return f"{self.ROUTES}/{topic}"
 
+    def placement(self, topic: str) -> str:
+        return f"{self.PLACEMENT}/{topic}"
+
+    def partition_state(self, topic: str, partition: int) -> str:
+        return f"{self.PARTITION_STATE}/{topic}/{partition}"
+
 
 LAYOUT = Layout()
 
@@ -57,3 +68,56 @@ def encode(doc: dict) -> bytes:
 
 def decode(data: bytes | None) -> dict:
     return json.loads(data) if data else {}
+
+
+# -- placement (layout 3): which brokers hold each partition of a topic ----------------------------
+
+
+def place(topic: str, partitions: int, replication_factor: int, brokers: list[str], *, epoch: int = 1,
+          previous: dict | None = None) -> dict:
+    """A `/placement/<topic>` document: each partition's replicas over `brokers` (node ids), balanced by count.
+
+    Replicas a previous placement gave a partition stay where they are while their broker is still listed (a
+    new placement moves as little as it can); the others go to the brokers holding the fewest replicas (the
+    fewest leaders first for a partition's first replica), ties broken by node id, so the result is
+    deterministic. Raises ValueError when there are fewer brokers than the replication factor."""
+    if not 1 <= partitions <= MAX_PARTITIONS:
+        raise ValueError(f"partitions must be 1..{MAX_PARTITIONS}, not {partitions}")
+    if not 1 <= replication_factor <= MAX_REPLICATION_FACTOR:
+        raise ValueError(f"replication_factor must be 1..{MAX_REPLICATION_FACTOR}, not {replication_factor}")
+    nodes = sorted(set(brokers))
+    if len(nodes) < replication_factor:
+        raise ValueError(f"topic {topic!r} needs {replication_factor} brokers for its replication factor; "
+                         f"{len(nodes)} are registered")
+    before = {part["id"]: [r for r in part["replicas"] if r in nodes]
+              for part in (previous or {}).get("partitions", [])}
+    load = {n: 0 for n in nodes}
+    leads = {n: 0 for n in nodes}
+    plan = []
+    for pid in range(partitions):
+        replicas = before.get(pid, [])[:replication_factor]
+        plan.append(replicas)
+        for i, r in enumerate(replicas):
+            load[r] += 1
+            leads[r] += i == 0
+    for replicas in plan:
+        while len(replicas) < replication_factor:
+            first = not replicas
+            node = min((n for n in nodes if n not in replicas),
+                       key=lambda n: (leads[n] if first else 0, load[n], n))
+            replicas.append(node)
+            load[node] += 1
+            leads[node] += first
+    return {"topic": topic, "epoch": epoch, "partitions": [{"id": i, "replicas": r} for i, r in enumerate(plan)]}
+
+
+def placement_replicas(doc: dict) -> dict[int, tuple[str, ...]]:
+    """Partition id -> its replicas (the first is the preferred leader) of a `/placement/<topic>` document.
+    Raises ValueError (or KeyError, TypeError) for a malformed one."""
+    parts = {}
+    for part in doc["partitions"]:
+        pid, replicas = int(part["id"]), tuple(str(r) for r in part["replicas"])
+        if not 0 <= pid < MAX_PARTITIONS or not replicas:
+            raise ValueError(f"partition {pid}: id out of range or no replica")
+        parts[pid] = replicas
+    return parts

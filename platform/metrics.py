@@ -20,6 +20,7 @@ from django.http import HttpResponse, JsonResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from apps.audit.metrics import AuditCollector
+from apps.clusters.metrics import PartitionCollector
 from apps.governance.metrics import ApplicationCollector
 from apps.provisioning.metrics import DriftCollector
 from apps.transactions.metrics import TxCollector
@@ -42,7 +43,7 @@ def refuse_unless_monitoring(request) -> HttpResponse | None:
 
 def registry() -> CollectorRegistry:
     found = CollectorRegistry()
-    for collector in (ApplicationCollector(), DriftCollector(), AuditCollector(), TxCollector()):
+    for collector in (ApplicationCollector(), DriftCollector(), AuditCollector(), TxCollector(), PartitionCollector()):
         found.register(collector)
     return found
 

@@ -5,7 +5,8 @@ RuleKind = text_choices("RuleKind", ("lag_age", "Oldest waiting message older th
                         ("backlog", "Backlog larger than (messages)"), ("no_consumers", "Fewer consumers than (consumers)"),
                         ("auth_failures", "Authentication failures in 5 minutes above"),
                         ("unresolved_tx", "Unresolved transaction messages above"),
-                        ("broker_down", "Fewer live brokers than"), ("zookeeper_drift", "ZooKeeper nodes drifted above"))
+                        ("broker_down", "Fewer live brokers than"), ("zookeeper_drift", "ZooKeeper nodes drifted above"),
+                        ("under_replicated", "Under-replicated partitions above"))
 
 
 # kinds that watch a topic (and, for the first three, a consumer group); the rest watch a whole cluster

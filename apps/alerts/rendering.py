@@ -25,6 +25,7 @@ ALERT_NAMES = {
     RuleKind.UNRESOLVED_TX: "SwitchyardUnresolvedTransactions",
     RuleKind.BROKER_DOWN: "SwitchyardBrokerDown",
     RuleKind.ZOOKEEPER_DRIFT: "SwitchyardZooKeeperDrift",
+    RuleKind.UNDER_REPLICATED: "SwitchyardUnderReplicatedPartitions",
 }
 
 
@@ -37,6 +38,7 @@ CONDITIONS = {
     RuleKind.UNRESOLVED_TX: "more than {t} unresolved transaction messages",
     RuleKind.BROKER_DOWN: "fewer live brokers than {t}",
     RuleKind.ZOOKEEPER_DRIFT: "more than {t} ZooKeeper nodes drifted",
+    RuleKind.UNDER_REPLICATED: "more than {t} partitions under-replicated",
 }
 
 
@@ -76,6 +78,8 @@ def expression(rule: AlertRule) -> str:
         return f"(count(({up}) == 1) or vector(0)) < {t}"
     if kind == RuleKind.ZOOKEEPER_DRIFT:
         return f"max by (cluster) (switchyard_zookeeper_drift_objects{s}) > {t}"
+    if kind == RuleKind.UNDER_REPLICATED:  # the control plane's figure (apps/clusters/metrics.py)
+        return f"max by (cluster) (switchyard_under_replicated_partitions{s}) > {t}"
     raise ValueError(f"unknown rule kind {kind!r}")
 
 

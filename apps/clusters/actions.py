@@ -11,7 +11,7 @@ from control_plane.errors import require_perm
 
 EDITABLE_FIELDS = ("name", "environment", "region", "zk_connect", "zk_chroot", "storage_level",
                    "description", "status", "repair_drift",
-                   "backcheck_allow_private")
+                   "backcheck_allow_private", "default_partitions", "default_replication_factor", "min_insync")
 
 
 @transaction.atomic

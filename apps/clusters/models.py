@@ -1,5 +1,5 @@
 from django.core.exceptions import ValidationError
-from django.core.validators import RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
 from apps.accounts.models import slug_validator
@@ -46,6 +46,15 @@ class Cluster(models.Model):
         "back-checks may call private addresses", default=False,
         help_text="Let HTTP back-checks of this cluster's apps call private and loopback addresses (10/8, 172.16/12, "
                   "192.168/16, 100.64/10, 127/8, fc00::/7, ::1). Link-local addresses are never called.")
+    default_partitions = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(64)],
+        help_text="Partitions of a topic that does not set its own (1-64).")
+    default_replication_factor = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1), MaxValueValidator(3)],
+        help_text="Brokers holding each partition of a topic that does not set its own (1-3).")
+    min_insync = models.PositiveSmallIntegerField(
+        "minimum in sync", default=1, validators=[MinValueValidator(1), MaxValueValidator(3)],
+        help_text="Replicas (the leader included) that must have stored a message before it is acknowledged.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

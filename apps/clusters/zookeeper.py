@@ -20,6 +20,7 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 from kazoo.handlers.threading import KazooTimeoutError
 
+from apps.clusters.partitions import TopicPartitions, read_partitions, under_replicated
 from broker_core.cluster.zk_acl import (
     BROKER_AUTH,
     BROKER_DIGEST,
@@ -119,12 +120,17 @@ class ClusterHealth:
     error: str = ""
     layout_version: int | None = None
     brokers: list[BrokerNode] = field(default_factory=list)
+    partitions: list[TopicPartitions] = field(default_factory=list)  # the placed topics (issue 20)
+
+    @property
+    def under_replicated(self) -> int:
+        return under_replicated(self.partitions)
 
 
-def read_health(cluster) -> ClusterHealth:
+def read_health(cluster, timeout: float | None = None) -> ClusterHealth:
     layout = Layout()
     try:
-        with zk_client(cluster.zk_connect) as zk:
+        with zk_client(cluster.zk_connect, timeout) as zk:
             chroot = cluster.zk_chroot
             meta = None
             try:
@@ -146,6 +152,8 @@ def read_health(cluster) -> ClusterHealth:
                 brokers.append(BrokerNode(node_id=node_id, host=info.get("host", "?"), port=info.get("port", 0),
                                           metrics_port=info.get("metrics_port"), started_at=info.get("started_at"),
                                           version=info.get("version")))
-            return ClusterHealth(reachable=True, layout_version=(meta or {}).get("layout_version"), brokers=brokers)
+            placed = read_partitions(zk, chroot, {b.node_id for b in brokers})
+            return ClusterHealth(reachable=True, layout_version=(meta or {}).get("layout_version"), brokers=brokers,
+                                 partitions=placed)
     except ZooKeeperUnreachable as exc:
         return ClusterHealth(reachable=False, error=str(exc))

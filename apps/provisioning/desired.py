@@ -23,7 +23,9 @@ HELD = (TopicStatus.ACTIVE, TopicStatus.RETIRED)
 
 
 def meta_doc(cluster) -> dict:
-    return {"layout_version": LAYOUT_VERSION, "cluster": cluster.name}
+    return {"layout_version": LAYOUT_VERSION, "cluster": cluster.name,
+            "default_partitions": cluster.default_partitions,
+            "default_replication_factor": cluster.default_replication_factor, "min_insync": cluster.min_insync}
 
 
 def topic_doc(topic: Topic) -> dict:
@@ -38,7 +40,10 @@ def topic_doc(topic: Topic) -> dict:
         # the topic's back-check timing, written for every topic (brokers ignore it on plain ones)
         "tx_check": topic.tx_check,
         "revision": topic.revision,
-    } | ({"status": TopicStatus.RETIRED.value} if topic.status == TopicStatus.RETIRED else {})
+    } | ({"status": TopicStatus.RETIRED.value} if topic.status == TopicStatus.RETIRED else {}) | (
+        # layout 3: written when it is not one partition of one replica (brokers read absent fields as 1)
+        {"partitions": topic.partition_count, "replication_factor": topic.replicas}
+        if (topic.partition_count, topic.replicas) != (1, 1) else {})
 
 
 def holder_ids(topic: Topic) -> list[int]:

@@ -17,7 +17,7 @@ from apps.clusters.zookeeper import ZooKeeperUnreachable
 from apps.governance import actions as workflow
 from apps.governance.workflow import MATERIALIZED, State, application_model
 from apps.lifecycle.settle import settle_waiting
-from apps.provisioning import actions
+from apps.provisioning import actions, partitions
 from apps.provisioning.desired import (
     META,
     Desired,
@@ -78,13 +78,18 @@ def push(cluster: Cluster, units: list[tuple[str, int]]) -> list:
         session.ensure_skeleton()
         session.put(meta.path, meta.data)
         for d in desired:
+            if d.kind == ObjectKind.TOPIC:
+                partitions.write(session, d.obj)  # before the topic: no broker takes a partition it will not hold
             session.put(d.path, d.data)
         nodes = session.read_many([d.path for d in desired])
         gone = [(kind, object_id, path) for kind, object_id, path in reversed(removed)
                 if path not in taken and session.delete(path)]
+        for kind, _, path in gone:
+            if kind == ObjectKind.TOPIC:
+                partitions.remove(session, path.rsplit("/", 1)[-1])
         session.delete_empty(_containers(removed))
-    except (WriteConflict, KazooException) as exc:
-        if isinstance(exc, WriteConflict):
+    except (WriteConflict, KazooException, partitions.TooFewBrokers) as exc:
+        if isinstance(exc, WriteConflict | partitions.TooFewBrokers):
             raise ZooKeeperUnreachable(str(exc)) from exc  # retry later, like an outage
         raise ProvisioningError(f"ZooKeeper refused the write: {type(exc).__name__} {exc}") from exc
     records = {(r.kind, r.object_id): r for r in SyncState.objects.filter(cluster=cluster)

@@ -171,6 +171,9 @@ def materialize(actor, application: TopicApplication) -> None:
                   transactional=application.transactional, ordered=application.ordered,
                   tx_check_delay_s=application.tx_check_delay_s,
                   tx_check_interval_s=application.tx_check_interval_s, tx_check_max=application.tx_check_max,
-                  description=application.description)
+                  description=application.description,
+                  # the cluster's defaults when it is approved (a later change of the defaults moves no topic)
+                  partitions=application.cluster.default_partitions,
+                  replication_factor=application.cluster.default_replication_factor)
     workflow.save_created(actor, application, topic)
     provisioning.schedule_application(application)

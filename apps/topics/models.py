@@ -137,6 +137,12 @@ class Topic(TopicSettings):
                                       help_text="When it was retired: its data goes retention_hours after this, "
                                                 "once its bindings have drained.")
     deleted_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # issue 20: set from the cluster's defaults when the topic is approved; empty (a topic from before) takes the
+    # cluster's default (Cluster.default_partitions / default_replication_factor)
+    partitions = models.PositiveSmallIntegerField(null=True, blank=True,
+                                                  validators=[MinValueValidator(1), MaxValueValidator(64)])
+    replication_factor = models.PositiveSmallIntegerField(null=True, blank=True,
+                                                          validators=[MinValueValidator(1), MaxValueValidator(3)])
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -157,6 +163,16 @@ class Topic(TopicSettings):
     @property
     def retention_s(self) -> int:
         return self.retention_hours * 3600
+
+    @property
+    def partition_count(self) -> int:
+        """Its partitions: its own, else its cluster's default."""
+        return self.partitions or self.cluster.default_partitions
+
+    @property
+    def replicas(self) -> int:
+        """Its replication factor: its own, else its cluster's default."""
+        return self.replication_factor or self.cluster.default_replication_factor
 
     @property
     def data_deleted_after(self):

@@ -6,6 +6,7 @@ import asyncio
 import bisect
 import random
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -82,14 +83,24 @@ def _reject(waiter, exc: BaseException) -> None:
         waiter.set_exception(exc)
 
 
-class _Batch:
-    __slots__ = ("topic", "messages", "waiters", "deadline")
+def choose_partition(key: str | None, partitions: int, turn: int) -> int:
+    """The partition a message goes to (the one place the SDK decides it): by its key's hash when it has a key
+    (stable: crc32 of the UTF-8 key), else `turn` (the producer's round robin, one turn per batch)."""
+    if key is not None:
+        return zlib.crc32(key.encode()) % partitions
+    return turn % partitions
 
-    def __init__(self, topic: str, messages: list[list], waiters: list, deadline: float):
+
+class _Batch:
+    __slots__ = ("topic", "messages", "waiters", "deadline", "partition")
+
+    def __init__(self, topic: str, messages: list[list], waiters: list, deadline: float,
+                 partition: int | None = None):
         self.topic = topic
         self.messages = messages
         self.waiters = waiters
         self.deadline = deadline
+        self.partition = partition  # None: a topic without placement (any broker takes it)
 
 
 class _Queued:

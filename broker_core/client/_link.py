@@ -1,6 +1,11 @@
 """The producer's link to one cluster: a connection to one of its brokers, the messages queued for it, the
 batches awaiting the broker's answer, failover to another broker, send timeouts.
 
+A topic placed on partitions (issue 20, `/placement/<topic>`) is sent partition by partition: each message's
+partition is chosen by `choose_partition` (its key's hash, else one round-robin turn per batch) and each batch
+goes to its partition's leader over a connection to that broker. A leader that answers `not_leader` (the
+partition moved) gets the batch again once the placement read from ZooKeeper names the new one.
+
 A link serves every topic whose route sends there now. When a topic's route moves (`hand_over`), its queued
 messages go to the new cluster's link; its batches in flight finish here (`AsyncProducer.resend` decides where
 one goes again after a lost connection).
@@ -9,6 +14,7 @@ one goes again after a lost connection).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import random
 import time
@@ -16,12 +22,12 @@ from collections import deque
 from typing import Protocol
 
 from broker_core import protocol as p
-from broker_core.client._batching import _Batch, _Queued, _reject, _resolve
+from broker_core.client._batching import _Batch, _Queued, _reject, _resolve, choose_partition
 from broker_core.client.connection import BrokerConnection
 from broker_core.client.discovery import Discovery
 from broker_core.client.errors import AuthError, BrokerError, ConnectionLost, SendTimeout, SwitchyardError
 from broker_core.client.options import ClientOptions
-from broker_core.protocol import M_BODY
+from broker_core.protocol import M_BODY, M_KEY
 
 log = logging.getLogger("broker_core.client.producer")
 
@@ -58,9 +64,16 @@ class _Link:
         self.discovery = discovery
         self.loop = asyncio.get_running_loop()
         self.conn: BrokerConnection | None = None
-        self.queued: dict[str, _Queued] = {}  # by topic
+        self.queued: dict[str | tuple[str, int], _Queued] = {}  # by topic; (topic, partition) on a placed topic
         self.retry: deque[_Batch] = deque()
-        self.in_flight: dict[int, _Batch] = {}
+        self.in_flight: dict[int, _Batch] = {}  # by a number of this link (refs are per connection)
+        self._numbers = itertools.count(1)
+        self.placements: dict[str, dict[int, str]] = {}  # placed topic -> partition -> its leader's node id
+        self._placement_read: dict[str, asyncio.Future] = {}
+        self.leaders: dict[str, BrokerConnection] = {}  # node id -> the connection to that partition leader
+        self._leader_connecting: dict[str, asyncio.Task] = {}
+        self._turn = 0  # round robin over partitions: one turn per flush (a batch per partition)
+        self.not_leader = 0  # batches a broker refused as not the partition's leader (sent again)
         self._flush_scheduled = False
         self._connecting: asyncio.Task | None = None
         self._sweeper = self.loop.create_task(self._sweep())
@@ -68,9 +81,62 @@ class _Link:
         self.failovers = 0
         self.last_error: BaseException | None = None
 
+    # -- placement ------------------------------------------------------------------------------
+
+    def watch(self, topic: str) -> asyncio.Future:
+        """Follow the topic's placement; the future is done once it was read the first time."""
+        read = self._placement_read.get(topic)
+        if read is None:
+            read = self._placement_read[topic] = self.loop.create_future()
+            self.discovery.watch_placement(topic, lambda doc: self._placement(topic, doc))
+        return read
+
+    async def follow(self, topic: str, timeout: float) -> None:
+        """Read the topic's placement before its first message is queued (not read in time: any broker)."""
+        try:
+            await asyncio.wait_for(asyncio.shield(self.watch(topic)), max(timeout, 0.05))
+        except TimeoutError:
+            log.warning("producer: the placement of %s was not read within %.2gs; sending to any broker", topic,
+                        timeout)
+
+    def _placement(self, topic: str, doc: dict | None) -> None:
+        leaders = None
+        if doc:
+            try:
+                leaders = {int(part["id"]): str(part["replicas"][0]) for part in doc["partitions"]}
+            except (KeyError, TypeError, ValueError, IndexError):
+                log.warning("producer: the placement of %s is unreadable; sending to any broker", topic)
+        if leaders and sorted(leaders) == list(range(len(leaders))):
+            self.placements[topic] = leaders
+        else:
+            self.placements.pop(topic, None)
+        read = self._placement_read.get(topic)
+        if read is not None and not read.done():
+            read.set_result(None)
+        self._schedule()
+
+    def _key(self, topic: str, key: str | None):
+        leaders = self.placements.get(topic)
+        if leaders is None:
+            return topic
+        return topic, choose_partition(key, len(leaders), self._turn)
+
+    # -- queueing -----------------------------------------------------------------------------
+
     def submit(self, topic: str, messages: list[list], waiter) -> None:
         """Queue messages of one send_many (all settled through one _Waiter)."""
-        q = self.queued.get(topic) or self.queued.setdefault(topic, _Queued())
+        if topic in self.placements:
+            by_key: dict = {}
+            for m in messages:
+                by_key.setdefault(self._key(topic, m[M_KEY]), []).append(m)
+            self._turn += 1
+            for key, some in by_key.items():
+                self._submit(key, some, waiter)
+        else:
+            self._submit(topic, messages, waiter)
+
+    def _submit(self, key, messages: list[list], waiter) -> None:
+        q = self.queued.get(key) or self.queued.setdefault(key, _Queued())
         q.messages += messages
         q.waiters += [waiter] * len(messages)
         q.deadlines += [time.monotonic() + self.producer.send_timeout] * len(messages)
@@ -81,7 +147,8 @@ class _Link:
             self._schedule()
 
     def submit_one(self, topic: str, message: list, future: asyncio.Future) -> None:
-        q = self.queued.get(topic) or self.queued.setdefault(topic, _Queued())
+        key = self._key(topic, message[M_KEY]) if topic in self.placements else topic
+        q = self.queued.get(key) or self.queued.setdefault(key, _Queued())
         q.messages.append(message)
         q.waiters.append(future)
         q.deadlines.append(time.monotonic() + self.producer.send_timeout)
@@ -99,33 +166,89 @@ class _Link:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
-        conn = self.conn
-        if conn is None or not conn.is_open:
-            self._ensure_connecting()
-            return
         window = self.producer.window
+        waiting: deque[_Batch] = deque()
         while self.retry and len(self.in_flight) < window:
-            self._send(conn, self.retry.popleft())
+            batch = self.retry.popleft()
+            conn = self._conn_for(batch.topic, batch.partition)
+            if conn is None:
+                waiting.append(batch)
+            else:
+                self._send(conn, batch)
+        self.retry.extendleft(reversed(waiting))
         max_batch, max_bytes = self.producer.max_batch, self.producer.max_batch_bytes
-        for topic, q in list(self.queued.items()):
+        for key, q in list(self.queued.items()):
+            topic, partition = (key, None) if type(key) is str else key
+            conn = self._conn_for(topic, partition)
+            if conn is None:
+                continue
             while q.messages and len(self.in_flight) < window:
-                self._send(conn, _Batch(topic, *q.cut(max_batch, max_bytes)))
+                self._send(conn, _Batch(topic, *q.cut(max_batch, max_bytes), partition))
             if not q.messages:
-                del self.queued[topic]
+                del self.queued[key]
+        self._turn += 1
+
+    def _conn_for(self, topic: str, partition: int | None) -> BrokerConnection | None:
+        """The open connection a batch goes through now (None: one is being opened; the flush comes again)."""
+        leader = self.placements.get(topic, {}).get(partition) if partition is not None else None
+        conn = self.conn
+        if leader is None or (conn is not None and conn.is_open and conn.address.node_id == leader):
+            if conn is None or not conn.is_open:
+                self._ensure_connecting()
+                return None
+            return conn
+        conn = self.leaders.get(leader)
+        if conn is not None and conn.is_open:
+            return conn
+        task = self._leader_connecting.get(leader)
+        if task is None or task.done():
+            self._leader_connecting[leader] = self.loop.create_task(self._connect_leader(leader))
+        return None
+
+    async def _connect_leader(self, node_id: str) -> None:
+        delay = 0.02
+        while not self.closed and any(node_id in leaders.values() for leaders in self.placements.values()):
+            address = next((b for b in self.discovery.candidates() if b.node_id == node_id), None)
+            if address is not None:
+                try:
+                    conn = await BrokerConnection.open(address, timeout=self.producer.options.connect_timeout,
+                                                       **self.producer.conn_args())
+                except AuthError as exc:
+                    self.last_error = exc
+                    self._fail_all(exc)
+                    return
+                except (OSError, SwitchyardError, TimeoutError) as exc:
+                    self.last_error = exc
+                    log.debug("producer: partition leader %s unreachable: %s", address, exc)
+                else:
+                    old = self.leaders.get(node_id)
+                    if old is not None:
+                        old.close()
+                    self.leaders[node_id] = conn
+                    conn.closed.add_done_callback(lambda _f: self._schedule())
+                    self._schedule()
+                    return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
 
     def _send(self, conn: BrokerConnection, batch: _Batch) -> None:
-        ref = conn.next_ref()
-        self.in_flight[ref] = batch
-        answer = conn.request(p.Publish(ref, batch.topic, batch.messages))
-        answer.add_done_callback(lambda f, ref=ref: self._answered(ref, f))
+        number = next(self._numbers)
+        self.in_flight[number] = batch
+        answer = conn.request(p.Publish(conn.next_ref(), batch.topic, batch.messages, batch.partition))
+        answer.add_done_callback(lambda f, number=number: self._answered(number, f))
 
-    def _answered(self, ref: int, answer: asyncio.Future) -> None:
-        batch = self.in_flight.pop(ref, None)
+    def _answered(self, number: int, answer: asyncio.Future) -> None:
+        batch = self.in_flight.pop(number, None)
         if batch is None:
             return
         exc = answer.exception()
         if exc is None:
             _resolve(batch.waiters, batch.messages)
+        elif isinstance(exc, BrokerError) and exc.code == p.E_NOT_LEADER:
+            self.not_leader += 1  # the partition moved: sent again once the placement names its new leader
+            self.retry.append(batch)
+            self.loop.call_later(0.05, self._schedule)
+            return
         elif isinstance(exc, ConnectionLost) or (isinstance(exc, BrokerError) and exc.code == p.E_UNKNOWN_TOPIC
                                                  and self.producer.moved_away(self, batch.topic)):
             self.producer.resend(self, batch, exc)  # sent again, same ids, here or where the route goes now
@@ -240,6 +363,10 @@ class _Link:
             self._connecting.cancel()
         if self.conn is not None:
             self.conn.close()
+        for task in self._leader_connecting.values():
+            task.cancel()
+        for conn in self.leaders.values():
+            conn.close()
         self._fail_all(ConnectionLost("producer closed"))
 
     def idle(self) -> bool:
@@ -248,4 +375,5 @@ class _Link:
     def stats(self) -> dict:
         return {"queued": sum(len(q.messages) for q in self.queued.values()), "in_flight_batches": len(self.in_flight),
                 "retrying_batches": len(self.retry), "failovers": self.failovers,
+                "partition_leaders": len(self.leaders), "not_leader": self.not_leader,
                 "broker": str(self.conn.address) if self.conn else None}

@@ -1,7 +1,8 @@
 """Finding a cluster's brokers, and reading a topic's route document, in the cluster's ZooKeeper.
 
 - `ZkDiscovery(zk="host:port[,host:port]/switchyard/prod-a")` (the connect string with the chroot) watches
-  `/brokers` there and keeps the list current; `watch_route(topic, ...)` watches `/routes/<topic>`.
+  `/brokers` there and keeps the list current; `watch_route(topic, ...)` watches `/routes/<topic>`,
+  `watch_placement(topic, ...)` `/placement/<topic>`.
 - `StaticDiscovery(brokers=["host:port", ...])`: a fixed list (no ZooKeeper; for tools and tests of the SDK).
 
 Which cluster a topic's clients use is the `Locator`'s job (`broker_core.client.locator`).
@@ -98,6 +99,10 @@ class Discovery:
     def stop(self) -> None:
         return None
 
+    def watch_placement(self, topic: str, callback: Callable[[dict | None], None]) -> None:
+        """No ZooKeeper: no placement (every broker takes every topic)."""
+        self.loop.call_soon(callback, None)
+
     def _set(self, brokers: list[BrokerAddress]) -> None:
         if brokers:
             self.last_known = brokers
@@ -193,7 +198,7 @@ class ZkDiscovery(Discovery):
         self.stopped = False
         self._watching = False
         self._lock = threading.Lock()
-        self._routes: dict[str, list[Callable[[dict | None], None]]] = {}  # topic -> callbacks, on the loop
+        self._routes: dict[str, list[Callable[[dict | None], None]]] = {}  # document path -> callbacks, on the loop
         self._route_watches: set[str] = set()
         self.last_known = self._read_cache()  # tried when no broker is listed (all restarting, or ZooKeeper away)
 
@@ -257,9 +262,9 @@ class ZkDiscovery(Discovery):
 
     def _watch(self) -> None:
         with self._lock:
-            topics = list(self._routes)
-        for topic in topics:
-            self._watch_route(topic)
+            documents = list(self._routes)
+        for relative in documents:
+            self._watch_route(relative)
         with self._lock:
             if self._watching or self.stopped:
                 return
@@ -299,23 +304,30 @@ class ZkDiscovery(Discovery):
             with self._lock:
                 self._watching = False
 
-    # -- route documents ------------------------------------------------------------------------
+    # -- documents: routes, placements -----------------------------------------------------------
 
     def watch_route(self, topic: str, callback: Callable[[dict | None], None]) -> None:
         """Call `callback(document or None)` on the loop with `/routes/<topic>` as read now, then at each
         change (None: no node, or an unreadable one). Again after a lost session."""
+        self.watch_document(LAYOUT.route(topic), callback)
+
+    def watch_placement(self, topic: str, callback: Callable[[dict | None], None]) -> None:
+        """The same for `/placement/<topic>` (issue 20: the brokers holding each partition of the topic)."""
+        self.watch_document(LAYOUT.placement(topic), callback)
+
+    def watch_document(self, relative: str, callback: Callable[[dict | None], None]) -> None:
         with self._lock:
-            self._routes.setdefault(topic, []).append(callback)
+            self._routes.setdefault(relative, []).append(callback)
         self.begin()
         if self.client is not None and self.client.connected:
-            self.client.handler.spawn(self._watch_route, topic)
+            self.client.handler.spawn(self._watch_route, relative)
 
-    def _watch_route(self, topic: str) -> None:
+    def _watch_route(self, relative: str) -> None:
         with self._lock:
-            if topic in self._route_watches or self.stopped:
+            if relative in self._route_watches or self.stopped:
                 return
-            self._route_watches.add(topic)
-        path = self.root + LAYOUT.route(topic)
+            self._route_watches.add(relative)
+        path = self.root + relative
 
         def on_data(data, stat):
             doc = None
@@ -324,19 +336,19 @@ class ZkDiscovery(Discovery):
                     doc = json.loads(data)
                 except ValueError:
                     log.warning("%s in ZooKeeper %s is not JSON; ignored", path, self.hosts)
-            return None if self._post(self._route_read, topic, doc) else False
+            return None if self._post(self._route_read, relative, doc) else False
 
         try:
             DataWatch(self.client, path, on_data)
-        except KazooException as exc:  # e.g. not readable: go on with the route as it is (tried again on reconnect)
+        except KazooException as exc:  # e.g. not readable: go on with the document as it is (tried again on reconnect)
             log.warning("watching %s in ZooKeeper %s: %s", path, self.hosts, exc)
             with self._lock:
-                self._route_watches.discard(topic)
-            self._post(self._route_read, topic, None)
+                self._route_watches.discard(relative)
+            self._post(self._route_read, relative, None)
 
-    def _route_read(self, topic: str, doc: dict | None) -> None:
+    def _route_read(self, relative: str, doc: dict | None) -> None:
         with self._lock:
-            callbacks = list(self._routes.get(topic, ()))
+            callbacks = list(self._routes.get(relative, ()))
         for callback in callbacks:
             callback(doc)
 

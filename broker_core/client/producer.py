@@ -124,6 +124,7 @@ class AsyncProducer:
         route = await self.locator.route(topic)
         remaining = self.options.connect_timeout - (loop.time() - started)
         await self.locator.ready_discovery(route.produce_zk, route.produce, max(remaining, 0.05))
+        await self._link_to(route).follow(topic, self.options.connect_timeout - (loop.time() - started))
         if topic not in self._topic_links:
             self.locator.on_route(topic, lambda new: self._route_changed(topic, new))
             self._topic_links[topic] = self._link_to(self.locator.current(topic))
@@ -145,6 +146,7 @@ class AsyncProducer:
         for link in list(self._links.values()):
             if link is not new:
                 link.hand_over(topic, new, with_retries=link.zk not in named)
+        new.watch(topic)  # its placement in the new cluster
         new._ensure_connecting()
         self._sync_checks()
         if old is not new:

@@ -35,7 +35,7 @@ from broker_core.layout import LAYOUT, LAYOUT_VERSION, encode
 log = logging.getLogger("broker_core.membership")
 
 Apply = Callable[..., None]  # (kind, key, document or None[, unreadable]): ClusterState.apply
-SUPPORTED_LAYOUT_VERSIONS = frozenset({1, LAYOUT_VERSION})  # 1: one `secret_hash` per app
+SUPPORTED_LAYOUT_VERSIONS = frozenset({1, 2, LAYOUT_VERSION})  # 1: one `secret_hash` per app
 
 
 class ZkMembership:
@@ -174,6 +174,9 @@ class ZkMembership:
     def _watch_all(self) -> None:
         self.client.DataWatch(self.path(LAYOUT.META), self._on_meta)
         self._watch_children(LAYOUT.TOPICS, lambda name: self._watch_leaf("topic", (name,), LAYOUT.topic(name)))
+        self._watch_children(LAYOUT.BROKERS, lambda node: self._watch_leaf("broker", (node,), LAYOUT.broker(node)))
+        self._watch_children(LAYOUT.PLACEMENT,
+                             lambda name: self._watch_leaf("placement", (name,), LAYOUT.placement(name)))
         self._watch_children(LAYOUT.APPS, lambda app: self._watch_leaf("app", (app,), LAYOUT.app(app)))
         self._watch_children(LAYOUT.BINDINGS, lambda topic: self._watch_children(
             LAYOUT.topic_bindings(topic),

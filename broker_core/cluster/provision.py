@@ -9,6 +9,7 @@ authenticated as the control plane), every node it creates carries the ACL the l
 
 from __future__ import annotations
 
+import json
 import time
 
 from kazoo.client import KazooClient
@@ -17,7 +18,7 @@ from kazoo.security import OPEN_ACL_UNSAFE
 
 from broker_core.auth import hash_secret
 from broker_core.cluster.zk_acl import AclPolicy
-from broker_core.layout import LAYOUT, LAYOUT_VERSION, encode
+from broker_core.layout import LAYOUT, LAYOUT_VERSION, encode, place
 
 
 class Provisioner:
@@ -59,8 +60,10 @@ class Provisioner:
     def exists(self, relative: str) -> bool:
         return self.zk.exists(self.root + relative) is not None
 
-    def meta(self) -> None:
-        self._put(LAYOUT.META, {"layout_version": LAYOUT_VERSION, "cluster": self.cluster})
+    def meta(self, *, default_partitions: int = 1, default_replication_factor: int = 1, min_insync: int = 1) -> None:
+        self._put(LAYOUT.META, {"layout_version": LAYOUT_VERSION, "cluster": self.cluster,
+                                "default_partitions": default_partitions,
+                                "default_replication_factor": default_replication_factor, "min_insync": min_insync})
 
     def app(self, app_id: str, secret: str, *, team: str = "demo", active: bool = True, revision: int = 1,
             old_secret: str | None = None, old_valid_for_s: float = 0, secret_hash: str | None = None) -> None:
@@ -75,7 +78,8 @@ class Provisioner:
 
     def topic(self, name: str, *, message_types: list[str] | None = None, storage: str | None = None,
               max_message_bytes: int = 0, transactional: bool = False, tx_check: dict | None = None,
-              retention_s: int = 0, status: str | None = None, revision: int = 1, ordered: bool = False) -> None:
+              retention_s: int = 0, status: str | None = None, revision: int = 1, ordered: bool = False,
+              partitions: int | None = None, replication_factor: int | None = None) -> None:
         """A topic document; `transactional=True` lets it take prepared messages, `tx_check` sets its
         back-check timing (default: RocketMQ's 6 s first check, then every 30 s, at most 15 checks);
         `status="retired"` retires it (new messages refused); `retention_s` 0 keeps messages until delivered."""
@@ -86,6 +90,10 @@ class Provisioner:
                "tx_check": {**check, **(tx_check or {})}, "revision": revision}
         if storage:
             doc["storage"] = storage
+        if partitions is not None:
+            doc["partitions"] = partitions
+        if replication_factor is not None:
+            doc["replication_factor"] = replication_factor
         if status:
             doc["status"] = status
         self._put(LAYOUT.topic(name), doc)
@@ -111,6 +119,20 @@ class Provisioner:
         """A topic's route document (docs/routing.md), as the control plane writes it into each cluster holding
         the topic."""
         self._put(LAYOUT.route(topic), doc)
+
+    def placement(self, topic: str, partitions: int, replication_factor: int = 1, brokers: list[str] | None = None,
+                  *, epoch: int | None = None) -> dict:
+        """The topic's `/placement/<topic>` over `brokers` (default: the brokers registered now), as the control
+        plane computes it (`layout.place`: a previous placement's replicas stay); returns the document."""
+        if brokers is None:
+            brokers = self.zk.get_children(self.root + LAYOUT.BROKERS)
+        previous = None
+        if self.exists(LAYOUT.placement(topic)):
+            previous = json.loads(self.zk.get(self.root + LAYOUT.placement(topic))[0])
+        doc = place(topic, partitions, replication_factor, brokers,
+                    epoch=epoch or (previous["epoch"] + 1 if previous else 1), previous=previous)
+        self._put(LAYOUT.placement(topic), doc)
+        return doc
 
     def delete(self, relative: str) -> None:
         self.zk.delete(self.root + relative, recursive=True)

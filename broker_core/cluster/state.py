@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from broker_core.auth import SecretHash
 from broker_core.cluster.selector import compile_selector
+from broker_core.layout import placement_replicas
 
 log = logging.getLogger("broker_core.cluster_state")
 
@@ -109,6 +110,8 @@ class TopicConfig:
     ordered: bool = False  # messages of one key in publish order (issue 21); refuses delayed messages
     status: str = "active"  # "retired": no new messages; the backlog is still delivered
     retention_s: float = 0  # messages older than this are dropped (0: kept until every group is done)
+    partitions: int = 1  # layout 3; absent: one partition
+    replication_factor: int = 1
     revision: int = 0
     doc: dict = field(default_factory=dict, compare=False, repr=False)
 
@@ -121,7 +124,9 @@ class TopicConfig:
                    max_message_bytes=int(doc.get("max_message_bytes") or 0),
                    transactional=doc.get("transactional") is True, ordered=doc.get("ordered") is True,
                    status=status,
-                   retention_s=float(doc.get("retention_s") or 0), revision=int(doc.get("revision") or 0), doc=doc)
+                   retention_s=float(doc.get("retention_s") or 0), partitions=int(doc.get("partitions") or 1),
+                   replication_factor=int(doc.get("replication_factor") or 1),
+                   revision=int(doc.get("revision") or 0), doc=doc)
 
     @property
     def retired(self) -> bool:
@@ -136,6 +141,9 @@ class ClusterState:
         self.bindings: dict[str, dict[str, Binding]] = {}
         self.apps: dict[str, App] = {}
         self.grants: dict[str, set[str]] = {}
+        # topic -> partition id -> replicas (first: preferred leader), from /placement/<topic> (layout 3)
+        self.placements: dict[str, dict[int, tuple[str, ...]]] = {}
+        self.brokers: dict[str, dict] = {}  # node id -> its /brokers document (where a partition's leader listens)
         self.ready = False  # the first full read from ZooKeeper has been applied
         self.meta: dict | None = None  # the cluster's /meta document, once read
         # (kind, key) of nodes that exist but cannot be read: treated as absent, but not as removed
@@ -143,6 +151,7 @@ class ClusterState:
         self.on_binding: list[Callable[[str, str, Binding | None], None]] = []
         self.on_app: list[Callable[[str, App | None], None]] = []
         self.on_topic: list[Callable[[str, TopicConfig | None], None]] = []
+        self.on_placement: list[Callable[[str], None]] = []
         # a node was removed from ZooKeeper (not merely unreadable): (kind, key), after the change listeners
         self.on_removed: list[Callable[[str, tuple[str, ...]], None]] = []
         self.on_any: list[Callable[[], None]] = []  # after every change, whatever its kind
@@ -158,6 +167,22 @@ class ClusterState:
 
     def may_publish(self, topic: str, app_id: str) -> bool:
         return app_id in self.grants.get(topic, ())
+
+    def partitions_of(self, topic: str, node_id: str) -> list[int]:
+        """The partitions of the topic placed on this node. A topic with no placement (written before layout 3,
+        or not placed yet) is one partition, 0, held by every broker, as before."""
+        placed = self.placements.get(topic)
+        if placed is None:
+            return [0]
+        return sorted(pid for pid, replicas in placed.items() if node_id in replicas)
+
+    def leader_of(self, topic: str, partition: int) -> str | None:
+        """The node that takes publishes for the partition (None: any broker, the topic has no placement)."""
+        placed = self.placements.get(topic)
+        if placed is None:
+            return None
+        replicas = placed.get(partition)
+        return replicas[0] if replicas else ""
 
     # -- writes (from the ZooKeeper watcher, on the loop thread)
 
@@ -191,6 +216,23 @@ class ClusterState:
             self.topics[name] = topic
         for listener in self.on_topic:
             listener(name, topic)
+
+    def _apply_broker(self, node_id: str, doc: dict | None) -> None:
+        if doc is None:
+            self.brokers.pop(node_id, None)
+        else:
+            self.brokers[node_id] = {"host": str(doc["host"]), "port": int(doc["port"])}
+
+    def _apply_placement(self, topic: str, doc: dict | None) -> None:
+        placed = placement_replicas(doc) if doc is not None else None
+        if placed == self.placements.get(topic):
+            return
+        if placed is None:
+            self.placements.pop(topic, None)
+        else:
+            self.placements[topic] = placed
+        for listener in self.on_placement:
+            listener(topic)
 
     def _apply_binding(self, topic: str, group: str, doc: dict | None) -> None:
         binding = Binding.from_doc(topic, group, doc) if doc is not None else None
@@ -228,6 +270,8 @@ class ClusterState:
             "bindings": {t: {g: _binding_doc(b) for g, b in gs.items()} for t, gs in self.bindings.items()},
             "apps": {a: app.doc() for a, app in self.apps.items()},
             "grants": {t: sorted(apps) for t, apps in self.grants.items()},
+            "placements": {t: {"partitions": [{"id": pid, "replicas": list(r)} for pid, r in placed.items()]}
+                           for t, placed in self.placements.items()},
         }
 
     def zk_synced(self) -> None:
@@ -243,6 +287,8 @@ class ClusterState:
         for topic, groups in snap.get("bindings", {}).items():
             for group, doc in groups.items():
                 self.apply("binding", (topic, group), doc)
+        for topic, doc in snap.get("placements", {}).items():
+            self.apply("placement", (topic,), doc)
         for app_id, doc in snap.get("apps", {}).items():
             self.apply("app", (app_id,), doc)
         for topic, apps in snap.get("grants", {}).items():
@@ -250,7 +296,8 @@ class ClusterState:
                 self.apply("grant", (topic, app_id), {"produce": True})
         self._unconfirmed = {("topic", (n,)) for n in self.topics} | {("app", (a,)) for a in self.apps} \
             | {("binding", (t, g)) for t, gs in self.bindings.items() for g in gs} \
-            | {("grant", (t, a)) for t, apps in self.grants.items() for a in apps}
+            | {("grant", (t, a)) for t, apps in self.grants.items() for a in apps} \
+            | {("placement", (t,)) for t in self.placements}
 
 
 def _binding_doc(b: Binding) -> dict:

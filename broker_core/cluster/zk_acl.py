@@ -145,8 +145,10 @@ class AclPolicy:
 
     @functools.cache  # noqa: B019  (a handful of entries per policy, and policies live as long as a session)
     def _acl(self, category: str) -> tuple[ACL, ...]:
-        if category == "discovery":  # the chroot, /meta, /routes and its children
+        if category == "discovery":  # the chroot, /meta, /routes, /placement and their children
             return (self._control(), ACL(READ, ANYONE_ID_UNSAFE))
+        if category == "partition-state":  # /partition-state and below: the brokers elect leaders there
+            return (self._control(), *self._broker(ALL), ACL(READ, ANYONE_ID_UNSAFE))
         if category == "registry":  # /brokers
             return (self._control(), *self._broker(BROKER_REGISTRY), ACL(READ, ANYONE_ID_UNSAFE))
         if category == "broker-node":
@@ -160,8 +162,11 @@ class AclPolicy:
 
 
 def _category(relative: str) -> str:
-    if relative in ("", LAYOUT.META, LAYOUT.ROUTES) or relative.startswith(LAYOUT.ROUTES + "/"):
+    if relative in ("", LAYOUT.META, LAYOUT.ROUTES, LAYOUT.PLACEMENT) or relative.startswith(
+            (LAYOUT.ROUTES + "/", LAYOUT.PLACEMENT + "/")):
         return "discovery"
+    if relative == LAYOUT.PARTITION_STATE or relative.startswith(LAYOUT.PARTITION_STATE + "/"):
+        return "partition-state"
     if relative == LAYOUT.BROKERS:
         return "registry"
     if relative.startswith(LAYOUT.BROKERS + "/"):

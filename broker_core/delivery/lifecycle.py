@@ -42,7 +42,7 @@ STORAGE_CHECK_S = 1.0
 
 
 def storage_of(store: TopicStore) -> str:
-    return "file" if isinstance(store, FileStore) else "memory"
+    return "file" if store.durable else "memory"
 
 
 class Lifecycle:
@@ -109,7 +109,7 @@ class Lifecycle:
     def _discard(self, store: TopicStore) -> None:
         """Discard a store and delete its data (the folder is moved away now, deleted once its files closed)."""
         store.discard()
-        if not isinstance(store, FileStore):
+        if not store.durable:
             return
         tombstone = self.tombstones / f"{store.dir.name}-{uuid.uuid4().hex[:8]}"
         try:

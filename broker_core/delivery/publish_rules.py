@@ -32,10 +32,11 @@ class PublishPlan:
     prepared: bool
     delayed: int = 0
     now_ms: int = 0
+    partition: int | None = None  # the partition it goes to (None: the topic has no placement)
 
 
 def check_publish(state: ClusterState, cluster: str, topic: str, app_id: str, messages: list,
-                  default_limit: int) -> PublishPlan | Refusal:
+                  default_limit: int, node_id: str = "", partition: int | None = None) -> PublishPlan | Refusal:
     """The plan of an acceptable publish, or why it is refused. A malformed message array raises
     `protocol.ProtocolError` (the connection that sent it is closed)."""
     config = state.topics.get(topic)
@@ -75,7 +76,10 @@ def check_publish(state: ClusterState, cluster: str, topic: str, app_id: str, me
         refusal = _prepared_refusal(config, prepared, len(messages))
         if refusal is not None:
             return refusal
-    return PublishPlan(size, bool(prepared), delayed, now_ms)
+    placed = publish_partition(state, node_id, topic, partition)
+    if isinstance(placed, Refusal):
+        return placed
+    return PublishPlan(size, bool(prepared), delayed, now_ms, placed)
 
 
 # a producer's clock may run ahead of the broker's: this much past the limit is still accepted
@@ -102,3 +106,27 @@ def _prepared_refusal(config: TopicConfig, prepared: int, count: int) -> Refusal
         return Refusal(p.E_INVALID, "a publish holds either only prepared messages or none; send transaction "
                                     "messages in a publish of their own")
     return None
+
+
+def publish_partition(state: ClusterState, node_id: str, topic: str, partition: int | None) -> int | None | Refusal:
+    """The partition a publish goes to on this broker (None: the topic has no placement: one partition held by
+    every broker, as before layout 3), or why it is refused: a partition this broker does not lead gets
+    `not_leader` (the SDK reads where it is led and sends there)."""
+    placed = state.placements.get(topic)
+    if placed is None:
+        if partition:
+            return Refusal(p.E_INVALID, f"topic {topic!r} has one partition; partition {partition} does not exist")
+        return None
+    if partition is None:  # a client from before partitions: a partition led here, if any
+        partition = next((pid for pid in placed if state.leader_of(topic, pid) == node_id), None)
+        if partition is None:
+            return Refusal(p.E_NOT_LEADER, f"this broker leads no partition of topic {topic!r}; read "
+                                           f"/placement/{topic} and send to a leader")
+    if partition not in placed:
+        return Refusal(p.E_INVALID, f"topic {topic!r} has {len(placed)} partitions; partition {partition} does "
+                                    "not exist")
+    leader = state.leader_of(topic, partition)
+    if leader != node_id:
+        return Refusal(p.E_NOT_LEADER, f"partition {partition} of topic {topic!r} is led by {leader!r}, not this "
+                                       f"broker ({node_id}): send it there")
+    return partition

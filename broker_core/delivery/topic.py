@@ -45,6 +45,8 @@ class Topic:
         self.max_credit = max_credit
         self.window = window  # a group's window of messages in memory (messages, bytes): delivery/backlog.py
         self.groups: dict[str, Group] = {}
+        # partition -> its replication leader on this broker (broker_core.replication.leader): admit, wrap, published
+        self.leaders: dict[int, object] = {}
         self.dropped: set[str] = set()  # groups whose binding was removed: what still arrives for them is finished
         self._routes: dict[str, tuple[str, ...]] = {}
         self.published = 0
@@ -60,7 +62,10 @@ class Topic:
         """Give each group what the store still owes it: its position in the log (file level: the messages stay
         on disk until the group reads them) or the messages (memory level: none after a start). Returns how many
         (message, group) deliveries are owed."""
-        owed = self.store.recover()
+        return self.take_owed(self.store.recover())
+
+    def take_owed(self, owed) -> int:
+        """`recover` for a store's recovery result (a partition placed on this broker later, too)."""
         starts = getattr(owed, "starts", None)
         in_memory = owed.in_memory if starts is not None else owed
         count = 0
@@ -151,10 +156,17 @@ class Topic:
         return groups
 
     def publish(self, app_id: str, client_host: str | None, arrays: list[list], size: int,
-                reply: PublishReply) -> None:
-        """Store a batch of message arrays (`size`: their body bytes); `reply` runs once it is durable (or
-        failed)."""
+                reply: PublishReply, partition: int | None = None) -> None:
+        """Store a batch of message arrays (`size`: their body bytes) in `partition` (None: the topic's home
+        partition on this broker); `reply` runs once it is durable (or failed)."""
         received_ms = int(time.time() * 1000)
+        leader = self.leaders.get(partition) if self.leaders and partition is not None else None
+        if leader is not None:  # a replicated partition: refused while too few replicas are in sync
+            refused = leader.admit()
+            if refused is not None:
+                reply(refused, 0, 0)
+                return
+            reply = leader.wrap(reply)  # answered once min_insync replicas hold it
         routes = self.routes
         groups = []
         last_type = last_groups = None
@@ -169,7 +181,13 @@ class Topic:
         def done(exc: BaseException | None) -> None:
             self._stored(stored[0] if stored else [], size, exc, reply, client_host, traced[0] if traced else None)
 
-        stored.append(self.store.append(app_id, received_ms, arrays, groups, done))
+        store = self.store
+        if partition is None:
+            stored.append(store.append(app_id, received_ms, arrays, groups, done))
+        else:
+            stored.append(store.append_to(partition, app_id, received_ms, arrays, groups, done))
+        if leader is not None:
+            leader.published(stored[0], app_id, received_ms, arrays, groups)
         traced.append(self.trace.emit_messages("published", self.name, stored[0], app_id=app_id,
                                                client_host=client_host, ts_us=received_ms * 1000,
                                                encoded=self.store.last_batch))

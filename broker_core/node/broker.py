@@ -31,9 +31,16 @@ from broker_core.delivery.transactions import TxService
 from broker_core.node.counters import SAVE_S, CarriedCounters, live_counts
 from broker_core.node.options import Options
 from broker_core.node.server import ClientConnection
+from broker_core.replication.service import Replication
 from broker_core.storage.file_dead_letters import safe_name
 from broker_core.storage.file_store import FileStore
 from broker_core.storage.memory_store import MemoryStore
+from broker_core.storage.partitions import (
+    PartitionedStore,
+    adopt_legacy_folder,
+    partition_base,
+    partition_dir,
+)
 from broker_core.storage.schedule import ScheduleStore
 from broker_core.storage.schedule_file import FileSchedule
 from broker_core.storage.schedule_memory import MemorySchedule
@@ -66,6 +73,7 @@ class Broker:
         self.node_id = ""
         self.trace: TraceSink = trace or NullTraceSink()
         self.started_at = time.time()
+        self.replication = Replication(self.state, lambda: self.node_id)
         self.store_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="store")
         self.auth_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="auth")
         self.membership: ZkMembership | None = None
@@ -88,7 +96,9 @@ class Broker:
         self.state.on_binding.append(self._binding_changed)
         self.state.on_app.append(self._app_changed)
         self.state.on_topic.append(self.lifecycle.topic_changed)
+        self.state.on_placement.append(self._placement_changed)
         self.state.on_removed.append(self.lifecycle.removed)
+        self.state.on_removed.append(self._removed)
         self.state.on_any.append(self._schedule_snapshot)
 
         info = {"node_id": self.node_id, "host": opts.advertise_host, "port": opts.port,
@@ -109,6 +119,8 @@ class Broker:
             self._load_snapshot()
         self.lifecycle.remove_tombstones()
         self._recover_topics()
+        for name in list(self.state.placements):
+            self._placement_changed(name)
         self.lifecycle.started()
         self.server = await self.loop.create_server(lambda: ClientConnection(self), opts.host, opts.port,
                                                     reuse_address=True, backlog=1024)
@@ -157,6 +169,7 @@ class Broker:
                       schedule=self.open_schedule(name, level), call_later=self.loop.call_later)
         self.topics[name] = topic
         topic.recover()
+        self.replication.refresh(name, topic)
         return topic
 
     def storage_for(self, config: TopicConfig | None) -> str:
@@ -165,15 +178,43 @@ class Broker:
             return config.storage
         return self.options.storage
 
-    def open_store(self, name: str, storage: str) -> TopicStore:
-        """A topic's store at that level (not recovered yet)."""
+    def open_store(self, name: str, storage: str) -> PartitionedStore:
+        """A topic's store at that level: the partitions placed on this broker (not recovered yet)."""
+        directory = self.options.data_dir / "topics" / safe_name(name)
+        if storage != "memory" and adopt_legacy_folder(directory):
+            log.info("topic %s: the folder of a broker from before partitions is now its partition 0", name)
+        held = self.state.partitions_of(name, self.node_id)
+        return PartitionedStore(directory, {pid: self._open_partition(name, pid, storage) for pid in held},
+                                durable=storage != "memory", spare=MemoryStore(notify=self.loop.call_soon),
+                                following={pid for pid in held if self.state.leader_of(name, pid) not in
+                                           (None, self.node_id)}, single=name not in self.state.placements)
+
+    def _open_partition(self, name: str, partition: int, storage: str) -> TopicStore:
         if storage == "memory":
-            return MemoryStore(notify=self.loop.call_soon)
+            return MemoryStore(notify=self.loop.call_soon, first_seq=partition_base(partition))
         opts = self.options
-        return FileStore(opts.data_dir / "topics" / safe_name(name), executor=self.store_executor,
-                         notify=self.loop.call_soon_threadsafe, fsync=opts.fsync, segment_bytes=opts.segment_bytes,
-                         fsync_interval_s=opts.fsync_interval_ms / 1000, retention_s=lambda: self._retention_s(name),
-                         idle_s=opts.segment_idle_s)
+        return FileStore(partition_dir(opts.data_dir / "topics" / safe_name(name), partition),
+                         executor=self.store_executor, notify=self.loop.call_soon_threadsafe, fsync=opts.fsync,
+                         segment_bytes=opts.segment_bytes, fsync_interval_s=opts.fsync_interval_ms / 1000,
+                         retention_s=lambda: self._retention_s(name), idle_s=opts.segment_idle_s,
+                         first_seq=partition_base(partition))
+
+    def _placement_changed(self, name: str) -> None:
+        """Partitions newly placed on this broker are opened (and recovered); a partition moved away stays
+        until its topic goes (moving replicas is the rebalance's work)."""
+        topic = self.topics.get(name)
+        if topic is None:
+            if self.state.partitions_of(name, self.node_id):
+                self.topic(name)  # held here from now on (a follower replicates it before any client comes)
+            return
+        for pid in self.state.partitions_of(name, self.node_id):
+            if pid not in topic.store.stores:
+                storage = "file" if topic.store.durable else "memory"
+                owed = topic.store.add(pid, self._open_partition(name, pid, storage))
+                if self.state.leader_of(name, pid) == self.node_id:  # a follower's partition delivers nothing
+                    topic.take_owed(owed)
+                log.info("topic %s: partition %d placed on this broker", name, pid)
+        self.replication.refresh(name, topic)
 
     def open_schedule(self, name: str, storage: str) -> ScheduleStore:
         """A topic's schedule store (delayed messages) at that level (not recovered yet): the file level's lives in
@@ -195,6 +236,10 @@ class Broker:
     def _zk_synced(self) -> None:
         self.state.zk_synced()
         self.lifecycle.sweep()
+
+    def _removed(self, kind: str, key: tuple[str, ...]) -> None:
+        if kind == "topic":  # its data goes (lifecycle): so do its leaders and followers
+            self.replication.forget(key[0])
 
     def _binding_changed(self, topic: str, group: str, binding: Binding | None) -> None:
         if topic in self.topics:
@@ -239,6 +284,7 @@ class Broker:
                     topic.tick(now, now_ms)
                 except Exception:
                     log.exception("tick of topic %s failed", topic.name)
+            self.replication.tick(now)
             if now >= next_liveness:
                 next_liveness = now + 0.1
                 for conn in list(self.connections):
@@ -267,6 +313,7 @@ class Broker:
             self.server.close()
         for conn in list(self.connections):
             conn.close("broker shutting down")
+        self.replication.stop()
         for task in self._tasks:
             task.cancel()
         if self.http is not None:
@@ -304,6 +351,7 @@ class Broker:
          "transactions": {"prepared", "checks_sent", "checks_answered", "checks_timed_out", "checks_waiting",
                           "listeners"},
          "topics": {<topic>: {"revision": int|None, "status": "active"|"retired"|None, "held": int,
+                              "leads": [int]|None,
                               "storage_wanted": "file"|"memory"|None,
                               "published": int, "published_bytes": int, "publish_failures": int,
                               "tx": {"prepared", "prepared_total", "committed", "rolled_back"}, "redriven": int,
@@ -317,7 +365,8 @@ class Broker:
                                                    "dead_letter_queue", "consumers", "revision",
                                                    "oldest_age_seconds", "on_disk"}}}}}
 
-        `revision` and `status` are those of the topic document this broker applies (None: it is not in ZooKeeper
+        `leads` (issue 20) lists the partitions this broker takes publishes for (None: the topic has no placement,
+        every broker takes it; `store.partitions` those it holds). `revision` and `status` are those of the topic document this broker applies (None: it is not in ZooKeeper
         now), `held` what its groups still owe (memory level: messages, each counted once; file level: (message,
         group) pairs, from the segments' counts), `storage_wanted` a storage level the
         topic's document asks for that is not applied yet (it is once the topic holds no message). `depth` counts
@@ -347,10 +396,19 @@ class Broker:
             "refused_connections": self.refused_connections,
             "auth_failures": self.auth_failures,
             "transactions": self.tx.stats(),
-            "topics": {name: {**t.stats(), "storage_wanted": self.lifecycle.storage_due.get(name)}
+            "topics": {name: {**t.stats(), "storage_wanted": self.lifecycle.storage_due.get(name),
+                              "leads": self._leads(name), "replication": self.replication.stats(name)}
                        for name, t in sorted(self.topics.items())},
         }
         return self.counters.apply(stats, self._live_counts())
+
+
+    def _leads(self, name: str) -> list[int] | None:
+        """The partitions of the topic this broker takes publishes for (None: the topic has no placement)."""
+        placed = self.state.placements.get(name)
+        if placed is None:
+            return None
+        return sorted(pid for pid in placed if self.state.leader_of(name, pid) == self.node_id)
 
 
 def run(options: Options) -> None:

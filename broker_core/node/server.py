@@ -1,8 +1,9 @@
 """One client connection on the broker (nsqd's protocol_v2): frames in, one method per command.
 
-The connection authenticates first (`Hello`), then publishes, subscribes, acks. Refusals are
-`Error` frames naming the request; a frame that cannot be parsed, or is too large, gets a fatal
-`Error` and closes this connection only. Outgoing frames are gathered and written once per loop turn.
+The connection authenticates first (`Hello`; another broker's replica connection: `ReplicaServing`), then
+publishes, subscribes, acks. Refusals are `Error` frames naming the request; a frame that cannot be parsed, or
+is too large, gets a fatal `Error` and closes this connection only. Outgoing frames are gathered and written
+once per loop turn.
 
 Memory (broker_core/README.md "Memory bound"): the broker takes at most `max_connections` connections,
 `max_connections_per_host` from one address (more get a fatal `too_many_connections` error); until Hello
@@ -24,6 +25,7 @@ from broker_core.auth import is_fast, verify_any, verify_secret
 from broker_core.delivery.lanes import Subscription
 from broker_core.delivery.publish_rules import Refusal, check_publish
 from broker_core.node.host import ConnectionHost
+from broker_core.replication.serving import REPLICA_HANDLERS, ReplicaServing
 
 log = logging.getLogger("broker_core.server")
 
@@ -37,7 +39,7 @@ def _verify_legacy(secret: str, hashes: list[str]) -> str | None:
     return next((encoded for encoded in hashes if verify_secret(secret, encoded)), None)
 
 
-class ClientConnection(asyncio.Protocol):
+class ClientConnection(ReplicaServing, asyncio.Protocol):
     def __init__(self, broker: ConnectionHost):
         self.broker = broker
         self.options = broker.options
@@ -165,6 +167,8 @@ class ClientConnection(asyncio.Protocol):
                 del per_host[self.host]
         if self.check_listener:
             self.broker.tx.connection_gone(self)
+        if self.replica:
+            self.broker.replication.gone(self)
         for sub in list(self.subs.values()):
             sub.group.unsubscribe(sub)
         self.subs.clear()
@@ -282,6 +286,8 @@ class ClientConnection(asyncio.Protocol):
     def on_hello(self, ev: p.Hello) -> None:
         if self.authenticated:
             raise p.ProtocolError("Hello sent twice")
+        if ev.app_id == p.REPLICA_APP:  # another broker of the cluster (broker_core.replication.serving)
+            return self.replica_hello(ev)
         state = self.broker.state
         app = state.apps.get(ev.app_id)
         if app is None or not app.active:
@@ -338,7 +344,7 @@ class ClientConnection(asyncio.Protocol):
 
     def on_publish(self, ev: p.Publish) -> None:
         plan = check_publish(self.broker.state, self.options.cluster, ev.topic, self.app_id, ev.messages,
-                             self.options.max_message_bytes)
+                             self.options.max_message_bytes, self.broker.node_id, ev.partition)
         if isinstance(plan, Refusal):
             self.error(ev.ref, plan.code, plan.message)
             return
@@ -346,8 +352,8 @@ class ClientConnection(asyncio.Protocol):
         ref = ev.ref
 
         def reply(exc: BaseException | None, first_seq: int, count: int) -> None:
-            if exc is not None:
-                self.error(ref, p.E_STORE_FAILED, f"not stored: {exc}")
+            if exc is not None:  # a replication refusal carries its code (not_enough_replicas)
+                self.error(ref, getattr(exc, "code", p.E_STORE_FAILED), f"not stored: {exc}")
             else:
                 self.send(p.Published(ref, first_seq, count))
 
@@ -356,7 +362,7 @@ class ClientConnection(asyncio.Protocol):
         elif plan.delayed:  # messages due later: the topic's schedule keeps them (issue 21)
             topic.publish_delayed(self.app_id, self.peer, ev.messages, plan.size, plan.now_ms, reply)
         else:
-            topic.publish(self.app_id, self.peer, ev.messages, plan.size, reply)
+            topic.publish(self.app_id, self.peer, ev.messages, plan.size, reply, plan.partition)
 
     def on_end_tx(self, ev: p.EndTx) -> None:
         found = self.broker.tx.find(ev.message_id, ev.topic)
@@ -490,4 +496,5 @@ class ClientConnection(asyncio.Protocol):
         p.ListDeadLetters: on_list_dead_letters,
         p.EndTx: on_end_tx,
         p.TxState: on_tx_state,
+        **REPLICA_HANDLERS,
     }

@@ -22,6 +22,9 @@ TX_ANSWERS = (TX_COMMIT, TX_ROLLBACK, TX_UNKNOWN)
 # `Hello.features` keys. check_listener: true -> this connection answers `CheckTx` with `TxState`.
 FEATURE_CHECK_LISTENER = "check_listener"
 
+# The app id a broker introduces itself with to another broker of its cluster (its secret: the cluster secret).
+REPLICA_APP = "__replica__"
+
 # Error codes carried by `Error` frames.
 E_BAD_FRAME = "bad_frame"
 E_TOO_LARGE = "frame_too_large"
@@ -41,6 +44,8 @@ E_SHUTTING_DOWN = "shutting_down"
 E_TOO_MANY_CONNECTIONS = "too_many_connections"
 E_INTERNAL = "internal"
 E_DELAY_NOT_SUPPORTED = "delay_not_supported"  # a delayed message on a transactional or ordered topic
+E_NOT_ENOUGH_REPLICAS = "not_enough_replicas"  # fewer replicas in sync than the cluster's min_insync: not stored
+E_NOT_LEADER = "not_leader"  # the partition is not led by this broker: ask ZooKeeper for its leader and retry there
 
 # --- messages ------------------------------------------------------------------------------
 

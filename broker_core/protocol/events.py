@@ -132,7 +132,22 @@ Hello = _kind(1, CLIENT, "Hello", "First frame of a client: who it is and how of
               version=int, client_id=str, app_id=str, secret=str, heartbeat_ms=int,
               features=(dict, field(default_factory=dict)))
 Publish = _kind(2, CLIENT, "Publish", "Store these messages (message arrays, see `message`) on the topic; answered "
-                "by `Published` or `Error` with the same ref.", ref=int, topic=str, messages=list)
+                "by `Published` or `Error` with the same ref. `partition` (issue 20): the partition, whose leader "
+                "takes it; nil, or absent (a client from before partitions), lets the broker choose.",
+                ref=int, topic=str, messages=list, partition=(int | None, field(default=None)))
+Publish.schema = Publish.schema[:3]  # the partition may be absent on the wire: checked by `_publish_from_body`
+
+
+def _publish_from_body(cls, body: Any) -> Event:
+    ev = Event.from_body.__func__(cls, body)
+    if len(body) > 3 and body[3] is not None:
+        if type(body[3]) is not int or body[3] < 0:
+            raise ProtocolError("malformed Publish: partition must be a non-negative integer")
+        ev.partition = body[3]
+    return ev
+
+
+Publish.from_body = classmethod(_publish_from_body)
 Subscribe = _kind(3, CLIENT, "Subscribe", "Receive the group's messages of the topic: `credit` unacknowledged at most "
                   "(NSQ's RDY); `ack_timeout_ms` 0 is the broker's default.",
                   ref=int, topic=str, group=str, credit=int, ack_timeout_ms=int)
@@ -202,6 +217,17 @@ DeadLetters = _kind(25, SERVER, "DeadLetters", "Dead letters of one group: each 
                     "`broker_core.storage.store.DeadLetter.to_dict`).", ref=int, entries=list)
 Unsubscribed = _kind(26, SERVER, "Unsubscribed", "The broker ended a subscription (its binding was removed or "
                      "changed hands).", sub_id=int, reason=str)
+
+# Broker to broker (issue 20): a follower connects to a partition's leader with `Hello(app_id=REPLICA_APP,
+# secret=<the cluster secret>)`, asks for the partition's records from a seq, stores them with the leader's seqs
+# and says what it holds durably; the leader acknowledges a publish once `min_insync` replicas hold it.
+ReplicaFetch = _kind(40, CLIENT, "ReplicaFetch", "Send me the partition's batches from `from_seq` on, then each new "
+                     "one.", topic=str, partition=int, from_seq=int)
+ReplicaRecords = _kind(41, SERVER, "ReplicaRecords", "Batches of the partition's log, in seq order: each "
+                       "[first_seq, app_id, received_ms, [message array, ..], [[group, ..], ..]].",
+                       topic=str, partition=int, batches=list)
+ReplicaStored = _kind(42, CLIENT, "ReplicaStored", "The follower holds the partition durably up to `through_seq`.",
+                      topic=str, partition=int, through_seq=int)
 
 _PING_FRAME = HEADER.pack(MAGIC, PROTOCOL_VERSION, Ping.code, 1) + msgpack.packb([])
 _PONG_FRAME = HEADER.pack(MAGIC, PROTOCOL_VERSION, Pong.code, 1) + msgpack.packb([])

@@ -130,7 +130,7 @@ class SegmentRecovery:
                         self.held += 1
                         recovered.in_memory.append((m, pending))
             self.segments.append(seg)
-        self.next_seq = max(last_seq + 1, bases[-1] if bases else 1)
+        self.next_seq = max(last_seq + 1, bases[-1] if bases else 1, self.first_seq)
         for seg in self.segments[:-1]:
             seg.sealed = True
             if seg.unfinished == 0:

@@ -73,6 +73,7 @@ class FileStore(FileDeadLetters, SegmentRecovery):
         ack_sync_interval_s: float = 1.0,
         retention_s: Callable[[], float | None] = lambda: 0,
         idle_s: float = 30.0,
+        first_seq: int = 1,
     ):
         if fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync policy must be one of {FSYNC_POLICIES}, not {fsync!r}")
@@ -86,7 +87,8 @@ class FileStore(FileDeadLetters, SegmentRecovery):
         self.ack_sync_interval_s = ack_sync_interval_s
         self.segments: list[Segment] = []
         self.active: Segment | None = None
-        self.next_seq = 1
+        self.first_seq = first_seq  # a partition's seqs start at its own base (storage.partitions)
+        self.next_seq = first_seq
         # buffered until the next flush job
         self._log_writes: list[tuple[Segment, bytes]] = []
         self._waiters: list[DoneCallback] = []

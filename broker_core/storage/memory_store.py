@@ -15,9 +15,9 @@ class MemoryStore:
     durable = False
     last_batch = None  # this level encodes no record (TopicStore.last_batch)
 
-    def __init__(self, notify: Callable[..., object], max_dead_letters: int = 100_000):
+    def __init__(self, notify: Callable[..., object], max_dead_letters: int = 100_000, first_seq: int = 1):
         self.notify = notify
-        self.next_seq = 1
+        self.next_seq = first_seq
         self.max_dead_letters = max_dead_letters
         self.dead_index = DeadLetterIndex()
         self._dead_order: dict[str, deque[int]] = {}

@@ -48,7 +48,7 @@ def test_a_removed_binding_closes_its_consumers_and_drops_the_groups_backlog_and
     broker = cluster.broker(admin_token=TOKEN)
     raw = RawConsumer(broker.address, APP, SECRET, "orders", "billing")
     raw.start()
-    dead_letters = broker.data_dir / "topics" / "orders" / "deadletter" / "billing.dlq"
+    dead_letters = broker.data_dir / "topics" / "orders" / "p0" / "deadletter" / "billing.dlq"
     try:
         with Producer(**cluster.client_kwargs()) as producer:
             first = producer.send("orders", b"first")

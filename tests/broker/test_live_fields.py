@@ -195,7 +195,7 @@ def test_retention_drops_old_messages_and_their_segments(live):
     topic(live, "ret", storage="file")
     bind(live, "ret")
     broker = live.brokers[0]
-    folder = broker.data_dir / "topics" / "ret"
+    folder = broker.data_dir / "topics" / "ret" / "p0"  # partition 0 (issue 20)
     with Producer(**live.client_kwargs()) as producer:
         for batch in range(3):  # 2 KiB segments: a segment per batch
             producer.send_many("ret", [b"%d:" % i + b"." * 300 for i in range(batch * 10, batch * 10 + 10)])
@@ -232,4 +232,4 @@ def test_storage_level(live):
             wait_for(lambda: store() == ("file", None), 5, "the file level once drained")
         assert got.ids("c") == [first, *backlog]
         producer.send("level", b"on file again")
-    assert any(folder.glob("*.log"))
+    assert any(folder.glob("p0/*.log"))  # partition 0 (issue 20)

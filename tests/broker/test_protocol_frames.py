@@ -11,7 +11,7 @@ from broker_core import protocol as p
 # name: (code, who sends it, fields in wire order)
 KINDS = {
     "Hello": (1, "client", ("version", "client_id", "app_id", "secret", "heartbeat_ms", "features")),
-    "Publish": (2, "client", ("ref", "topic", "messages")),
+    "Publish": (2, "client", ("ref", "topic", "messages", "partition")),  # partition: issue 20, optional
     "Subscribe": (3, "client", ("ref", "topic", "group", "credit", "ack_timeout_ms")),
     "Ready": (4, "client", ("sub_id", "credit")),
     "Ack": (5, "client", ("sub_id", "seqs")),
@@ -32,6 +32,9 @@ KINDS = {
     "Error": (24, "server", ("ref", "code_name", "message", "fatal")),
     "DeadLetters": (25, "server", ("ref", "entries")),
     "Unsubscribed": (26, "server", ("sub_id", "reason")),
+    "ReplicaFetch": (40, "client", ("topic", "partition", "from_seq")),  # broker to broker (issue 20)
+    "ReplicaRecords": (41, "server", ("topic", "partition", "batches")),
+    "ReplicaStored": (42, "client", ("topic", "partition", "through_seq")),
 }
 
 # the message array ["m1", "x", nil, nil, {}, b"b", 0, 0, 0, 0]: fixarray 10, fixstr, fixstr, nil, nil, fixmap 0,
@@ -42,7 +45,8 @@ MESSAGE = "9a a2 6d31 a1 78 c0 c0 80 c4 01 62 00 00 00 00"
 FRAMES = [
     (p.Hello(1, "c1", "app", "s", 500, {"sdk": "py"}),
      "01 00000016", "96 01 a2 6331 a3 617070 a1 73 cd 01f4 81 a3 73646b a2 7079"),
-    (p.Publish(7, "t", [p.message("m1", "x", b"b")]), "02 00000015", "93 07 a1 74 91" + MESSAGE),
+    (p.Publish(7, "t", [p.message("m1", "x", b"b")]), "02 00000016", "94 07 a1 74 91" + MESSAGE + " c0"),
+    (p.Publish(7, "t", [p.message("m1", "x", b"b")], 3), "02 00000016", "94 07 a1 74 91" + MESSAGE + " 03"),
     (p.Subscribe(8, "t", "g", 100, 2000), "03 0000000a", "95 08 a1 74 a1 67 64 cd 07d0"),
     (p.Ready(1, 50), "04 00000003", "92 01 32"),
     (p.Ack(1, [1, 2, 3]), "05 00000006", "92 01 93 01 02 03"),
@@ -65,6 +69,11 @@ FRAMES = [
     (p.Error(None, p.E_BAD_FRAME, "x", True), "18 0000000f", "94 c0 a9 6261645f6672616d65 a1 78 c3"),
     (p.DeadLetters(9, [{"seq": 1}]), "19 00000009", "92 09 91 81 a3 736571 01"),
     (p.Unsubscribed(1, "gone"), "1a 00000007", "92 01 a4 676f6e65"),
+    (p.ReplicaFetch("t", 0, 1), "28 00000005", "93 a1 74 00 01"),
+    # a batch: [first_seq 1, app "app", received_ms 5, [the message], [["g"]]]
+    (p.ReplicaRecords("t", 0, [[1, "app", 5, [p.message("m1", "x", b"b")], [["g"]]]]), "29 00000021",
+     "93 a1 74 00 91 95 01 a3 617070 05 91" + MESSAGE + " 91 91 a1 67"),
+    (p.ReplicaStored("t", 0, 500), "2a 00000007", "93 a1 74 00 cd 01f4"),
 ]
 
 
@@ -109,3 +118,13 @@ def test_a_field_of_the_wrong_type_is_refused(kind, body):
     cls = getattr(p, kind)
     with pytest.raises(p.ProtocolError, match="wrong type"):
         cls.from_body(body)
+
+
+def test_a_publish_of_a_client_from_before_partitions_is_read_and_a_bad_partition_refused():
+    old = literal("02 00000015", "93 07 a1 74 91" + MESSAGE)  # three fields, as before issue 20
+    conn = p.Connection(p.SERVER)
+    conn.receive_data(old)
+    assert conn.next_event() == p.Publish(7, "t", [p.message("m1", "x", b"b")])
+    for bad in (-1, "0"):
+        with pytest.raises(p.ProtocolError, match="partition"):
+            p.Publish.from_body([7, "t", [], bad])

@@ -74,7 +74,7 @@ def test_a_deleted_topic_leaves_nothing_on_disk_and_comes_back_empty_after_a_res
             prepared = producer.prepare(TOPIC, b"tx").message_id
         wait_for(lambda: len(raw.deliveries) == 4, 5, "the deliveries")
         raw.nack([[seq, -1, "refused"] for seq, _, _, _ in raw.deliveries[:2]])  # delivery limit 1: dead letters
-        folder = broker.data_dir / "topics" / TOPIC
+        folder = broker.data_dir / "topics" / TOPIC / "p0"  # partition 0 (issue 20)
         wait_for(lambda: (folder / "deadletter" / f"{GROUP}.dlq").exists(), 5, "the dead-letter file")
         before = drain(broker, TOPIC)
         assert (before["messages"], before["prepared"]) == (4, 1)

@@ -173,7 +173,7 @@ def test_routes_answer_which_cluster_serves_a_topic(people, api_for, topic, zk_c
         "topic": "payments.order-paid", "environment": "dev", "version": 1, "produce": "dev-a",
         "consume": ["dev-a"], "clusters": {"dev-a": f"{zk_connect}{zk_chroot}/dev-a"}, "status": "active",
         "cluster": "dev-a", "zk_connect": zk_connect,
-        "zk_chroot": f"{zk_chroot}/dev-a", "zk_hosts": f"{zk_connect}{zk_chroot}/dev-a", "layout_version": 2,
+        "zk_chroot": f"{zk_chroot}/dev-a", "zk_hosts": f"{zk_connect}{zk_chroot}/dev-a", "layout_version": 3,
         "revision": 1, "ordered": False, "transactional": False, "message_types": ["created", "paid"],
         "sync_state": "pending"}  # approved, not pushed yet: nothing has been read back from ZooKeeper
     missing_env = api.get("/api/v1/routes/payments.order-paid/")

@@ -35,7 +35,8 @@ def test_approved_topic_lands_in_zookeeper_and_reads_back_synced(celery_worker, 
     assert node == {"name": "payments.order-paid", "message_types": ["created", "paid"], "ordered": False,
                     "transactional": True, "retention_s": 172800, "storage": "file", "max_message_bytes": 8192,
                     "tx_check": {"delay_s": 6, "interval_s": 30, "max_checks": 15}, "revision": 1}
-    assert read_node(zk, f"{zk_chroot}/dev-a/meta") == {"layout_version": 2, "cluster": "dev-a"}
+    assert read_node(zk, f"{zk_chroot}/dev-a/meta") == {"layout_version": 3, "cluster": "dev-a", "default_partitions": 1,
+                                                        "default_replication_factor": 1, "min_insync": 1}
     wait_for(lambda: TopicApplication.objects.get(pk=approved["id"]).state == State.ACTIVE, what="active")
 
     topic_id = api_for(people.dev).get("/api/v1/topics/").json()["results"][0]["id"]

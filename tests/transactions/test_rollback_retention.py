@@ -32,7 +32,7 @@ def state_of(broker, message_id: str) -> str:
 
 
 def segments_holding(broker, message_id: str) -> list[str]:
-    folder = broker.data_dir / "topics" / "orders"
+    folder = broker.data_dir / "topics" / "orders" / "p0"  # partition 0 (issue 20)
     return [p.name for p in sorted(folder.glob("*.log")) if message_id.encode() in p.read_bytes()]
 
 
@@ -59,7 +59,7 @@ def test_rolled_back_message_is_kept_until_the_topics_retention(cluster):  # noq
             # plain messages, one record each, fill the rest of its segment and several more; all acked
             plain = [producer.send("orders", b"x" * 400, message_type="paid") for _ in range(30)]
         wait_for(lambda: set(got.ids("billing")) >= set(plain), 20, "the plain messages delivered")
-        folder = broker.data_dir / "topics" / "orders"
+        folder = broker.data_dir / "topics" / "orders" / "p0"  # partition 0 (issue 20)
         # every other finished segment goes; the rolled-back message's segment and the active one stay
         wait_for(lambda: len(list(folder.glob("*.log"))) == 2, 10, "the finished segments deleted")
         [held] = segments_holding(broker, rolled_back_id)

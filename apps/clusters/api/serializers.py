@@ -7,7 +7,8 @@ class ClusterSerializer(serializers.ModelSerializer):
     class Meta:
         model = Cluster
         fields = ["id", "name", "environment", "region", "zk_connect", "zk_chroot", "storage_level",
-                  "description", "status", "repair_drift", "backcheck_allow_private", "created_at", "updated_at"]
+                  "description", "status", "repair_drift", "backcheck_allow_private", "default_partitions",
+                  "default_replication_factor", "min_insync", "created_at", "updated_at"]
         read_only_fields = ["id", "created_at", "updated_at"]
 
 

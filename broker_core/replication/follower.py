@@ -1,0 +1,135 @@
+"""The follower's side of a replicated partition (issue 20, item 2): a connection to the partition's leader,
+authenticated by the cluster secret, over which it asks for the records it lacks and stores each batch with the
+leader's seqs (never delivering them: only a leader delivers), answering what it holds durably.
+
+A batch that starts past the follower's next seq (the leader's older segments were finished and deleted) moves
+the follower on to it; one it already holds is skipped. The connection is opened again (with backoff) whenever
+it ends, from the follower's next seq.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable
+
+from broker_core import protocol as p
+
+log = logging.getLogger("broker_core.replication")
+
+
+class _Link(asyncio.Protocol):
+    def __init__(self, on_event: Callable[[p.Event], None], on_lost: Callable[[], None]):
+        self.proto = p.Connection(p.CLIENT)
+        self.transport: asyncio.Transport | None = None
+        self.on_event = on_event
+        self.on_lost = on_lost
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        self.proto.receive_data(data)
+        while True:
+            event = self.proto.next_event()
+            if event is p.NEED_DATA:
+                return
+            self.on_event(event)
+
+    def connection_lost(self, exc) -> None:
+        self.on_lost()
+
+    def send(self, event: p.Event) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(p.encode_frame(event))
+
+
+class PartitionFollower:
+    def __init__(self, topic: str, partition: int, store, node_id: str, leader: Callable[[], tuple[str, int] | None],
+                 secret: str, heartbeat_s: float = 1.0):
+        self.topic = topic
+        self.partition = partition
+        self.store = store
+        self.node_id = node_id
+        self.leader = leader  # (host, port) of the partition's leader now, None while unknown
+        self.secret = secret
+        self.heartbeat_s = heartbeat_s
+        self.link: _Link | None = None
+        self.task: asyncio.Task | None = None
+        self.stopped = False
+        self.stored_batches = 0
+        self.connected = False
+
+    def start(self) -> None:
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"follow-{self.topic}-{self.partition}")
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self.task is not None:
+            self.task.cancel()
+        if self.link is not None and self.link.transport is not None:
+            self.link.transport.close()
+
+    async def _run(self) -> None:
+        delay = 0.05
+        loop = asyncio.get_running_loop()
+        while not self.stopped:
+            address = self.leader()
+            lost = loop.create_future()
+            if address is not None:
+                try:
+                    _, link = await asyncio.wait_for(loop.create_connection(
+                        functools.partial(_Link, self._on_event, functools.partial(_settle, lost)), *address), 5)
+                except (OSError, TimeoutError) as exc:
+                    log.debug("follower of %s/%d: leader %s unreachable: %s", self.topic, self.partition, address, exc)
+                else:
+                    self.link = link
+                    link.send(p.Hello(p.PROTOCOL_VERSION, self.node_id, p.REPLICA_APP, self.secret,
+                                      int(self.heartbeat_s * 1000)))
+                    link.send(p.ReplicaFetch(self.topic, self.partition, self.store.next_seq))
+                    self.connected, delay = True, 0.05
+                    while not lost.done():
+                        await asyncio.wait([lost], timeout=self.heartbeat_s)
+                        link.send(p.Ping())
+                    self.connected = False
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def _on_event(self, event: p.Event) -> None:
+        if type(event) is p.ReplicaRecords:
+            for batch in event.batches:
+                self._store(batch)
+        elif type(event) is p.Ping:
+            self.link.send(p.Pong())
+        elif type(event) is p.Error:
+            log.error("follower of %s/%d: the leader refused: %s %s", self.topic, self.partition, event.code_name,
+                      event.message)
+
+    def _store(self, batch: list) -> None:
+        first_seq, app_id, received_ms, arrays, groups = batch[:5]
+        store = self.store
+        if first_seq + len(arrays) <= store.next_seq:
+            return  # held already
+        if first_seq > store.next_seq:
+            store.next_seq = first_seq  # the leader no longer holds what came before: finished and deleted there
+        elif first_seq < store.next_seq:  # partly held: keep the rest
+            skip = store.next_seq - first_seq
+            arrays, groups = arrays[skip:], groups[skip:]
+        through = store.next_seq + len(arrays) - 1
+        link = self.link
+
+        def done(exc: BaseException | None) -> None:
+            if exc is None and link is not None:
+                self.stored_batches += 1
+                link.send(p.ReplicaStored(self.topic, self.partition, through))
+
+        store.append(app_id, received_ms, arrays, [tuple(g) for g in groups], done)
+
+    def stats(self) -> dict:
+        return {"leader": str(self.leader()), "connected": self.connected, "next_seq": self.store.next_seq}
+
+
+def _settle(future: asyncio.Future) -> None:
+    if not future.done():
+        future.set_result(None)

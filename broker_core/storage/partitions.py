@@ -1,0 +1,257 @@
+"""A topic's partitions on one broker, as one store (issue 20).
+
+Each partition this broker holds is a store of its own (`<topic folder>/p<N>/` for the file level) whose seqs
+start at the partition's base (`partition_base`): seqs never collide between the partitions of a topic, so the
+topic's groups, acks and consumers work with one seq space and `PartitionedStore` finds a message's partition
+from its seq alone. The groups see one `TopicStore` (this one): nothing above the store changes.
+
+Messages go to the partition they were published to (`append_to`). Dead letters, transaction messages,
+re-drives and imported dead letters are kept by the topic's home partition on this broker (its lowest
+partition): a dead letter of another partition is copied there, and finished in its own partition once the copy
+is durable.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from broker_core.storage.fsync import fsync_dir
+from broker_core.storage.store import DeadLetter, DoneCallback, StoredMessage, TopicStore, TxEntry
+
+PARTITION_BITS = 40  # a partition holds up to 2**40 seqs; the seq says which partition a message is in
+
+
+def partition_base(partition: int) -> int:
+    """The first seq of a partition (partition 0 starts at 1, as a topic of one partition always did)."""
+    return (partition << PARTITION_BITS) or 1
+
+
+def partition_of(seq: int) -> int:
+    return seq >> PARTITION_BITS
+
+
+def partition_dir(topic_dir: Path, partition: int) -> Path:
+    return topic_dir / f"p{partition}"
+
+
+def adopt_legacy_folder(topic_dir: Path) -> bool:
+    """A topic folder of a broker from before partitions holds its segments directly: move them into `p0/` (its
+    partition 0). Each entry moves by a rename, so a crash in between leaves the rest to the next start.
+    Returns whether anything moved."""
+    if not topic_dir.is_dir():
+        return False
+    entries = [e for e in topic_dir.iterdir() if not (e.is_dir() and e.name[:1] == "p" and e.name[1:].isdigit())]
+    if not entries:
+        return False
+    target = partition_dir(topic_dir, 0)
+    target.mkdir(exist_ok=True)
+    for entry in entries:
+        os.rename(entry, target / entry.name)
+    fsync_dir(target)
+    fsync_dir(topic_dir)
+    return True
+
+
+class PartitionedStore:
+    """The partitions of one topic held by this broker, behind the `TopicStore` contract."""
+
+    def __init__(self, directory: Path, stores: dict[int, TopicStore], *, durable: bool, spare: TopicStore,
+                 following: set[int] = frozenset(), single: bool = False):
+        """`single`: the topic is one partition held by every broker (no placement): its groups read their backlog
+        back from the partition's log (`readable`). A placed topic's groups keep their backlog in memory: they
+        have one position in one log, and the partitions held here may change."""
+        """`spare`: the home while no partition of the topic is placed here (a memory store that stays empty:
+        consumers may subscribe on a broker that holds no partition of their topic)."""
+        self.dir = directory
+        self.stores = dict(sorted(stores.items()))
+        self.durable = durable
+        self.spare = spare
+        self.following = set(following)  # partitions this broker follows: recovered, never delivered here
+        self.single = single
+        self._last: TopicStore | None = None  # the store of the last append (its `last_batch`)
+
+    # -- partitions --------------------------------------------------------------------------
+
+    @property
+    def home(self) -> TopicStore:
+        return next(iter(self.stores.values()), self.spare)
+
+    @property
+    def partitions(self) -> list[int]:
+        return list(self.stores)
+
+    def part(self, seq: int) -> TopicStore:
+        return self.stores.get(partition_of(seq)) or self.home
+
+    def add(self, partition: int, store: TopicStore) -> list[tuple[StoredMessage, tuple[str, ...]]]:
+        """A partition placed here later: recover it and return what it owes (for the groups)."""
+        owed = list(store.recover())  # (read back: a placed topic's groups keep their backlog in memory)
+        self.stores[partition] = store
+        self.stores = dict(sorted(self.stores.items()))
+        return owed
+
+    @property
+    def next_seq(self) -> int:
+        return self.home.next_seq
+
+    @next_seq.setter
+    def next_seq(self, value: int) -> None:
+        self.home.next_seq = value
+
+    # -- messages ------------------------------------------------------------------------------
+
+    @property
+    def readable(self) -> bool:
+        return self.single and len(self.stores) == 1 and getattr(self.home, "readable", False)
+
+    def read_owed(self, *args) -> None:
+        self.home.read_owed(*args)  # (only when `readable`: one partition)
+
+    @property
+    def last_batch(self) -> bytes | None:
+        return getattr(self._last, "last_batch", None)
+
+    def recover(self):
+        """What the partitions led here owe: the one partition's recovery as it is (its groups' positions, when
+        `readable`), else every owed message read back (a follower's partitions owe nothing here)."""
+        if self.readable and not self.following:
+            return self.home.recover()
+        owed = []
+        for pid, store in self.stores.items():
+            mine = store.recover()
+            if pid not in self.following:
+                owed += list(mine)  # (a file store's recovery reads its owed messages back when iterated)
+        return owed
+
+    def append(self, app_id, received_ms, arrays, groups, on_done):
+        self._last = self.home
+        return self.home.append(app_id, received_ms, arrays, groups, on_done)
+
+    def append_to(self, partition: int, app_id, received_ms, arrays, groups, on_done):
+        self._last = self.stores[partition]
+        return self._last.append(app_id, received_ms, arrays, groups, on_done)
+
+    def finish(self, message: StoredMessage, group: str) -> None:
+        self.part(message.seq).finish(message, group)
+
+    def finish_many(self, messages: list[StoredMessage], group: str) -> None:
+        if len(self.stores) == 1:
+            self.home.finish_many(messages, group)
+            return
+        by_part: dict[int, list[StoredMessage]] = {}
+        for m in messages:
+            by_part.setdefault(partition_of(m.seq), []).append(m)
+        for pid, some in by_part.items():
+            (self.stores.get(pid) or self.home).finish_many(some, group)
+
+    def dead_letter(self, message: StoredMessage, group: str, cause: str, attempts: int, now_ms: int,
+                    finish: bool = True) -> None:
+        store = self.part(message.seq)
+        if store is self.home or not finish:
+            self.home.dead_letter(message, group, cause, attempts, now_ms, finish)
+            return
+        self.home.dead_letter(message, group, cause, attempts, now_ms, finish=False)
+
+        def copied(exc: BaseException | None) -> None:
+            if exc is None:  # the copy is durable: the message may be finished in its own partition
+                store.finish(message, group)
+
+        self.home.sync_finishes(copied)
+
+    # -- kept by the home partition ------------------------------------------------------------
+
+    @property
+    def dead_index(self):
+        return self.home.dead_index
+
+    @property
+    def tx(self) -> dict[str, TxEntry]:
+        return self.home.tx
+
+    @property
+    def prepared(self) -> dict[str, TxEntry]:
+        return self.home.prepared
+
+    def dead_letters(self, group: str, limit: int) -> list[DeadLetter]:
+        return self.home.dead_letters(group, limit)
+
+    def dead_letter_count(self, group: str) -> int:
+        return self.home.dead_letter_count(group)
+
+    def prepare(self, app_id, received_ms, arrays, conn_no, on_done):
+        return self.home.prepare(app_id, received_ms, arrays, conn_no, on_done)
+
+    def end_tx(self, entry: TxEntry, commit: bool, groups, now_ms: int, reason: str, on_done) -> None:
+        self.home.end_tx(entry, commit, groups, now_ms, reason, on_done)
+
+    def redrive(self, group, dead, received_ms, on_done, superseded=()):
+        return self.home.redrive(group, dead, received_ms, on_done, superseded)
+
+    def dead_letter_bodies(self, group: str, dead: list[DeadLetter]) -> list[DeadLetter]:
+        return self.home.dead_letter_bodies(group, dead)
+
+    def drop_dead_letters(self, group: str) -> None:
+        self.home.drop_dead_letters(group)
+
+    def import_dead_letters(self, group: str, dead: list[DeadLetter], on_done: DoneCallback) -> None:
+        self.home.import_dead_letters(group, dead, on_done)
+
+    def delete_dead_letters(self, group: str, dead: list[DeadLetter], on_done: DoneCallback) -> None:
+        self.home.delete_dead_letters(group, dead, on_done)
+
+    def sync_finishes(self, on_done: DoneCallback) -> None:
+        _all_done(list(self.stores.values()) or [self.spare], lambda s, cb: s.sync_finishes(cb), on_done)
+
+    # -- life of the topic ---------------------------------------------------------------------
+
+    @property
+    def held(self) -> int:
+        return sum(s.held for s in self.stores.values())
+
+    @property
+    def busy(self) -> bool:
+        return any(getattr(s, "busy", False) for s in self.stores.values())
+
+    @property
+    def idle(self) -> bool:
+        return all(s.idle for s in self.stores.values())
+
+    def discard(self) -> None:
+        for s in self.stores.values():
+            s.discard()
+
+    def tick(self, now: float) -> None:
+        for s in self.stores.values():
+            s.tick(now)
+
+    def close(self) -> None:
+        for s in self.stores.values():
+            s.close()
+
+    def stats(self) -> dict:
+        stats = dict(self.home.stats())
+        if len(self.stores) > 1:
+            every = [s.stats() for s in self.stores.values()]
+            for key, value in stats.items():
+                if isinstance(value, int) and not isinstance(value, bool) and key != "next_seq":
+                    stats[key] = sum(st.get(key, 0) for st in every)
+        stats["partitions"] = self.partitions
+        return stats
+
+
+def _all_done(stores: list, start: Callable[[TopicStore, DoneCallback], None], on_done: DoneCallback) -> None:
+    """Start an operation on every store; `on_done` once all finished (with the first error, if any)."""
+    waiting = [len(stores)]
+    errors: list[BaseException] = []
+
+    def one(exc: BaseException | None) -> None:
+        if exc is not None:
+            errors.append(exc)
+        waiting[0] -= 1
+        if waiting[0] == 0:
+            on_done(errors[0] if errors else None)
+
+    for store in stores:
+        start(store, one)

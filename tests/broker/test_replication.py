@@ -1,0 +1,100 @@
+"""Issue 20, item 2: a partition of replication factor 2 on real broker processes. The leader acknowledges a
+publish only once min_insync replicas hold it; with too few in sync it refuses and stores nothing; a follower
+restarted after missing writes catches up from the leader's log (read back from its segment files after the
+leader restarted too); and the follower holds every acknowledged message when the leader's disk is lost."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import shutil
+import signal
+
+import pytest
+
+from broker_core import protocol as p
+from broker_core.client import BrokerError, Producer
+from broker_core.layout import LAYOUT
+from broker_core.storage.file_store import FileStore
+from tests.broker.conftest import APP, wait_for
+
+SECRET_VAR = "SWITCHYARD_BROKER_CLUSTER_SECRET_FILE"
+
+
+def replicated(cluster, min_insync: int):
+    secret = cluster.state / "cluster-secret"
+    secret.write_text(os.urandom(32).hex())
+    secret.chmod(0o600)
+    cluster.standard("orders")
+    cluster.pv.meta(min_insync=min_insync)
+    cluster.pv.topic("orders", partitions=1, replication_factor=2)
+    cluster.pv.binding("orders", "billing", APP)
+    leader, follower = (cluster.broker(env={SECRET_VAR: str(secret)}) for _ in range(2))
+    cluster.pv.placement("orders", 1, 2, [leader.node_id, follower.node_id])
+    doc = cluster.zk_client.get(cluster.chroot + LAYOUT.placement("orders"))[0]
+    assert doc.index(leader.node_id.encode()) < doc.index(follower.node_id.encode()), "b0 leads"
+    return leader, follower
+
+
+def in_sync(leader) -> int:
+    """Replicas in sync as the leader sees them (0: it does not lead the partition yet)."""
+    leading = leader.stats()["topics"].get("orders", {}).get("replication", {}).get("leading", {})
+    return leading["0"]["in_sync"] if "0" in leading else 0
+
+
+def acked(leader, follower) -> int:
+    """The last seq the follower told the leader it holds durably."""
+    followers = leader.stats()["topics"]["orders"]["replication"]["leading"]["0"]["followers"]
+    return followers.get(follower.node_id, {}).get("acked", 0)
+
+
+def follower_next_seq(follower) -> int:
+    return follower.stats()["topics"]["orders"]["replication"]["following"]["0"]["next_seq"]
+
+
+def held_ids(data_dir) -> set[str]:
+    """The message ids a broker's partition 0 folder holds, read by the file store's own recovery."""
+    copy = data_dir.parent / f"{data_dir.name}-copy"
+    shutil.copytree(data_dir / "topics" / "orders" / "p0", copy)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        store = FileStore(copy, executor=pool, notify=lambda fn, *a: fn(*a))
+        ids = {m.id for m, _ in store.recover()}
+        store.close()
+    return ids
+
+
+def test_min_insync_acknowledges_only_what_both_replicas_hold_and_refuses_without_them(cluster):
+    leader, follower = replicated(cluster, min_insync=2)
+    wait_for(lambda: in_sync(leader) == 2, 20, "the follower in sync")
+    with Producer(**cluster.client_kwargs(send_timeout=20)) as producer:
+        acknowledged = producer.send_many("orders", [b"m%d" % i for i in range(1000)])
+        assert follower_next_seq(follower) >= 1001, "acknowledged only once the follower held it"
+
+        follower.kill(signal.SIGKILL)
+        wait_for(lambda: in_sync(leader) == 1, 10, "the leader to see its follower gone")
+        before = leader.stats()["topics"]["orders"]["published"]
+        with pytest.raises(BrokerError) as refused:
+            producer.send("orders", b"refused")
+        assert refused.value.code == p.E_NOT_ENOUGH_REPLICAS and "min_insync 2" in str(refused.value)
+        assert leader.stats()["topics"]["orders"]["published"] == before, "nothing stored"
+    assert set(acknowledged) <= held_ids(follower.data_dir)
+
+
+def test_a_follower_restarted_after_missing_writes_catches_up_from_the_leaders_log(cluster):
+    leader, follower = replicated(cluster, min_insync=1)
+    wait_for(lambda: in_sync(leader) == 2, 20, "the follower in sync")
+    with Producer(**cluster.client_kwargs(send_timeout=20)) as producer:
+        first = producer.send_many("orders", [b"a%d" % i for i in range(500)])
+        wait_for(lambda: acked(leader, follower) == 500, 10, "the follower to hold the first 500 durably")
+        follower.kill(signal.SIGKILL)
+        missed = producer.send_many("orders", [b"b%d" % i for i in range(700)])  # min_insync 1: the leader alone
+    leader.stop()
+    leader.start()  # its memory of recent batches is gone: the follower's catch-up is read from the segment files
+    follower.start()
+    wait_for(lambda: in_sync(leader) == 2, 20, "the restarted follower in sync again")
+    assert follower_next_seq(follower) == 1201
+    assert "fetches from seq 501" in leader.log(), "the follower asked for what it missed, and got it"
+    # the leader's disk is lost: the follower holds every acknowledged message
+    leader.kill(signal.SIGKILL)
+    shutil.rmtree(leader.data_dir)
+    assert set(first) | set(missed) <= held_ids(follower.data_dir)
