@@ -41,7 +41,7 @@ from broker_core.storage.partitions import (
     partition_base,
     partition_dir,
 )
-from broker_core.storage.schedule import ScheduleStore
+from broker_core.storage.schedule import SCHEDULE_FOLDER, ScheduleStore
 from broker_core.storage.schedule_file import FileSchedule
 from broker_core.storage.schedule_memory import MemorySchedule
 from broker_core.storage.store import TopicStore
@@ -222,7 +222,7 @@ class Broker:
         if storage == "memory":
             return MemorySchedule(notify=self.loop.call_soon)
         opts = self.options
-        return FileSchedule(opts.data_dir / "topics" / safe_name(name) / "schedule", executor=self.store_executor,
+        return FileSchedule(opts.data_dir / "topics" / safe_name(name) / SCHEDULE_FOLDER, executor=self.store_executor,
                             notify=self.loop.call_soon_threadsafe, fsync=opts.fsync,
                             fsync_interval_s=opts.fsync_interval_ms / 1000)
 

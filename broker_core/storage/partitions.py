@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from broker_core.storage.fsync import fsync_dir
+from broker_core.storage.schedule import SCHEDULE_FOLDER
 from broker_core.storage.store import DeadLetter, DoneCallback, StoredMessage, TopicStore, TxEntry
 
 PARTITION_BITS = 40  # a partition holds up to 2**40 seqs; the seq says which partition a message is in
@@ -42,7 +43,8 @@ def adopt_legacy_folder(topic_dir: Path) -> bool:
     Returns whether anything moved."""
     if not topic_dir.is_dir():
         return False
-    entries = [e for e in topic_dir.iterdir() if not (e.is_dir() and e.name[:1] == "p" and e.name[1:].isdigit())]
+    entries = [e for e in topic_dir.iterdir() if not (e.is_dir() and e.name[:1] == "p" and e.name[1:].isdigit())
+               and e.name != SCHEDULE_FOLDER]  # the topic's delayed messages stay beside its partitions
     if not entries:
         return False
     target = partition_dir(topic_dir, 0)

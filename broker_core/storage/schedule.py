@@ -25,6 +25,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 BUCKET_MS = 60_000
+SCHEDULE_FOLDER = "schedule"  # a topic's schedule store lives in <topic folder>/schedule/, beside its partitions
 KIND_SCHEDULED = 48
 
 INDEX_ENTRY = struct.Struct(">iIQI")  # (due_ms - bucket start) i32, segment, offset, length; then the crc

@@ -15,7 +15,7 @@ from broker_core.client._batching import choose_partition
 from broker_core.client.connection import BrokerAddress, BrokerConnection
 from broker_core.client.errors import BrokerError
 from broker_core.layout import LAYOUT, place
-from broker_core.storage.partitions import partition_of
+from broker_core.storage.partitions import adopt_legacy_folder, partition_of
 from tests.broker.conftest import APP, SECRET, wait_for
 from tests.broker.helpers import Received
 
@@ -162,3 +162,17 @@ def test_a_producer_follows_a_partition_to_its_new_leader_and_loses_nothing(clus
     got = Received()
     with Consumer("orders", "billing", got.handler("c"), **cluster.client_kwargs(credit=500)):
         wait_for(lambda: set(got.ids("c")) >= set(acknowledged), 20, "every acknowledged message")
+
+
+def test_adopting_an_older_topic_folder_leaves_its_delayed_messages_where_they_are(tmp_path):
+    """A topic folder from before partitions holds its segments directly; they move into p0/. Its schedule store
+    (delayed messages) belongs to the topic, not to a partition: it stays in the topic folder."""
+    topic_dir = tmp_path / "orders"
+    (topic_dir / "schedule").mkdir(parents=True)
+    (topic_dir / "schedule" / "log-1").write_bytes(b"scheduled")
+    (topic_dir / "00000001.log").write_bytes(b"segment")
+    assert adopt_legacy_folder(topic_dir)
+    assert (topic_dir / "p0" / "00000001.log").read_bytes() == b"segment"
+    assert (topic_dir / "schedule" / "log-1").read_bytes() == b"scheduled"
+    assert not (topic_dir / "p0" / "schedule").exists()
+    assert not adopt_legacy_folder(topic_dir), "a second start moves nothing"
