@@ -25,13 +25,11 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kazoo.client import KazooClient  # noqa: E402
 
 from bench.broker_bench import (  # noqa: E402
     APP,
@@ -40,17 +38,15 @@ from bench.broker_bench import (  # noqa: E402
     SECRET,
     STATE,
     TOPIC,
-    ZK_PORT,
     CpuMeter,
+    bench_chroot,
     broker_stats,
     hold_bench_lock,
     publish_many,
 )
 from broker_core.client import AsyncConsumer, AsyncProducer  # noqa: E402
 from broker_core.client._loop import new_event_loop  # noqa: E402
-from broker_core.cluster.provision import Provisioner  # noqa: E402
 from devstack.processes import port_open  # noqa: E402
-from devstack.zookeeper import start_zookeeper, stop_zookeeper  # noqa: E402
 
 MiB = 1024 * 1024
 RUNNING: list[subprocess.Popen] = []  # broker processes to stop at the end
@@ -193,38 +189,21 @@ def main() -> int:
     args = parser.parse_args()
 
     lock = hold_bench_lock()  # noqa: F841  (held until the process ends)
-    own_zk = not os.environ.get("SWITCHYARD_ZK")
-    zk_hosts = os.environ.get("SWITCHYARD_ZK") or f"127.0.0.1:{ZK_PORT}"
-    if own_zk:
-        start_zookeeper(STATE, ZK_PORT, "zk-bench")
-    chroot = f"/sy-backlog-bench/{uuid.uuid4().hex[:8]}"
-    client = KazooClient(hosts=zk_hosts)
-    client.start(timeout=15)
-    pv = Provisioner(client, chroot, cluster="bench")
-    pv.meta()
-    pv.app(APP, SECRET)
-    pv.topic(TOPIC)
-    pv.grant(TOPIC, APP)
-    pv.binding(TOPIC, GROUP, APP, max_in_flight=10_000)
-    workdir = Path(tempfile.mkdtemp(prefix="backlog-", dir=STATE))
-    print(f"backlog bench: {args.messages:,} messages of 1 KiB, fsync={args.fsync}, broker from "
-          f"{'this checkout' if args.broker_root == ROOT else args.broker_root.name}", flush=True)
-    broker = start_broker(args.broker_root.resolve(), f"{zk_hosts}{chroot}", workdir / "data", args.fsync)
-    try:
-        loop = new_event_loop()
-        r = loop.run_until_complete(run(args, f"{zk_hosts}{chroot}", broker, workdir / "data"))
-        loop.close()
-    finally:
-        for proc in [broker, *RUNNING]:
-            if proc.poll() is None:
-                proc.terminate()
-                proc.wait(timeout=60)
-        client.delete(chroot, recursive=True)
-        client.stop()
-        client.close()
-        if own_zk:
-            stop_zookeeper(STATE, "zk-bench")
-        shutil.rmtree(workdir, ignore_errors=True)
+    with bench_chroot("sy-backlog-bench") as (zk, _):
+        workdir = Path(tempfile.mkdtemp(prefix="backlog-", dir=STATE))
+        print(f"backlog bench: {args.messages:,} messages of 1 KiB, fsync={args.fsync}, broker from "
+              f"{'this checkout' if args.broker_root == ROOT else args.broker_root.name}", flush=True)
+        broker = start_broker(args.broker_root.resolve(), zk, workdir / "data", args.fsync)
+        try:
+            loop = new_event_loop()
+            r = loop.run_until_complete(run(args, zk, broker, workdir / "data"))
+            loop.close()
+        finally:
+            for proc in [broker, *RUNNING]:
+                if proc.poll() is None:
+                    proc.terminate()
+                    proc.wait(timeout=60)
+            shutil.rmtree(workdir, ignore_errors=True)
     g = r["group"]
     print(f"  publish: {r['publish_rate']:,.0f} msgs/s (broker CPU {r['publish_cpu']:.1f} us/msg); broker RSS "
           f"{r['idle_rss'] / MiB:.0f} MiB idle, peak {r['publish_peak_rss'] / MiB:.0f} MiB while publishing, "

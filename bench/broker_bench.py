@@ -36,6 +36,8 @@ import tempfile
 import time
 import urllib.request
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,6 +59,35 @@ BODY = b"x" * 1024
 WINDOW = 2000
 # the brokers started here read their admin token from the environment (never argv); /stats needs it
 ADMIN_TOKEN = os.environ.setdefault("SWITCHYARD_BROKER_ADMIN_TOKEN", "bench-" + uuid.uuid4().hex)
+
+
+@contextmanager
+def bench_chroot(prefix: str, topics: tuple[str, ...] = (TOPIC,), group: str = GROUP) -> Iterator[tuple[str, Provisioner]]:
+    """ZooKeeper for a bench ($SWITCHYARD_ZK, else its own on ZK_PORT) and a fresh chroot under /PREFIX/ holding the
+    bench's app with a grant on each of TOPICS and GROUP bound to the first; yields the chroot's connect
+    string and its provisioner. On leaving, the chroot goes, and the bench's own ZooKeeper with it."""
+    own_zk = not os.environ.get("SWITCHYARD_ZK")
+    zk_hosts = os.environ.get("SWITCHYARD_ZK") or f"127.0.0.1:{ZK_PORT}"
+    if own_zk:
+        start_zookeeper(STATE, ZK_PORT, "zk-bench")
+    chroot = f"/{prefix}/{uuid.uuid4().hex[:8]}"
+    client = KazooClient(hosts=zk_hosts)
+    client.start(timeout=15)
+    pv = Provisioner(client, chroot, cluster="bench")
+    pv.meta()
+    pv.app(APP, SECRET)
+    for topic in topics:
+        pv.topic(topic)
+        pv.grant(topic, APP)
+    pv.binding(topics[0], group, APP, max_in_flight=10_000)
+    try:
+        yield f"{zk_hosts}{chroot}", pv
+    finally:
+        client.delete(chroot, recursive=True)
+        client.stop()
+        client.close()
+        if own_zk:
+            stop_zookeeper(STATE, "zk-bench")
 
 
 def hold_bench_lock():
@@ -300,36 +331,19 @@ def main() -> int:
     args = parser.parse_args()
 
     lock = hold_bench_lock()  # noqa: F841  (held until the process ends)
-    own_zk = not os.environ.get("SWITCHYARD_ZK")
-    zk_hosts = os.environ.get("SWITCHYARD_ZK") or f"127.0.0.1:{ZK_PORT}"
-    if own_zk:
-        start_zookeeper(STATE, ZK_PORT, "zk-bench")
-    chroot = f"/sy-broker-bench/{uuid.uuid4().hex[:8]}"
-    client = KazooClient(hosts=zk_hosts)
-    client.start(timeout=15)
-    pv = Provisioner(client, chroot, cluster="bench")
-    pv.meta()
-    pv.app(APP, SECRET)
-    pv.topic(TOPIC)
-    pv.grant(TOPIC, APP)
-    pv.binding(TOPIC, GROUP, APP, max_in_flight=10_000)
-    workdir = Path(tempfile.mkdtemp(prefix="run-", dir=STATE))
-    broker = start_broker(f"{zk_hosts}{chroot}", workdir / "data", args.fsync, args.trace)
-    try:
-        loop = new_event_loop()
-        results = loop.run_until_complete(run(args, f"{zk_hosts}{chroot}", CpuMeter(broker.pid),
-                                              workdir / "data" / "trace" if args.trace else None))
-        loop.close()
-        results["broker"] = broker_stats()["topics"][TOPIC]["store"]
-    finally:
-        broker.terminate()
-        broker.wait(timeout=30)
-        client.delete(chroot, recursive=True)
-        client.stop()
-        client.close()
-        if own_zk:
-            stop_zookeeper(STATE, "zk-bench")
-        shutil.rmtree(workdir, ignore_errors=True)
+    with bench_chroot("sy-broker-bench") as (zk, _):
+        workdir = Path(tempfile.mkdtemp(prefix="run-", dir=STATE))
+        broker = start_broker(zk, workdir / "data", args.fsync, args.trace)
+        try:
+            loop = new_event_loop()
+            results = loop.run_until_complete(run(args, zk, CpuMeter(broker.pid),
+                                                  workdir / "data" / "trace" if args.trace else None))
+            loop.close()
+            results["broker"] = broker_stats()["topics"][TOPIC]["store"]
+        finally:
+            broker.terminate()
+            broker.wait(timeout=30)
+            shutil.rmtree(workdir, ignore_errors=True)
 
     if args.json:
         print(json.dumps(results, indent=2))

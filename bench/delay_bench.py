@@ -19,26 +19,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import random
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kazoo.client import KazooClient  # noqa: E402
 
 from bench.broker_bench import (  # noqa: E402
     APP,
     SECRET,
     STATE,
-    ZK_PORT,
+    bench_chroot,
     broker_stats,
     hold_bench_lock,
     percentile,
@@ -46,8 +43,6 @@ from bench.broker_bench import (  # noqa: E402
 )
 from broker_core.client import AsyncConsumer, AsyncProducer, Message  # noqa: E402
 from broker_core.client._loop import new_event_loop  # noqa: E402
-from broker_core.cluster.provision import Provisioner  # noqa: E402
-from devstack.zookeeper import start_zookeeper, stop_zookeeper  # noqa: E402
 
 TOPIC, GROUP, PARKED = "delayed", "delayed-group", "parked"
 
@@ -134,47 +129,31 @@ def main() -> int:
     args = parser.parse_args()
 
     lock = hold_bench_lock()  # noqa: F841  (held until the process ends)
-    own_zk = not os.environ.get("SWITCHYARD_ZK")
-    zk_hosts = os.environ.get("SWITCHYARD_ZK") or f"127.0.0.1:{ZK_PORT}"
-    if own_zk:
-        start_zookeeper(STATE, ZK_PORT, "zk-bench")
-    chroot = f"/sy-broker-bench/{uuid.uuid4().hex[:8]}"
-    client = KazooClient(hosts=zk_hosts)
-    client.start(timeout=15)
-    pv = Provisioner(client, chroot, cluster="bench")
-    pv.meta()
-    pv.app(APP, SECRET)
-    for topic in (TOPIC, PARKED):
-        pv.topic(topic)
-        pv.grant(topic, APP)
-    pv.binding(TOPIC, GROUP, APP, max_in_flight=10_000)
-    pv.binding(PARKED, GROUP, APP)
-    workdir = Path(tempfile.mkdtemp(prefix="delay-", dir=STATE))
-    broker = start_broker(f"{zk_hosts}{chroot}", workdir / "data", "batch", False)
-    kwargs = {"app_id": APP, "secret": SECRET, "zk": f"{zk_hosts}{chroot}", "cache_dir": STATE / "sdk-cache"}
-    try:
-        loop = new_event_loop()
-        print(f"1. lateness, {args.rate:,} messages/s coming due for {args.seconds:g} s", flush=True)
-        late = loop.run_until_complete(lateness(kwargs, args.rate, args.seconds, args.lead))
-        print(f"   lateness p50 {late['p50_ms']:.1f} ms, p99 {late['p99_ms']:.1f} ms, max {late['max_ms']:.1f} ms "
-              f"over {late['messages']:,} messages; {late['early']} early (targets: p50 <= 20 ms, p99 <= 100 ms)")
-        print(f"2. memory, {args.scheduled:,} messages scheduled 1 hour to 30 days ahead", flush=True)
-        mem = loop.run_until_complete(memory(kwargs, args.scheduled, broker.pid))
-        print(f"   broker RSS {mem['rss_before_mib']:.0f} -> {mem['rss_after_mib']:.0f} MiB: growth "
-              f"{mem['growth_mib']:.1f} MiB (target <= 100 MiB); {mem['scheduled']:,} scheduled in {mem['buckets']:,} "
-              f"buckets, {mem['in_memory']} entries in memory; scheduled at {mem['rate']:,.0f} messages/s")
-    finally:
-        broker.terminate()
+    with bench_chroot("sy-broker-bench", topics=(TOPIC, PARKED), group=GROUP) as (zk, pv):
+        pv.binding(PARKED, GROUP, APP)
+        workdir = Path(tempfile.mkdtemp(prefix="delay-", dir=STATE))
+        broker = start_broker(zk, workdir / "data", "batch", False)
+        kwargs = {"app_id": APP, "secret": SECRET, "zk": zk, "cache_dir": STATE / "sdk-cache"}
         try:
-            broker.wait(timeout=600)  # a stop fsyncs the index files written since the last sync (one per bucket)
-        except subprocess.TimeoutExpired:
-            broker.kill()
-            broker.wait()
-        client.stop()
-        client.close()
-        if own_zk:
-            stop_zookeeper(STATE, "zk-bench")
-        shutil.rmtree(workdir, ignore_errors=True)
+            loop = new_event_loop()
+            print(f"1. lateness, {args.rate:,} messages/s coming due for {args.seconds:g} s", flush=True)
+            late = loop.run_until_complete(lateness(kwargs, args.rate, args.seconds, args.lead))
+            print(f"   lateness p50 {late['p50_ms']:.1f} ms, p99 {late['p99_ms']:.1f} ms, max {late['max_ms']:.1f} ms "
+                  f"over {late['messages']:,} messages; {late['early']} early (targets: p50 <= 20 ms, p99 <= 100 ms)")
+            print(f"2. memory, {args.scheduled:,} messages scheduled 1 hour to 30 days ahead", flush=True)
+            mem = loop.run_until_complete(memory(kwargs, args.scheduled, broker.pid))
+            print(f"   broker RSS {mem['rss_before_mib']:.0f} -> {mem['rss_after_mib']:.0f} MiB: growth "
+                  f"{mem['growth_mib']:.1f} MiB (target <= 100 MiB); {mem['scheduled']:,} scheduled in "
+                  f"{mem['buckets']:,} buckets, {mem['in_memory']} entries in memory; scheduled at "
+                  f"{mem['rate']:,.0f} messages/s")
+        finally:
+            broker.terminate()
+            try:
+                broker.wait(timeout=600)  # a stop fsyncs the index files written since the last sync (one per bucket)
+            except subprocess.TimeoutExpired:
+                broker.kill()
+                broker.wait()
+            shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 
