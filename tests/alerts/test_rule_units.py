@@ -137,6 +137,18 @@ CASES = {
         "labels": [{}],
         "summaries": [f"drift: more than 0 ZooKeeper nodes drifted on {CLUSTER}"],
     },
+    "under_replicated": {
+        "rules": [dict(name="replicas", threshold=0, for_seconds=60)],
+        "series": {  # two partitions under-replicated 1m30s–4m30s (a broker down), none after; never the other cluster
+            control_plane("switchyard_under_replicated_partitions", cluster=CLUSTER): "0+0x2 2+0x6 0+0x5",
+            control_plane("switchyard_under_replicated_partitions", cluster=OTHER_CLUSTER): "4+0x13",
+        },
+        # 1m: none yet; 2m: pending since 1m30s; 3m and 4m: firing; 5m: back to none
+        "quiet": ["1m", "2m", "5m"],
+        "firing": {"3m": ["2"], "4m": ["2"]},
+        "labels": [{}],
+        "summaries": [f"replicas: more than 0 partitions under-replicated on {CLUSTER}"],
+    },
 }
 
 

@@ -12,7 +12,8 @@ def test_admin_cluster_create_and_edit_are_audited(client, make_user):
     admin = make_user("root-1", "admin", superuser=True)
     client.force_login(admin)
     form = {"name": "adm-1", "environment": "dev", "region": "r1", "zk_connect": "127.0.0.1:1",
-            "zk_chroot": "/adm", "storage_level": "memory", "description": "", "status": "active"}
+            "zk_chroot": "/adm", "storage_level": "memory", "description": "", "status": "active",
+            "default_partitions": 1, "default_replication_factor": 1, "min_insync": 1}
     response = client.post("/admin/clusters/cluster/add/", form)
     assert response.status_code == 302, response.content[:2000]
     cluster = Cluster.objects.get(name="adm-1")
@@ -30,7 +31,9 @@ def test_admin_offers_no_change_or_delete_of_audit_records(client, make_user):
     client.force_login(admin)
     client.post("/admin/clusters/cluster/add/", {"name": "adm-1", "environment": "dev", "region": "r1",
                                                  "zk_connect": "127.0.0.1:1", "zk_chroot": "/adm",
-                                                 "storage_level": "memory", "status": "active"})
+                                                 "storage_level": "memory", "status": "active",
+                                                 "default_partitions": 1, "default_replication_factor": 1,
+                                                 "min_insync": 1})
     record = AuditRecord.objects.get()
     assert client.get("/admin/audit/auditrecord/add/").status_code == 403
     assert client.get(f"/admin/audit/auditrecord/{record.pk}/delete/").status_code == 403
