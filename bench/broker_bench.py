@@ -62,9 +62,11 @@ ADMIN_TOKEN = os.environ.setdefault("SWITCHYARD_BROKER_ADMIN_TOKEN", "bench-" + 
 
 
 @contextmanager
-def bench_chroot(prefix: str, topics: tuple[str, ...] = (TOPIC,), group: str = GROUP) -> Iterator[tuple[str, Provisioner]]:
+def bench_chroot(prefix: str, topics: tuple[str, ...] = (TOPIC,), group: str = GROUP,
+                 **meta) -> Iterator[tuple[str, Provisioner]]:
     """ZooKeeper for a bench ($SWITCHYARD_ZK, else its own on ZK_PORT) and a fresh chroot under /PREFIX/ holding the
-    bench's app with a grant on each of TOPICS and GROUP bound to the first; yields the chroot's connect
+    bench's app with a grant on each of TOPICS and GROUP bound to the first (META: the cluster's settings in
+    /meta; no TOPICS: the bench provisions its own); yields the chroot's connect
     string and its provisioner. On leaving, the chroot goes, and the bench's own ZooKeeper with it."""
     own_zk = not os.environ.get("SWITCHYARD_ZK")
     zk_hosts = os.environ.get("SWITCHYARD_ZK") or f"127.0.0.1:{ZK_PORT}"
@@ -74,12 +76,13 @@ def bench_chroot(prefix: str, topics: tuple[str, ...] = (TOPIC,), group: str = G
     client = KazooClient(hosts=zk_hosts)
     client.start(timeout=15)
     pv = Provisioner(client, chroot, cluster="bench")
-    pv.meta()
+    pv.meta(**meta)
     pv.app(APP, SECRET)
     for topic in topics:
         pv.topic(topic)
         pv.grant(topic, APP)
-    pv.binding(topics[0], group, APP, max_in_flight=10_000)
+    if topics:
+        pv.binding(topics[0], group, APP, max_in_flight=10_000)
     try:
         yield f"{zk_hosts}{chroot}", pv
     finally:

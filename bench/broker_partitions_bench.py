@@ -32,14 +32,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kazoo.client import KazooClient  # noqa: E402
 
 from bench.broker_bench import (  # noqa: E402
     APP,
     BROKER_PORT,
     SECRET,
     STATE,
-    ZK_PORT,
+    bench_chroot,
     end_to_end,
     hold_bench_lock,
     paced_latency,
@@ -50,8 +49,6 @@ from bench.broker_bench import (  # noqa: E402
 )
 from broker_core.client import AsyncProducer  # noqa: E402
 from broker_core.client._loop import new_event_loop  # noqa: E402
-from broker_core.cluster.provision import Provisioner  # noqa: E402
-from devstack.zookeeper import start_zookeeper, stop_zookeeper  # noqa: E402
 
 COMPARISONS = {"partitions": {"one": (1, 1), "three": (3, 1)},  # name: (partitions, replication factor)
                "replication": {"rf1": (3, 1), "rf2": (3, 2)}}
@@ -92,48 +89,34 @@ def main() -> int:
     args = parser.parse_args()
     topics = COMPARISONS[args.compare]
     lock = hold_bench_lock()  # noqa: F841  (held until the process ends)
-    own_zk = not os.environ.get("SWITCHYARD_ZK")
-    zk_hosts = os.environ.get("SWITCHYARD_ZK") or f"127.0.0.1:{ZK_PORT}"
-    if own_zk:
-        start_zookeeper(STATE, ZK_PORT, "zk-bench")
-    chroot = f"/sy-broker-bench/{uuid.uuid4().hex[:8]}"
-    client = KazooClient(hosts=zk_hosts)
-    client.start(timeout=15)
-    pv = Provisioner(client, chroot, cluster="bench")
-    pv.meta(min_insync=2 if args.compare == "replication" else 1)
-    pv.app(APP, SECRET)
-    nodes = [f"bench-b{i}" for i in range(3)]
-    for name, (partitions, rf) in topics.items():
-        for topic in (name, f"{name}-e2e"):  # publish runs on the first (no group), end to end on the second
-            pv.topic(topic, partitions=partitions if partitions > 1 else None, replication_factor=rf)
-            pv.grant(topic, APP)
-            if (partitions, rf) != (1, 1):
-                pv.placement(topic, partitions, rf, nodes)
-        pv.binding(f"{name}-e2e", GROUP, APP, max_in_flight=10_000)
-    workdir = Path(tempfile.mkdtemp(prefix="partitions-", dir=STATE))
-    secret = workdir / "cluster-secret"
-    secret.write_text(uuid.uuid4().hex + uuid.uuid4().hex)
-    secret.chmod(0o600)
-    os.environ["SWITCHYARD_BROKER_CLUSTER_SECRET_FILE"] = str(secret)  # the brokers inherit the file's name
-    brokers = []
-    try:
-        for i, node in enumerate(nodes):
-            (workdir / node).mkdir()
-            brokers.append(start_broker(f"{zk_hosts}{chroot}", workdir / node / "data", "batch", False,
-                                        port=BROKER_PORT + 2 * i, extra=("--node-id", node)))
-        loop = new_event_loop()
-        figures = loop.run_until_complete(measure(args, f"{zk_hosts}{chroot}", topics))
-        loop.close()
-    finally:
-        for proc in brokers:
-            proc.terminate()
-            proc.wait(timeout=30)
-        client.delete(chroot, recursive=True)
-        client.stop()
-        client.close()
-        if own_zk:
-            stop_zookeeper(STATE, "zk-bench")
-        shutil.rmtree(workdir, ignore_errors=True)
+    with bench_chroot("sy-broker-bench", topics=(), min_insync=2 if args.compare == "replication" else 1) as (zk, pv):
+        nodes = [f"bench-b{i}" for i in range(3)]
+        for name, (partitions, rf) in topics.items():
+            for topic in (name, f"{name}-e2e"):  # publish runs on the first (no group), end to end on the second
+                pv.topic(topic, partitions=partitions if partitions > 1 else None, replication_factor=rf)
+                pv.grant(topic, APP)
+                if (partitions, rf) != (1, 1):
+                    pv.placement(topic, partitions, rf, nodes)
+            pv.binding(f"{name}-e2e", GROUP, APP, max_in_flight=10_000)
+        workdir = Path(tempfile.mkdtemp(prefix="partitions-", dir=STATE))
+        secret = workdir / "cluster-secret"
+        secret.write_text(uuid.uuid4().hex + uuid.uuid4().hex)
+        secret.chmod(0o600)
+        os.environ["SWITCHYARD_BROKER_CLUSTER_SECRET_FILE"] = str(secret)  # the brokers inherit the file's name
+        brokers = []
+        try:
+            for i, node in enumerate(nodes):
+                (workdir / node).mkdir()
+                brokers.append(start_broker(zk, workdir / node / "data", "batch", False,
+                                            port=BROKER_PORT + 2 * i, extra=("--node-id", node)))
+            loop = new_event_loop()
+            figures = loop.run_until_complete(measure(args, zk, topics))
+            loop.close()
+        finally:
+            for proc in brokers:
+                proc.terminate()
+                proc.wait(timeout=30)
+            shutil.rmtree(workdir, ignore_errors=True)
     a, b = topics
     print(f"{args.compare} bench: 3 brokers, 1 KiB messages, fsync=batch, one client process, {os.cpu_count()} "
           f"cores, {args.rounds} rounds of {args.messages:,} messages; {a} {topics[a]} vs {b} {topics[b]} "
