@@ -103,8 +103,12 @@ class PartitionFollower:
         elif type(event) is p.Ping:
             self.link.send(p.Pong())
         elif type(event) is p.Error:
-            log.error("follower of %s/%d: the leader refused: %s %s", self.topic, self.partition, event.code_name,
-                      event.message)
+            # e.g. not_leader: the leader has not seen the placement (or the topic) yet. The link is closed, so
+            # `_run` connects again with backoff and asks anew, rather than waiting on a refused fetch for good.
+            log.warning("follower of %s/%d: the leader refused: %s %s; asking again", self.topic, self.partition,
+                        event.code_name, event.message)
+            if self.link is not None and self.link.transport is not None:
+                self.link.transport.close()
 
     def _store(self, batch: list) -> None:
         first_seq, app_id, received_ms, arrays, groups = batch[:5]
