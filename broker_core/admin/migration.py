@@ -116,12 +116,12 @@ class MigrationAdmin:
         store = self.broker.topic(topic).store
         index = store.dead_index
         present = {d.fields[p.M_ID] for d in index.live.get(group, {}).values()}
-        redriven = index.redriven_ids(group)
+        redriven, deleted = index.redriven_ids(group), index.deleted_ids(group)
         chosen, skipped, seen = [], [], set()
         for d in dead:
             message_id = d.fields[p.M_ID]
             reason = "duplicate" if message_id in seen else "already_dead_lettered" if message_id in present else \
-                "already_redriven" if message_id in redriven else None
+                "already_redriven" if message_id in redriven else "already_deleted" if message_id in deleted else None
             seen.add(message_id)
             if reason is None:
                 chosen.append(d)

@@ -114,16 +114,26 @@ def test_dead_letters_move_to_another_cluster_once_and_are_redriven_there(cluste
         assert status == 200 and again["imported"] == []
         assert {s["reason"] for s in again["skipped"]} == {"already_dead_lettered"}
 
+        gone, kept = entries[0], entries[1:]  # one is deleted on the target: importing it again never revives it
+        status, deleted = admin(dest, "POST", "/admin/dlq/delete",
+                                {"topic": TOPIC, "group": GROUP, "message_ids": [gone["message_id"]]})
+        assert status == 200 and deleted["deleted"] == [gone["message_id"]]
+        status, revived = import_(dest, [gone])
+        assert status == 200 and revived == {"imported": [], "skipped": [{"message_id": gone["message_id"],
+                                                                           "reason": "already_deleted"}]}
+        assert by_id(exported(dest)) == by_id(kept)
+
         got = {}
         with Consumer(TOPIC, GROUP, lambda m: got.setdefault(m.id, m.body), **target.client_kwargs()):
             status, redriven = admin(dest, "POST", "/admin/dlq/redrive",
                                      {"topic": TOPIC, "group": GROUP, "message_ids": ids})
-            assert status == 200 and sorted(redriven["redriven"]) == sorted(ids)
-            wait_for(lambda: len(got) == 5, 10, "the re-driven dead letters on the target")
-        assert got == {e["message_id"]: base64.b64decode(e["body"]) for e in entries}
+            assert status == 200 and sorted(redriven["redriven"]) == sorted(e["message_id"] for e in kept)
+            wait_for(lambda: len(got) == 4, 10, "the re-driven dead letters on the target")
+        assert got == {e["message_id"]: base64.b64decode(e["body"]) for e in kept}
         status, late = import_(dest, entries)
         assert status == 200 and late["imported"] == []
-        assert {s["reason"] for s in late["skipped"]} == {"already_redriven"}
+        assert {s["message_id"]: s["reason"] for s in late["skipped"]} == {
+            **{e["message_id"]: "already_redriven" for e in kept}, gone["message_id"]: "already_deleted"}
     finally:
         target.teardown()
         shutil.rmtree(cluster.state / "target", ignore_errors=True)
