@@ -85,6 +85,10 @@ def start_prometheus(state: Path, ports: Ports, control_plane: str, interval: st
     spawn("prometheus", [PROMETHEUS, f"--config.file={mdir / 'prometheus.yml'}",
                          f"--storage.tsdb.path={mdir / 'prometheus'}",
                          f"--web.listen-address=127.0.0.1:{ports.prometheus}", "--web.enable-lifecycle",
+                         # a firing alert is sent to Alertmanager again every 5 s (default 1 min): one sent while
+                         # Prometheus had no Alertmanager (the first ~5 s after each reload, i.e. each rule change,
+                         # or while Alertmanager restarts) arrives seconds later, not a minute
+                         "--rules.alert.resend-delay=5s",
                          "--storage.tsdb.retention.time=2d"], state)
     wait_until(lambda: _ready(f"http://127.0.0.1:{ports.prometheus}"), 60, f"prometheus on {ports.prometheus}")
 
