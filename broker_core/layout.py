@@ -121,3 +121,19 @@ def placement_replicas(doc: dict) -> dict[int, tuple[str, ...]]:
             raise ValueError(f"partition {pid}: id out of range or no replica")
         parts[pid] = replicas
     return parts
+
+
+# -- partition state (layout 3): each replicated partition's leader, leader epoch and in-sync replicas -------------
+
+
+def initial_partition_state(replicas: list[str] | tuple[str, ...]) -> dict:
+    """The `/partition-state/<topic>/<p>` document the control plane creates with a placement: no leader elected
+    yet (epoch 0; every replica holds the same nothing, so all are in sync). The brokers then elect by
+    compare-and-set (broker_core/replication/election.py), raising `leader_epoch` at each election."""
+    return {"leader": str(replicas[0]), "leader_epoch": 0, "isr": [str(r) for r in replicas]}
+
+
+def partition_state(leader: str, epoch: int, isr: list[str], start_seq: int) -> dict:
+    """A partition state a broker writes: `leader` leads from `leader_epoch` on; `isr` may take over from it;
+    `epoch_start_seq` is the leader's next seq when its epoch began."""
+    return {"leader": leader, "leader_epoch": epoch, "isr": sorted(set(isr)), "epoch_start_seq": start_seq}

@@ -6,11 +6,13 @@ The replicas are spread over the brokers registered in the cluster's `/brokers` 
 gets a higher epoch). A topic of one partition and one replica gets no placement: every broker holds it, as
 before layout 3. The placement is written before the topic's document, so no broker takes a message for a
 partition it will not hold; with too few brokers registered nothing is written and the push is retried.
+Each partition of two or more replicas also gets `/partition-state/<topic>/<p>` (no leader elected yet), created
+once before the placement: from then on the brokers elect its leader there by compare-and-set.
 """
 
 from __future__ import annotations
 
-from broker_core.layout import LAYOUT, decode, encode, place
+from broker_core.layout import LAYOUT, decode, encode, initial_partition_state, place
 
 
 class TooFewBrokers(Exception):
@@ -42,6 +44,10 @@ def write(session, topic) -> dict | None:
     """Write the topic's placement if it is missing or no longer fits; returns what was written."""
     doc = placement_doc(session, topic)
     if doc is not None:
+        for part in doc["partitions"]:  # the brokers elect each replicated partition's leader there (never reset)
+            path = LAYOUT.partition_state(topic.name, part["id"])
+            if len(part["replicas"]) > 1 and session.read(path) is None:
+                session.put(path, encode(initial_partition_state(part["replicas"])))
         session.put(LAYOUT.placement(topic.name), encode(doc))
     return doc
 

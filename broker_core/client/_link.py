@@ -3,8 +3,9 @@ batches awaiting the broker's answer, failover to another broker, send timeouts.
 
 A topic placed on partitions (issue 20, `/placement/<topic>`) is sent partition by partition: each message's
 partition is chosen by `choose_partition` (its key's hash, else one round-robin turn per batch) and each batch
-goes to its partition's leader over a connection to that broker. A leader that answers `not_leader` (the
-partition moved) gets the batch again once the placement read from ZooKeeper names the new one.
+goes to its partition's leader over a connection to that broker: the one its `/partition-state/<topic>/<p>`
+names (elected, issue 20), else the placement's first replica. A broker that answers `not_leader` (the partition
+moved, or a leader was elected) gets the batch sent again once ZooKeeper names the new leader.
 
 A link serves every topic whose route sends there now. When a topic's route moves (`hand_over`), its queued
 messages go to the new cluster's link; its batches in flight finish here (`AsyncProducer.resend` decides where
@@ -69,6 +70,7 @@ class _Link:
         self.in_flight: dict[int, _Batch] = {}  # by a number of this link (refs are per connection)
         self._numbers = itertools.count(1)
         self.placements: dict[str, dict[int, str]] = {}  # placed topic -> partition -> its leader's node id
+        self._elected: dict[tuple[str, int], str] = {}  # (topic, partition) -> the leader its partition state names
         self._placement_read: dict[str, asyncio.Future] = {}
         self.leaders: dict[str, BrokerConnection] = {}  # node id -> the connection to that partition leader
         self._leader_connecting: dict[str, asyncio.Task] = {}
@@ -107,6 +109,12 @@ class _Link:
             except (KeyError, TypeError, ValueError, IndexError):
                 log.warning("producer: the placement of %s is unreadable; sending to any broker", topic)
         if leaders and sorted(leaders) == list(range(len(leaders))):
+            for pid, part in enumerate(doc["partitions"]):
+                if len(part["replicas"]) > 1 and (topic, pid) not in self._elected:
+                    self._elected[topic, pid] = ""
+                    self.discovery.watch_partition_state(
+                        topic, pid, lambda st, t=topic, q=pid: self._partition_state(t, q, st))
+                leaders[pid] = self._elected.get((topic, pid)) or leaders[pid]
             self.placements[topic] = leaders
         else:
             self.placements.pop(topic, None)
@@ -114,6 +122,15 @@ class _Link:
         if read is not None and not read.done():
             read.set_result(None)
         self._schedule()
+
+    def _partition_state(self, topic: str, partition: int, doc: dict | None) -> None:
+        leader = str(doc.get("leader") or "") if isinstance(doc, dict) and doc.get("leader_epoch") else ""
+        self._elected[topic, partition] = leader
+        leaders = self.placements.get(topic)
+        if leader and leaders is not None and partition in leaders and leaders[partition] != leader:
+            log.info("producer: partition %d of %s is led by %s now", partition, topic, leader)
+            leaders[partition] = leader
+            self._schedule()
 
     def _key(self, topic: str, key: str | None):
         leaders = self.placements.get(topic)

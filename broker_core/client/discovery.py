@@ -103,6 +103,9 @@ class Discovery:
         """No ZooKeeper: no placement (every broker takes every topic)."""
         self.loop.call_soon(callback, None)
 
+    def watch_partition_state(self, topic: str, partition: int, callback: Callable[[dict | None], None]) -> None:
+        """No ZooKeeper: no partition state (no placement either)."""
+
     def _set(self, brokers: list[BrokerAddress]) -> None:
         if brokers:
             self.last_known = brokers
@@ -314,6 +317,10 @@ class ZkDiscovery(Discovery):
     def watch_placement(self, topic: str, callback: Callable[[dict | None], None]) -> None:
         """The same for `/placement/<topic>` (issue 20: the brokers holding each partition of the topic)."""
         self.watch_document(LAYOUT.placement(topic), callback)
+
+    def watch_partition_state(self, topic: str, partition: int, callback: Callable[[dict | None], None]) -> None:
+        """`/partition-state/<topic>/<p>` (issue 20): the partition's elected leader."""
+        self.watch_document(LAYOUT.partition_state(topic, partition), callback)
 
     def watch_document(self, relative: str, callback: Callable[[dict | None], None]) -> None:
         with self._lock:

@@ -7,7 +7,8 @@ kazoo runs callbacks on its own thread; every result is handed to the event loop
   re-create ephemeral nodes after a lost session, so every CONNECTED event (and a periodic check)
   makes sure it exists and belongs to the current session; a node left by an earlier process of
   the same broker (killed before its session expired) is replaced.
-- Watches: `/topics/*`, `/apps/*`, `/bindings/*/*` and `/grants/*/*`, children and data. Roots that
+- Watches: `/topics/*`, `/apps/*`, `/bindings/*/*`, `/grants/*/*`, `/placement/*`, `/brokers/*` and
+  `/partition-state/*/*` (with each node's version: elections write it by compare-and-set), children and data. Roots that
   do not exist yet are watched for creation. kazoo's watch recipes re-read after a lost session.
 
 The client connects without a chroot and prefixes paths itself. On a secured cluster
@@ -177,6 +178,9 @@ class ZkMembership:
         self._watch_children(LAYOUT.BROKERS, lambda node: self._watch_leaf("broker", (node,), LAYOUT.broker(node)))
         self._watch_children(LAYOUT.PLACEMENT,
                              lambda name: self._watch_leaf("placement", (name,), LAYOUT.placement(name)))
+        self._watch_children(LAYOUT.PARTITION_STATE, lambda topic: self._watch_children(
+            f"{LAYOUT.PARTITION_STATE}/{topic}",
+            lambda pid: self._watch_leaf("pstate", (topic, pid), LAYOUT.partition_state(topic, pid))))
         self._watch_children(LAYOUT.APPS, lambda app: self._watch_leaf("app", (app,), LAYOUT.app(app)))
         self._watch_children(LAYOUT.BINDINGS, lambda topic: self._watch_children(
             LAYOUT.topic_bindings(topic),
@@ -252,6 +256,8 @@ class ZkMembership:
                 log.error("%s: unreadable document (%s); treated as absent (its data is kept)", path, exc)
                 self.notify(self.apply, kind, key, None, True)
                 return None
+            if kind == "pstate":  # its version: leader elections write it by compare-and-set (replication/)
+                doc["version"] = stat.version
             self.notify(self.apply, kind, key, doc)
             return None
 

@@ -18,7 +18,7 @@ from kazoo.security import OPEN_ACL_UNSAFE
 
 from broker_core.auth import hash_secret
 from broker_core.cluster.zk_acl import AclPolicy
-from broker_core.layout import LAYOUT, LAYOUT_VERSION, encode, place
+from broker_core.layout import LAYOUT, LAYOUT_VERSION, encode, initial_partition_state, place
 
 
 class Provisioner:
@@ -131,6 +131,9 @@ class Provisioner:
             previous = json.loads(self.zk.get(self.root + LAYOUT.placement(topic))[0])
         doc = place(topic, partitions, replication_factor, brokers,
                     epoch=epoch or (previous["epoch"] + 1 if previous else 1), previous=previous)
+        for part in doc["partitions"]:  # before the placement, like the control plane; never over a broker's
+            if len(part["replicas"]) > 1 and not self.exists(LAYOUT.partition_state(topic, part["id"])):
+                self._put(LAYOUT.partition_state(topic, part["id"]), initial_partition_state(part["replicas"]))
         self._put(LAYOUT.placement(topic), doc)
         return doc
 

@@ -144,6 +144,8 @@ class ClusterState:
         # topic -> partition id -> replicas (first: preferred leader), from /placement/<topic> (layout 3)
         self.placements: dict[str, dict[int, tuple[str, ...]]] = {}
         self.brokers: dict[str, dict] = {}  # node id -> its /brokers document (where a partition's leader listens)
+        # (topic, partition) -> its /partition-state document (leader, leader_epoch, isr; "version": the node's)
+        self.partition_states: dict[tuple[str, int], dict] = {}
         self.ready = False  # the first full read from ZooKeeper has been applied
         self.meta: dict | None = None  # the cluster's /meta document, once read
         # (kind, key) of nodes that exist but cannot be read: treated as absent, but not as removed
@@ -152,6 +154,7 @@ class ClusterState:
         self.on_app: list[Callable[[str, App | None], None]] = []
         self.on_topic: list[Callable[[str, TopicConfig | None], None]] = []
         self.on_placement: list[Callable[[str], None]] = []
+        self.on_leadership: list[Callable[[str], None]] = []  # a partition state of the topic, or a broker, changed
         # a node was removed from ZooKeeper (not merely unreadable): (kind, key), after the change listeners
         self.on_removed: list[Callable[[str, tuple[str, ...]], None]] = []
         self.on_any: list[Callable[[], None]] = []  # after every change, whatever its kind
@@ -182,7 +185,15 @@ class ClusterState:
         if placed is None:
             return None
         replicas = placed.get(partition)
-        return replicas[0] if replicas else ""
+        if not replicas:
+            return ""
+        state = self.partition_states.get((topic, partition))
+        if state and state.get("leader_epoch") and state.get("leader") in replicas:
+            return state["leader"]  # elected (issue 20): /partition-state
+        return replicas[0]  # not elected yet (or no partition state): the placement's first replica
+
+    def partition_state(self, topic: str, partition: int) -> dict | None:
+        return self.partition_states.get((topic, partition))
 
     # -- writes (from the ZooKeeper watcher, on the loop thread)
 
@@ -222,6 +233,22 @@ class ClusterState:
             self.brokers.pop(node_id, None)
         else:
             self.brokers[node_id] = {"host": str(doc["host"]), "port": int(doc["port"])}
+        for topic in {t for t, _ in self.partition_states}:
+            for listener in self.on_leadership:
+                listener(topic)
+
+    def _apply_pstate(self, topic: str, partition: str, doc: dict | None) -> None:
+        key = (topic, int(partition))
+        if doc is None:
+            self.partition_states.pop(key, None)
+        else:
+            self.partition_states[key] = {"leader": doc.get("leader") and str(doc["leader"]),
+                                          "leader_epoch": int(doc.get("leader_epoch") or 0),
+                                          "isr": [str(r) for r in doc.get("isr") or []],
+                                          "epoch_start_seq": int(doc.get("epoch_start_seq") or 0),
+                                          "version": int(doc.get("version", -1))}
+        for listener in self.on_leadership:
+            listener(topic)
 
     def _apply_placement(self, topic: str, doc: dict | None) -> None:
         placed = placement_replicas(doc) if doc is not None else None

@@ -31,6 +31,7 @@ from broker_core.delivery.transactions import TxService
 from broker_core.node.counters import SAVE_S, CarriedCounters, live_counts
 from broker_core.node.options import Options
 from broker_core.node.server import ClientConnection
+from broker_core.replication.election import StateWriter
 from broker_core.replication.service import Replication
 from broker_core.storage.file_dead_letters import safe_name
 from broker_core.storage.file_store import FileStore
@@ -73,7 +74,9 @@ class Broker:
         self.node_id = ""
         self.trace: TraceSink = trace or NullTraceSink()
         self.started_at = time.time()
-        self.replication = Replication(self.state, lambda: self.node_id)
+        self.replication = Replication(self.state, lambda: self.node_id,
+                                       lag_timeout_s=options.replica_lag_timeout_ms / 1000)
+        self.replication.promote, self.replication.demote = self._lead_partition, self._follow_partition
         self.store_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="store")
         self.auth_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="auth")
         self.membership: ZkMembership | None = None
@@ -97,6 +100,7 @@ class Broker:
         self.state.on_app.append(self._app_changed)
         self.state.on_topic.append(self.lifecycle.topic_changed)
         self.state.on_placement.append(self._placement_changed)
+        self.state.on_leadership.append(self._placement_changed)  # an election, or a broker came or went
         self.state.on_removed.append(self.lifecycle.removed)
         self.state.on_removed.append(self._removed)
         self.state.on_any.append(self._schedule_snapshot)
@@ -109,6 +113,7 @@ class Broker:
                                        notify=self.loop.call_soon_threadsafe, apply=self.state.apply,
                                        on_synced=self._zk_synced, on_meta=self.state.set_meta,
                                        session_timeout=opts.zk_session_timeout_s, credential=broker_credential())
+        self.replication.writer = StateWriter(self.membership.client, opts.zk_chroot, self.loop.call_soon_threadsafe)
         synced = await self.loop.run_in_executor(None, self.membership.start, opts.zk_start_timeout_s)
         await asyncio.sleep(0)  # let the state changes handed over by kazoo run
         if synced:
@@ -215,6 +220,30 @@ class Broker:
                     topic.take_owed(owed)
                 log.info("topic %s: partition %d placed on this broker", name, pid)
         self.replication.refresh(name, topic)
+
+    def _lead_partition(self, name: str, pid: int) -> bool:
+        """A partition this broker followed is led here now (elected): it is opened again, so its groups get what
+        it holds (a follower's store delivers nothing). False while a flush job runs: refresh comes again."""
+        topic = self.topics.get(name)
+        if topic is None or pid not in topic.store.following:
+            return True
+        old = topic.store.stores[pid]
+        if getattr(old, "busy", False):
+            self.loop.call_later(0.005, self._placement_changed, name)
+            return False
+        old.close()
+        topic.store.following.discard(pid)
+        storage = "file" if topic.store.durable else "memory"
+        topic.take_owed(topic.store.add(pid, self._open_partition(name, pid, storage) if storage == "file" else old))
+        log.warning("topic %s: partition %d is led by this broker now", name, pid)
+        return True
+
+    def _follow_partition(self, name: str, pid: int) -> None:
+        """A partition led here was deposed: what it appends from now on comes from its new leader, undelivered
+        here (its groups keep what they hold: delivered at least once)."""
+        topic = self.topics.get(name)
+        if topic is not None:
+            topic.store.following.add(pid)
 
     def open_schedule(self, name: str, storage: str) -> ScheduleStore:
         """A topic's schedule store (delayed messages) at that level (not recovered yet): the file level's lives in

@@ -1,6 +1,7 @@
 """The follower's side of a replicated partition (issue 20, item 2): a connection to the partition's leader,
 authenticated by the cluster secret, over which it asks for the records it lacks and stores each batch with the
-leader's seqs (never delivering them: only a leader delivers), answering what it holds durably.
+leader's seqs (never delivering them: only a leader delivers), answering what it holds durably. Each fetch names
+the leader epoch it follows: a leader of another epoch refuses it (fencing, election.py).
 
 A batch that starts past the follower's next seq (the leader's older segments were finished and deleted) moves
 the follower on to it; one it already holds is skipped. The connection is opened again (with backoff) whenever
@@ -47,13 +48,14 @@ class _Link(asyncio.Protocol):
 
 class PartitionFollower:
     def __init__(self, topic: str, partition: int, store, node_id: str, leader: Callable[[], tuple[str, int] | None],
-                 secret: str, heartbeat_s: float = 1.0):
+                 secret: str, heartbeat_s: float = 1.0, epoch: Callable[[], int] = lambda: 0):
         self.topic = topic
         self.partition = partition
         self.store = store
         self.node_id = node_id
         self.leader = leader  # (host, port) of the partition's leader now, None while unknown
         self.secret = secret
+        self.epoch = epoch  # the leader epoch this follower follows (/partition-state): sent with each fetch
         self.heartbeat_s = heartbeat_s
         self.link: _Link | None = None
         self.task: asyncio.Task | None = None
@@ -87,7 +89,7 @@ class PartitionFollower:
                     self.link = link
                     link.send(p.Hello(p.PROTOCOL_VERSION, self.node_id, p.REPLICA_APP, self.secret,
                                       int(self.heartbeat_s * 1000)))
-                    link.send(p.ReplicaFetch(self.topic, self.partition, self.store.next_seq))
+                    link.send(p.ReplicaFetch(self.topic, self.partition, self.store.next_seq, self.epoch()))
                     self.connected, delay = True, 0.05
                     while not lost.done():
                         await asyncio.wait([lost], timeout=self.heartbeat_s)
@@ -131,7 +133,8 @@ class PartitionFollower:
         store.append(app_id, received_ms, arrays, [tuple(g) for g in groups], done)
 
     def stats(self) -> dict:
-        return {"leader": str(self.leader()), "connected": self.connected, "next_seq": self.store.next_seq}
+        return {"leader": str(self.leader()), "epoch": self.epoch(), "connected": self.connected,
+                "next_seq": self.store.next_seq}
 
 
 def _settle(future: asyncio.Future) -> None:

@@ -8,6 +8,14 @@ segments, then the batches kept in memory since (`recent`), then every new one. 
 has acknowledged what the leader held when it asked. With fewer replicas in sync than `min_insync` a publish is
 refused before anything is stored (`not_enough_replicas`); one whose followers do not answer within
 `ack_timeout_s` fails the same way (it may still be delivered: at least once).
+
+Leader election (election.py) adds an epoch and the in-sync replicas (`isr`, as written in
+`/partition-state/<topic>/<p>`): a publish is acknowledged only once every replica of the ISR holds it (and at
+least `min_insync` do), so whichever in-sync replica takes over holds every acknowledged message. The leader
+changes the ISR in ZooKeeper (compare-and-set, `write_isr`) before it acknowledges without a replica: one that
+disconnected, or lags by more than `lag_timeout_s`; one that caught up joins it. A leader deposed (its write
+refused, a newer epoch seen, a follower fetching at a newer epoch) fails its pending publishes (`not_leader`)
+and never acknowledges again.
 """
 
 from __future__ import annotations
@@ -30,6 +38,22 @@ class NotEnoughReplicas(Exception):
     code = p.E_NOT_ENOUGH_REPLICAS
 
 
+class NotLeading(Exception):
+    code = p.E_NOT_LEADER
+
+
+class NotLed:
+    """A replicated partition held here that this broker does not lead now (following, or deposed): publishes are
+    refused, never stored unreplicated (`Topic.leaders` holds it in place of a `PartitionLeader`)."""
+
+    def __init__(self, topic: str, partition: int):
+        self.topic, self.partition = topic, partition
+
+    def admit(self) -> NotLeading:
+        return NotLeading(f"partition {self.partition} of topic {self.topic!r} is not led by this broker now: "
+                          "read /partition-state and send to its leader")
+
+
 class _Follower:
     __slots__ = ("conn", "acked", "caught_up_at", "in_sync")
 
@@ -41,7 +65,16 @@ class _Follower:
 
 
 class PartitionLeader:
-    def __init__(self, topic: str, partition: int, store, min_insync: Callable[[], int], ack_timeout_s: float = 5.0):
+    def __init__(self, topic: str, partition: int, store, min_insync: Callable[[], int], ack_timeout_s: float = 5.0,
+                 *, node_id: str = "", epoch: int = 0, isr: set[str] | None = None,
+                 write_isr: Callable[[set[str]], None] | None = None, lag_timeout_s: float = 2.0):
+        self.node_id = node_id
+        self.epoch = epoch
+        self.isr = set(isr or {node_id})  # as last written in ZooKeeper: every one must hold a publish
+        self.write_isr = write_isr  # (None: no partition state, the static leader of before elections)
+        self.isr_writing = False
+        self.lag_timeout_s = lag_timeout_s
+        self.deposed = False
         self.topic = topic
         self.partition = partition
         self.store = store
@@ -59,7 +92,9 @@ class PartitionLeader:
         """Replicas in sync now, the leader included."""
         return 1 + sum(f.in_sync for f in self.followers.values())
 
-    def admit(self) -> NotEnoughReplicas | None:
+    def admit(self) -> Exception | None:
+        if self.deposed:
+            return NotLed(self.topic, self.partition).admit()
         needed = self.min_insync()
         if self.in_sync() < needed:
             self.refused += 1
@@ -94,13 +129,64 @@ class PartitionLeader:
     def _holding(self, seq: int) -> int:
         return 1 + sum(f.acked >= seq for f in self.followers.values())
 
+    def _isr_hold(self, seq: int) -> bool:
+        acked: dict[str, int] = {}
+        for f in self.followers.values():
+            acked[f.conn.client_id] = max(acked.get(f.conn.client_id, 0), f.acked)
+        return all(acked.get(node, 0) >= seq for node in self.isr if node != self.node_id)
+
     def _release(self) -> None:
+        if self.deposed:
+            return
         needed = self.min_insync()
-        while self.pending and self._holding(self.pending[0][0]) >= needed:
+        while self.pending and self._holding(self.pending[0][0]) >= needed and self._isr_hold(self.pending[0][0]):
             _, _, reply, first, count = self.pending.popleft()
             reply(None, first, count)
 
+    # -- in-sync replicas and fencing ----------------------------------------------------------
+
+    def _review_isr(self) -> None:
+        """Write the ISR to ZooKeeper when it should change: followers caught up join, gone ones leave."""
+        if self.write_isr is None or self.isr_writing or self.deposed:
+            return
+        wanted = {self.node_id} | {f.conn.client_id for f in self.followers.values() if f.in_sync}
+        if wanted != self.isr:
+            self.isr_writing = True
+            log.info("topic %s partition %d: in-sync replicas %s -> %s (epoch %d)", self.topic, self.partition,
+                     sorted(self.isr), sorted(wanted), self.epoch)
+            self.write_isr(wanted)
+
+    def isr_written(self, isr: set[str] | None) -> None:
+        """The ISR write finished (None: it failed; a refused compare-and-set deposes us through the state)."""
+        self.isr_writing = False
+        if isr is not None:
+            self.isr = set(isr)
+            self._release()
+
+    def step_down(self, why: str) -> None:
+        """Deposed: never acknowledge again; what waits fails with `not_leader` (the producer sends it again)."""
+        if self.deposed:
+            return
+        self.deposed = True
+        log.warning("topic %s partition %d: no longer the leader (epoch %d): %s; %d publish(es) not acknowledged",
+                    self.topic, self.partition, self.epoch, why, len(self.pending))
+        while self.pending:
+            _, _, reply, _, _ = self.pending.popleft()
+            reply(NotLeading(f"partition {self.partition} of topic {self.topic!r}: this broker is no longer its "
+                             f"leader ({why}): not acknowledged (it may still be delivered)"), 0, 0)
+        for f in list(self.followers.values()):
+            f.conn.close("deposed")
+        self.followers.clear()
+
     def tick(self, now: float) -> None:
+        if self.pending and now - self.pending[0][1] > self.lag_timeout_s:
+            oldest = self.pending[0][0]
+            for f in self.followers.values():
+                if f.in_sync and f.acked < oldest:  # lagging: out of the ISR until it catches up again
+                    f.in_sync, f.caught_up_at = False, self.store.next_seq - 1
+                    log.warning("topic %s partition %d: follower %s lags by more than %gs", self.topic,
+                                self.partition, f.conn.client_id, self.lag_timeout_s)
+        self._review_isr()
         while self.pending and now - self.pending[0][1] > self.ack_timeout_s:
             _, _, reply, _, _ = self.pending.popleft()
             reply(NotEnoughReplicas(f"fewer than {self.min_insync()} replicas of partition {self.partition} of "
@@ -116,6 +202,7 @@ class PartitionLeader:
         for i in range(0, len(batches), 64):
             conn.send(p.ReplicaRecords(self.topic, self.partition, batches[i:i + 64]))
         self.followers[id(conn)] = _Follower(conn, from_seq - 1, last)
+        self._review_isr()
         log.info("topic %s partition %d: follower %s fetches from seq %d (%d batches to catch up)", self.topic,
                  self.partition, conn.client_id, from_seq, len(batches))
 
@@ -128,12 +215,14 @@ class PartitionLeader:
             f.in_sync = True
             log.info("topic %s partition %d: follower %s in sync at seq %d", self.topic, self.partition,
                      f.conn.client_id, f.acked)
+            self._review_isr()
         self._release()
 
     def gone(self, conn) -> None:
         if self.followers.pop(id(conn), None) is not None:
             log.warning("topic %s partition %d: follower %s left the in-sync replicas", self.topic, self.partition,
                         conn.client_id)
+            self._review_isr()
 
     def _from_log(self, from_seq: int) -> list[list]:
         """The batches holding seqs from `from_seq` on: read from the segment files for what the memory no longer
@@ -148,7 +237,8 @@ class PartitionLeader:
         return out + list(self.recent)
 
     def stats(self) -> dict:
-        return {"in_sync": self.in_sync(), "followers": {f.conn.client_id: {"acked": f.acked, "in_sync": f.in_sync}
+        return {"in_sync": self.in_sync(), "epoch": self.epoch, "isr": sorted(self.isr), "deposed": self.deposed,
+                "followers": {f.conn.client_id: {"acked": f.acked, "in_sync": f.in_sync}
                                                           for f in self.followers.values()},
                 "pending": len(self.pending), "refused": self.refused}
 

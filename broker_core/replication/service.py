@@ -1,18 +1,23 @@
-"""Which partitions this broker leads or follows, from the placement (issue 20, item 2).
+"""Which partitions this broker leads or follows (issue 20, item 2).
 
-A partition of two or more replicas has a `PartitionLeader` on the broker its placement names first and a
-`PartitionFollower` on every other replica. Leaders are static here (the placement's first replica): electing
-another one when it dies is issue 20 item 2's next step (`/partition-state`, docs/zookeeper-layout.md).
+A partition of two or more replicas has a `PartitionLeader` on the broker its `/partition-state` names leader
+(election.py elects it; without a partition state, the placement's first replica leads, statically) and a
+`PartitionFollower` on every other replica, following the leader of the current epoch. A follower elected leader
+is promoted (`promote`: the broker reopens its partition so its groups deliver it); a leader deposed steps down
+(`demote`).
 `min_insync` is the cluster's (`/meta`); the cluster secret comes from `SWITCHYARD_BROKER_CLUSTER_SECRET` or the
 mode-600 file `SWITCHYARD_BROKER_CLUSTER_SECRET_FILE` names (never argv).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 
+from broker_core.layout import partition_state
+from broker_core.replication.election import StateWriter, decide
 from broker_core.replication.follower import PartitionFollower
-from broker_core.replication.leader import PartitionLeader
+from broker_core.replication.leader import NotLed, PartitionLeader
 from broker_core.secret_source import read_secret
 
 log = logging.getLogger("broker_core.replication")
@@ -21,13 +26,22 @@ SECRET_VAR = "SWITCHYARD_BROKER_CLUSTER_SECRET"
 
 
 class Replication:
-    def __init__(self, state, node_id, heartbeat_s: float = 1.0):
+    def __init__(self, state, node_id, heartbeat_s: float = 1.0, lag_timeout_s: float = 2.0):
         self.state = state
         self.node_id = node_id  # a callable: the node id is known once the broker starts
         self.secret = read_secret(SECRET_VAR, default="") or ""
         self.heartbeat_s = heartbeat_s
+        self.lag_timeout_s = lag_timeout_s
         self.leaders: dict[tuple[str, int], PartitionLeader] = {}
         self.followers: dict[tuple[str, int], PartitionFollower] = {}
+        self.writer: StateWriter | None = None  # set once ZooKeeper is connected (None: no elections)
+        self.promote = lambda name, pid: True  # the broker's: a followed partition is led here from now on
+        self.demote = lambda name, pid: None  # the broker's: a led partition is followed here from now on
+        self.topics: dict[str, object] = {}
+        self._writing: set[tuple[str, int]] = set()  # partitions whose state this broker is writing
+        self._seen: set[tuple[str, int]] = set()  # partitions this process led or followed
+        self._next_review = 0.0
+        self.elections = 0
 
     def min_insync(self) -> int:
         return int((self.state.meta or {}).get("min_insync") or 1)
@@ -38,28 +52,106 @@ class Replication:
         return (info["host"], int(info["port"])) if info else None
 
     def refresh(self, name: str, topic) -> None:
-        """Lead or follow the topic's replicated partitions this broker holds, as its placement says now."""
+        """Lead or follow the topic's replicated partitions this broker holds, as its partition states (else its
+        placement) say now; elect where election.py says this broker should."""
         me = self.node_id()
+        self.topics[name] = topic
+        led: dict[int, object] = {}
         for pid, replicas in (self.state.placements.get(name) or {}).items():
             key, store = (name, pid), topic.store.stores.get(pid)
             if len(replicas) < 2 or store is None:
                 continue
-            if replicas[0] == me and key not in self.leaders:
-                self._stop_following(key)
-                self.leaders[key] = PartitionLeader(name, pid, store, self.min_insync)
-            elif replicas[0] != me and key not in self.followers:
+            st = self.state.partition_state(name, pid)
+            if st is not None:
+                self._elect(key, replicas, st, store)
+            leader_node = self.state.leader_of(name, pid)
+            epoch = st["leader_epoch"] if st else 0
+            if leader_node == me:
+                self._lead(key, store, st, topic)
+            else:
+                self._follow(key, store, leader_node, epoch)
+            led[pid] = self.leaders.get(key) or NotLed(name, pid)
+        topic.leaders = led
+
+    def _lead(self, key, store, st: dict | None, topic) -> None:
+        leader = self.leaders.get(key)
+        epoch = st["leader_epoch"] if st else 0
+        if leader is not None and leader.epoch == epoch:
+            return
+        if leader is not None:
+            leader.step_down(f"epoch {epoch} began")
+        if key in self.followers:
+            self._stop_following(key)
+            if not self.promote(*key):  # its store is busy: the broker calls refresh again
                 self.leaders.pop(key, None)
-                if not self.secret:
-                    log.error("topic %s partition %d: this broker follows it but has no cluster secret (%s_FILE): "
-                              "it cannot replicate", name, pid, SECRET_VAR)
-                    continue
-                follower = PartitionFollower(name, pid, store, me, lambda n=name, q=pid: self._leader_address(n, q),
-                                             self.secret, self.heartbeat_s)
-                self.followers[key] = follower
-                follower.start()
-        topic.leaders = {pid: leader for (t, pid), leader in self.leaders.items() if t == name}
+                return
+            store = topic.store.stores[key[1]]
+        self._seen.add(key)
+        me = self.node_id()
+        self.leaders[key] = PartitionLeader(
+            key[0], key[1], store, self.min_insync, node_id=me, epoch=epoch,
+            isr=set(st["isr"]) | {me} if st else {me}, lag_timeout_s=self.lag_timeout_s,
+            write_isr=functools.partial(self._write_isr, key) if st is not None else None)
+        log.info("topic %s partition %d: led by this broker (epoch %d)", key[0], key[1], epoch)
+
+    def _follow(self, key, store, leader_node: str, epoch: int) -> None:
+        leader = self.leaders.pop(key, None)
+        if leader is not None:
+            leader.step_down(f"epoch {epoch} is led by {leader_node or 'nobody yet'}")
+            self.demote(*key)
+        follower = self.followers.get(key)
+        if follower is not None and follower.following == (leader_node, epoch):
+            return
+        self._stop_following(key)
+        if not self.secret:
+            log.error("topic %s partition %d: this broker follows it but has no cluster secret (%s_FILE): "
+                      "it cannot replicate", key[0], key[1], SECRET_VAR)
+            return
+        self._seen.add(key)
+        follower = PartitionFollower(key[0], key[1], store, self.node_id(),
+                                     lambda n=key[0], q=key[1]: self._leader_address(n, q), self.secret,
+                                     self.heartbeat_s, epoch=lambda e=epoch: e)
+        follower.following = (leader_node, epoch)
+        self.followers[key] = follower
+        follower.start()
+
+    # -- elections (election.py) ---------------------------------------------------------------
+
+    def _elect(self, key, replicas, st: dict, store) -> None:
+        if self.writer is None or not self.state.ready or key in self._writing:
+            return
+        doc = decide(self.node_id(), replicas, st, self.state.brokers, key not in self._seen, store.next_seq)
+        if doc is not None:
+            log.warning("topic %s partition %d: electing %s for epoch %d (leader was %s, epoch %d)", key[0], key[1],
+                        doc["leader"], doc["leader_epoch"], st["leader"], st["leader_epoch"])
+            self._write(key, doc, st["version"], lambda ok: None)
+
+    def _write_isr(self, key, isr: set[str]) -> None:
+        st = self.state.partition_state(*key)
+        leader = self.leaders.get(key)
+        if st is None or leader is None or key in self._writing or st["leader"] != self.node_id() \
+                or st["leader_epoch"] != leader.epoch:
+            if leader is not None:
+                leader.isr_written(None)
+            return
+        doc = partition_state(self.node_id(), leader.epoch, sorted(isr), st.get("epoch_start_seq", 0))
+        self._write(key, doc, st["version"], lambda ok: leader.isr_written(set(isr) if ok else None))
+
+    def _write(self, key, doc: dict, version: int, then) -> None:
+        self._writing.add(key)
+
+        def done(new_version: int | None) -> None:
+            self._writing.discard(key)
+            if new_version is not None:
+                if doc["leader_epoch"] != (self.state.partition_state(*key) or {}).get("leader_epoch"):
+                    self.elections += 1
+                self.state.apply("pstate", (key[0], str(key[1])), {**doc, "version": new_version})
+            then(new_version is not None)
+
+        self.writer.write(key[0], key[1], doc, version, done)
 
     def forget(self, name: str) -> None:
+        self.topics.pop(name, None)
         for key in [k for k in self.leaders if k[0] == name]:
             del self.leaders[key]
         for key in [k for k in self.followers if k[0] == name]:
@@ -74,8 +166,11 @@ class Replication:
 
     def fetch(self, conn, ev) -> None:
         leader = self.leaders.get((ev.topic, ev.partition))
-        if leader is None:
-            conn.error(None, "not_leader", f"this broker does not lead partition {ev.partition} of {ev.topic!r}")
+        if leader is not None and ev.leader_epoch > leader.epoch:  # fenced: another broker leads a newer epoch
+            leader.step_down(f"follower {conn.client_id} follows epoch {ev.leader_epoch}")
+        if leader is None or leader.deposed or ev.leader_epoch != leader.epoch:
+            conn.error(None, "not_leader", f"this broker does not lead partition {ev.partition} of {ev.topic!r} "
+                                           f"at epoch {ev.leader_epoch}")
             return
         leader.fetch(conn, ev.from_seq)
 
@@ -91,12 +186,18 @@ class Replication:
     def tick(self, now: float) -> None:
         for leader in self.leaders.values():
             leader.tick(now)
+        if self.writer is not None and now >= self._next_review:  # elections a failed write left undone
+            self._next_review = now + 1.0
+            for name in {k[0] for k in self.followers} | {k[0] for k in self.leaders}:
+                topic = self.topics.get(name)
+                if topic is not None:
+                    self.refresh(name, topic)
 
     def stop(self) -> None:
         for key in list(self.followers):
             self._stop_following(key)
 
     def stats(self, name: str) -> dict:
-        return {"min_insync": self.min_insync(),
+        return {"min_insync": self.min_insync(), "elections": self.elections,
                 "leading": {str(pid): leader.stats() for (t, pid), leader in self.leaders.items() if t == name},
                 "following": {str(pid): f.stats() for (t, pid), f in self.followers.items() if t == name}}
