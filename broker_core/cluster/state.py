@@ -188,9 +188,11 @@ class ClusterState:
         if not replicas:
             return ""
         state = self.partition_states.get((topic, partition))
-        if state and state.get("leader_epoch") and state.get("leader") in replicas:
+        if state is None:
+            return replicas[0]  # no partition state: the placement's first replica
+        if state["leader_epoch"] and state["leader"] in replicas:
             return state["leader"]  # elected (issue 20): /partition-state
-        return replicas[0]  # not elected yet (or no partition state): the placement's first replica
+        return ""  # not elected yet
 
     def partition_state(self, topic: str, partition: int) -> dict | None:
         return self.partition_states.get((topic, partition))

@@ -59,46 +59,49 @@ class Replication:
         led: dict[int, object] = {}
         for pid, replicas in (self.state.placements.get(name) or {}).items():
             key, store = (name, pid), topic.store.stores.get(pid)
-            if len(replicas) < 2 or store is None:
-                continue
+            if len(replicas) < 2 or store is None or me not in replicas:
+                continue  # (a partition held from before the placement, not a replica: neither leads nor follows)
             st = self.state.partition_state(name, pid)
-            if st is not None:
-                self._elect(key, replicas, st, store)
-            leader_node = self.state.leader_of(name, pid)
-            epoch = st["leader_epoch"] if st else 0
-            if leader_node == me:
-                self._lead(key, store, st, topic)
+            if st is None:
+                if key not in self._seen:
+                    log.warning("topic %s partition %d: no /partition-state (the control plane creates it with the "
+                                "placement): not led here until it comes", name, pid)
+                    self._seen.add(key)
             else:
-                self._follow(key, store, leader_node, epoch)
+                self._elect(key, replicas, st, store)
+                if st["leader_epoch"] == 0:
+                    pass  # not elected yet: the first registered replica is electing itself
+                elif self.state.leader_of(name, pid) == me:
+                    self._lead(key, store, st, topic)
+                else:
+                    self._follow(key, store, st["leader"], st["leader_epoch"])
             led[pid] = self.leaders.get(key) or NotLed(name, pid)
         topic.leaders = led
 
-    def _lead(self, key, store, st: dict | None, topic) -> None:
+    def _lead(self, key, store, st: dict, topic) -> None:
         leader = self.leaders.get(key)
-        epoch = st["leader_epoch"] if st else 0
+        epoch = st["leader_epoch"]
         if leader is not None and leader.epoch == epoch:
             return
         if leader is not None:
             leader.step_down(f"epoch {epoch} began")
-        if key in self.followers:
-            self._stop_following(key)
-            if not self.promote(*key):  # its store is busy: the broker calls refresh again
-                self.leaders.pop(key, None)
-                return
-            store = topic.store.stores[key[1]]
+        self._stop_following(key)
+        if not self.promote(*key):  # its store is busy: the broker calls refresh again
+            self.leaders.pop(key, None)
+            return
+        store = topic.store.stores[key[1]]
         self._seen.add(key)
         me = self.node_id()
         self.leaders[key] = PartitionLeader(
-            key[0], key[1], store, self.min_insync, node_id=me, epoch=epoch,
-            isr=set(st["isr"]) | {me} if st else {me}, lag_timeout_s=self.lag_timeout_s,
-            write_isr=functools.partial(self._write_isr, key) if st is not None else None)
+            key[0], key[1], store, self.min_insync, node_id=me, epoch=epoch, isr=set(st["isr"]) | {me},
+            lag_timeout_s=self.lag_timeout_s, write_isr=functools.partial(self._write_isr, key))
         log.info("topic %s partition %d: led by this broker (epoch %d)", key[0], key[1], epoch)
 
     def _follow(self, key, store, leader_node: str, epoch: int) -> None:
         leader = self.leaders.pop(key, None)
         if leader is not None:
             leader.step_down(f"epoch {epoch} is led by {leader_node or 'nobody yet'}")
-            self.demote(*key)
+        self.demote(*key)  # (also a partition opened before its placement or state was read)
         follower = self.followers.get(key)
         if follower is not None and follower.following == (leader_node, epoch):
             return
@@ -188,10 +191,8 @@ class Replication:
             leader.tick(now)
         if self.writer is not None and now >= self._next_review:  # elections a failed write left undone
             self._next_review = now + 1.0
-            for name in {k[0] for k in self.followers} | {k[0] for k in self.leaders}:
-                topic = self.topics.get(name)
-                if topic is not None:
-                    self.refresh(name, topic)
+            for name, topic in list(self.topics.items()):
+                self.refresh(name, topic)
 
     def stop(self) -> None:
         for key in list(self.followers):
