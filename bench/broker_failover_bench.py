@@ -87,9 +87,9 @@ async def trials(args, zk: str, pv, brokers: dict, start) -> list[tuple[float, f
             brokers[victim].kill()
             brokers[victim].wait()
             shutil.rmtree(args.workdir / victim / "data")
-            await wait_until(lambda: partition_state(pv)["leader_epoch"] > before["leader_epoch"], 60, "an election")
+            await wait_until(lambda b=before: partition_state(pv)["leader_epoch"] > b["leader_epoch"], 60, "an election")
             elected = time.monotonic() - killed
-            await wait_until(lambda: any(sent >= killed for sent, _ in acks), 60, "a publish accepted")
+            await wait_until(lambda k=killed: any(sent >= k for sent, _ in acks), 60, "a publish accepted")
             accepted = min(done for sent, done in acks if sent >= killed) - killed
             print(f"  trial {trial + 1}: killed {victim}; elected {elected:.2f} s, accepted {accepted:.2f} s "
                   f"(new leader {partition_state(pv)['leader']})", flush=True)

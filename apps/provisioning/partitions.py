@@ -43,11 +43,15 @@ def placement_doc(session, topic) -> dict | None:
 def write(session, topic) -> dict | None:
     """Write the topic's placement if it is missing or no longer fits; returns what was written."""
     doc = placement_doc(session, topic)
+    placed = doc
+    if placed is None and wanted(topic):  # the placement stands: its partition states may still be missing
+        node = session.read(LAYOUT.placement(topic.name))
+        placed = decode(node.data) if node is not None else None
+    for part in (placed or {}).get("partitions", []):  # the brokers elect each leader there (never reset here)
+        path = LAYOUT.partition_state(topic.name, part["id"])
+        if len(part["replicas"]) > 1 and session.read(path) is None:
+            session.put(path, encode(initial_partition_state(part["replicas"])))
     if doc is not None:
-        for part in doc["partitions"]:  # the brokers elect each replicated partition's leader there (never reset)
-            path = LAYOUT.partition_state(topic.name, part["id"])
-            if len(part["replicas"]) > 1 and session.read(path) is None:
-                session.put(path, encode(initial_partition_state(part["replicas"])))
         session.put(LAYOUT.placement(topic.name), encode(doc))
     return doc
 

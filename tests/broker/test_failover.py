@@ -79,21 +79,24 @@ def test_a_killed_leader_with_its_disk_lost_is_replaced_and_no_acknowledged_mess
                     errors.append(exc)
                 i += 100
 
-    publisher = threading.Thread(target=publish)
-    publisher.start()
-    wait_for(lambda: len(acked) >= 5_000, 30, "5,000 acknowledged publishes before the kill")
-    victim.kill(signal.SIGKILL)
-    shutil.rmtree(victim.data_dir)
-    publisher.join(60)
-    assert not publisher.is_alive() and len(acked) >= 20_000
+    got = Received()  # a consumer reads (and acknowledges) throughout: what failover delivers again is counted
+    with Consumer("orders", "billing", got.handler("c"), **cluster.client_kwargs(credit=2000)):
+        publisher = threading.Thread(target=publish)
+        publisher.start()
+        wait_for(lambda: len(acked) >= 5_000, 30, "5,000 acknowledged publishes before the kill")
+        victim.kill(signal.SIGKILL)
+        shutil.rmtree(victim.data_dir)
+        publisher.join(60)
+        assert not publisher.is_alive() and len(acked) >= 20_000
 
-    after = state(cluster, 0)
-    assert after["leader"] != victim.node_id and after["leader_epoch"] > before["leader_epoch"]
-    assert after["leader"] in before["isr"], "an in-sync replica took over"
-    # the killed broker comes back with an empty folder: an empty follower that catches up
-    victim.start()
-    wait_for(lambda: all(len(state(cluster, pid)["isr"]) == 2 for pid in range(3)), 30, "the empty broker in sync")
-    received = consume_all(cluster, set(acked))
+        after = state(cluster, 0)
+        assert after["leader"] != victim.node_id and after["leader_epoch"] > before["leader_epoch"]
+        assert after["leader"] in before["isr"], "an in-sync replica took over"
+        # the killed broker comes back with an empty folder: an empty follower that catches up
+        victim.start()
+        wait_for(lambda: all(len(state(cluster, pid)["isr"]) == 2 for pid in range(3)), 30, "the empty broker in sync")
+        wait_for(lambda: set(got.ids("c")) >= set(acked), 30, f"all {len(acked)} acknowledged messages consumed")
+    received = Counter(got.ids("c"))
     lost = set(acked) - set(received)
     duplicates = sum(n - 1 for n in received.values())
     print(f"\n{len(acked)} acknowledged, {len(lost)} lost, {duplicates} duplicates, {len(errors)} refused batches")
