@@ -230,6 +230,9 @@ ReplicaRecords = _kind(41, SERVER, "ReplicaRecords", "Batches of the partition's
                        topic=str, partition=int, batches=list)
 ReplicaStored = _kind(42, CLIENT, "ReplicaStored", "The follower holds the partition durably up to `through_seq`.",
                       topic=str, partition=int, through_seq=int)
+ReplicaAcks = _kind(43, SERVER, "ReplicaAcks", "The group finished these seqs of the partition on the leader (acked, "
+                    "or done with): the follower finishes them too, so a failover delivers them no more.",
+                    topic=str, partition=int, group=str, seqs=list)
 
 _PING_FRAME = HEADER.pack(MAGIC, PROTOCOL_VERSION, Ping.code, 1) + msgpack.packb([])
 _PONG_FRAME = HEADER.pack(MAGIC, PROTOCOL_VERSION, Pong.code, 1) + msgpack.packb([])

@@ -1,7 +1,8 @@
 """The follower's side of a replicated partition (issue 20, item 2): a connection to the partition's leader,
 authenticated by the cluster secret, over which it asks for the records it lacks and stores each batch with the
 leader's seqs (never delivering them: only a leader delivers), answering what it holds durably. Each fetch names
-the leader epoch it follows: a leader of another epoch refuses it (fencing, election.py).
+the leader epoch it follows: a leader of another epoch refuses it (fencing, election.py). What the leader's
+groups finish comes as `ReplicaAcks`: finished here too (file level), so a failover does not deliver it again.
 
 A batch that starts past the follower's next seq (the leader's older segments were finished and deleted) moves
 the follower on to it; one it already holds is skipped. The connection is opened again (with backoff) whenever
@@ -11,11 +12,13 @@ it ends, from the follower's next seq.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import functools
 import logging
 from collections.abc import Callable
 
 from broker_core import protocol as p
+from broker_core.storage.store import StoredMessage
 
 log = logging.getLogger("broker_core.replication")
 
@@ -61,6 +64,7 @@ class PartitionFollower:
         self.task: asyncio.Task | None = None
         self.stopped = False
         self.stored_batches = 0
+        self.finished = 0  # (message, group) pairs finished here because the leader's group did
         self.connected = False
 
     def start(self) -> None:
@@ -102,6 +106,8 @@ class PartitionFollower:
         if type(event) is p.ReplicaRecords:
             for batch in event.batches:
                 self._store(batch)
+        elif type(event) is p.ReplicaAcks:
+            self._finish(event.group, event.seqs)
         elif type(event) is p.Ping:
             self.link.send(p.Pong())
         elif type(event) is p.Error:
@@ -132,9 +138,27 @@ class PartitionFollower:
 
         store.append(app_id, received_ms, arrays, [tuple(g) for g in groups], done)
 
+    def _finish(self, group: str, seqs: list) -> None:
+        """The leader's group finished these seqs: finish them here too (the file level: its segments say which
+        group still owes what; an ack for a seq not held, or no longer owed, is skipped)."""
+        segments = [s for s in getattr(self.store, "segments", ()) if not s.deleted]
+        bases = [s.base for s in segments]
+        done = []
+        for seq in seqs:
+            i = bisect.bisect_right(bases, seq) - 1
+            if i < 0 or seq >= self.store.next_seq:
+                continue
+            seg = segments[i]
+            at = seq - seg.base
+            if at < len(seg.owing) and seg.owing[at]:
+                done.append(StoredMessage(seq, [], None, 0, (), segment=seg))
+        if done:
+            self.store.finish_many(done, group)
+            self.finished += len(done)
+
     def stats(self) -> dict:
         return {"leader": str(self.leader()), "epoch": self.epoch(), "connected": self.connected,
-                "next_seq": self.store.next_seq}
+                "next_seq": self.store.next_seq, "finished": self.finished}
 
 
 def _settle(future: asyncio.Future) -> None:

@@ -85,6 +85,8 @@ class PartitionLeader:
         self._recent_messages = 0
         self.pending: deque[tuple[int, float, Callable, int, int]] = deque()  # (last seq, since, reply, first, n)
         self.refused = 0
+        self.finished_out: dict[str, list[int]] = {}  # group -> seqs finished since the last tick (to the followers)
+        self.acks_sent = 0
 
     # -- publishing --------------------------------------------------------------------------
 
@@ -178,7 +180,23 @@ class PartitionLeader:
             f.conn.close("deposed")
         self.followers.clear()
 
+    def finished(self, group: str, seqs: list[int]) -> None:
+        """The group finished these seqs here: sent to the followers at the next tick (`ReplicaAcks`)."""
+        if self.followers and not self.deposed:
+            self.finished_out.setdefault(group, []).extend(seqs)
+
+    def _send_acks(self) -> None:
+        out, self.finished_out = self.finished_out, {}
+        for group, seqs in out.items():
+            for i in range(0, len(seqs), 10_000):
+                frame = p.ReplicaAcks(self.topic, self.partition, group, seqs[i:i + 10_000])
+                for f in self.followers.values():
+                    f.conn.send(frame)
+            self.acks_sent += len(seqs)
+
     def tick(self, now: float) -> None:
+        if self.finished_out:
+            self._send_acks()
         if self.pending and now - self.pending[0][1] > self.lag_timeout_s:
             oldest = self.pending[0][0]
             for f in self.followers.values():
@@ -240,7 +258,7 @@ class PartitionLeader:
         return {"in_sync": self.in_sync(), "epoch": self.epoch, "isr": sorted(self.isr), "deposed": self.deposed,
                 "followers": {f.conn.client_id: {"acked": f.acked, "in_sync": f.in_sync}
                                                           for f in self.followers.values()},
-                "pending": len(self.pending), "refused": self.refused}
+                "pending": len(self.pending), "refused": self.refused, "acks_sent": self.acks_sent}
 
 
 def _records(path: Path) -> list:

@@ -77,6 +77,13 @@ class Replication:
                     self._follow(key, store, st["leader"], st["leader_epoch"])
             led[pid] = self.leaders.get(key) or NotLed(name, pid)
         topic.leaders = led
+        if led:
+            topic.store.on_finished = functools.partial(self._finished, name)
+
+    def _finished(self, name: str, pid: int, group: str, seqs: list[int]) -> None:
+        leader = self.leaders.get((name, pid))
+        if leader is not None:
+            leader.finished(group, seqs)
 
     def _lead(self, key, store, st: dict, topic) -> None:
         leader = self.leaders.get(key)

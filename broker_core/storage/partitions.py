@@ -73,6 +73,8 @@ class PartitionedStore:
         self.following = set(following)  # partitions this broker follows: recovered, never delivered here
         self.single = single
         self._last: TopicStore | None = None  # the store of the last append (its `last_batch`)
+        # (partition, group, seqs) each time groups finish messages: a replicated partition's leader sends them on
+        self.on_finished: Callable[[int, str, list[int]], None] | None = None
 
     # -- partitions --------------------------------------------------------------------------
 
@@ -137,9 +139,11 @@ class PartitionedStore:
 
     def finish(self, message: StoredMessage, group: str) -> None:
         self.part(message.seq).finish(message, group)
+        if self.on_finished is not None:
+            self.on_finished(partition_of(message.seq), group, [message.seq])
 
     def finish_many(self, messages: list[StoredMessage], group: str) -> None:
-        if len(self.stores) == 1:
+        if len(self.stores) == 1 and self.on_finished is None:
             self.home.finish_many(messages, group)
             return
         by_part: dict[int, list[StoredMessage]] = {}
@@ -147,6 +151,8 @@ class PartitionedStore:
             by_part.setdefault(partition_of(m.seq), []).append(m)
         for pid, some in by_part.items():
             (self.stores.get(pid) or self.home).finish_many(some, group)
+            if self.on_finished is not None:
+                self.on_finished(pid, group, [m.seq for m in some])
 
     def dead_letter(self, message: StoredMessage, group: str, cause: str, attempts: int, now_ms: int,
                     finish: bool = True) -> None:

@@ -25,7 +25,7 @@ from tests.broker.helpers import Received
 SECRET_VAR = "SWITCHYARD_BROKER_CLUSTER_SECRET_FILE"
 
 
-def replicated(cluster, brokers: int, partitions: int, min_insync: int = 1):
+def replicated(cluster, brokers: int, partitions: int, min_insync: int = 1, extra: tuple[str, ...] = ()):
     """`brokers` brokers holding `orders` (replication factor 2), every partition led and its two replicas in
     sync; returns the brokers by node id."""
     secret = cluster.state / "cluster-secret"
@@ -35,7 +35,8 @@ def replicated(cluster, brokers: int, partitions: int, min_insync: int = 1):
     cluster.pv.meta(min_insync=min_insync)
     cluster.pv.topic("orders", partitions=partitions, replication_factor=2)
     cluster.pv.binding("orders", "billing", APP)
-    nodes = {b.node_id: b for b in (cluster.broker("--replica-lag-timeout-ms", "1000", env={SECRET_VAR: str(secret)})
+    nodes = {b.node_id: b for b in (cluster.broker("--replica-lag-timeout-ms", "1000", *extra,
+                                                                   env={SECRET_VAR: str(secret)})
                                     for _ in range(brokers))}
     cluster.pv.placement("orders", partitions, 2, list(nodes))
     for pid in range(partitions):
@@ -125,14 +126,14 @@ def test_a_follower_restarted_after_missing_writes_catches_up_and_then_takes_ove
 
 
 def test_a_deposed_leader_never_acknowledges_again(cluster):
-    nodes = replicated(cluster, brokers=2, partitions=1)
+    nodes = replicated(cluster, brokers=2, partitions=1, extra=("--heartbeat-ms", "10000"))  # outlives the freeze
     old = nodes[state(cluster, 0)["leader"]]
     new = next(b for b in nodes.values() if b is not old)
     epoch = state(cluster, 0)["leader_epoch"]
 
     async def stale_publish():
         conn = await BrokerConnection.open(BrokerAddress(old.node_id, "127.0.0.1", old.port), app_id=APP,
-                                           secret=SECRET, client_id="stale")
+                                           secret=SECRET, client_id="stale", heartbeat_ms=10_000)
         try:
             old.kill(signal.SIGSTOP)  # frozen: its ZooKeeper session expires, the follower takes over
             await asyncio.get_running_loop().run_in_executor(

@@ -35,6 +35,7 @@ KINDS = {
     "ReplicaFetch": (40, "client", ("topic", "partition", "from_seq", "leader_epoch")),  # broker to broker (issue 20)
     "ReplicaRecords": (41, "server", ("topic", "partition", "batches")),
     "ReplicaStored": (42, "client", ("topic", "partition", "through_seq")),
+    "ReplicaAcks": (43, "server", ("topic", "partition", "group", "seqs")),
 }
 
 # the message array ["m1", "x", nil, nil, {}, b"b", 0, 0, 0, 0]: fixarray 10, fixstr, fixstr, nil, nil, fixmap 0,
@@ -74,6 +75,7 @@ FRAMES = [
     (p.ReplicaRecords("t", 0, [[1, "app", 5, [p.message("m1", "x", b"b")], [["g"]]]]), "29 00000021",
      "93 a1 74 00 91 95 01 a3 617070 05 91" + MESSAGE + " 91 91 a1 67"),
     (p.ReplicaStored("t", 0, 500), "2a 00000007", "93 a1 74 00 cd 01f4"),
+    (p.ReplicaAcks("t", 0, "g", [1, 2]), "2b 00000009", "94 a1 74 00 a1 67 92 01 02"),
 ]
 
 
