@@ -150,6 +150,7 @@ def test_a_deposed_leader_never_acknowledges_again(cluster):
             asyncio.run(stale_publish())
     finally:
         old.kill(signal.SIGCONT)
+    print(f"\nthe deposed leader answered: {refused.value.code}: {refused.value}")
     assert refused.value.code in (p.E_NOT_LEADER, p.E_NOT_ENOUGH_REPLICAS), "not acknowledged"
     assert state(cluster, 0)["leader_epoch"] == epoch + 1
     wait_for(lambda: not leads(old, 0), 10, "the old leader to step down")
