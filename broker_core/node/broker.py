@@ -12,6 +12,7 @@ import gc
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import time
@@ -32,6 +33,7 @@ from broker_core.node.counters import SAVE_S, CarriedCounters, live_counts
 from broker_core.node.options import Options
 from broker_core.node.server import ClientConnection
 from broker_core.replication.election import StateWriter
+from broker_core.replication.follower import DIVERGED_MARK
 from broker_core.replication.service import Replication
 from broker_core.storage.file_dead_letters import safe_name
 from broker_core.storage.file_store import FileStore
@@ -77,6 +79,7 @@ class Broker:
         self.replication = Replication(self.state, lambda: self.node_id,
                                        lag_timeout_s=options.replica_lag_timeout_ms / 1000)
         self.replication.promote, self.replication.demote = self._lead_partition, self._follow_partition
+        self.replication.reset = self._reset_partition
         self.store_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="store")
         self.auth_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="auth")
         self.membership: ZkMembership | None = None
@@ -198,7 +201,11 @@ class Broker:
         if storage == "memory":
             return MemoryStore(notify=self.loop.call_soon, first_seq=partition_base(partition))
         opts = self.options
-        return FileStore(partition_dir(opts.data_dir / "topics" / safe_name(name), partition),
+        folder = partition_dir(opts.data_dir / "topics" / safe_name(name), partition)
+        if (folder / DIVERGED_MARK).exists():  # its leader refused this copy before the restart: fetched anew
+            log.warning("topic %s: partition %d emptied (its copy differed from its leader's)", name, partition)
+            shutil.rmtree(folder)
+        return FileStore(folder,
                          executor=self.store_executor, notify=self.loop.call_soon_threadsafe, fsync=opts.fsync,
                          segment_bytes=opts.segment_bytes, fsync_interval_s=opts.fsync_interval_ms / 1000,
                          retention_s=lambda: self._retention_s(name), idle_s=opts.segment_idle_s,
@@ -244,6 +251,29 @@ class Broker:
         topic = self.topics.get(name)
         if topic is not None:
             topic.store.following.add(pid)
+
+    def _reset_partition(self, name: str, pid: int, now: bool) -> None:
+        """A followed partition whose copy its leader refused (replication/leader.py): emptied and fetched anew
+        (`now`), or marked to be emptied at the next start (its groups hold its messages: led by this process)."""
+        topic = self.topics.get(name)
+        if topic is None or pid not in topic.store.stores:
+            return
+        old = topic.store.stores[pid]
+        folder = partition_dir(self.options.data_dir / "topics" / safe_name(name), pid)
+        if not now:
+            if topic.store.durable:
+                (folder / DIVERGED_MARK).touch()
+            return
+        if getattr(old, "busy", False):
+            self.loop.call_later(0.01, self._reset_partition, name, pid, now)
+            return
+        old.close()
+        storage = "file" if topic.store.durable else "memory"
+        if storage == "file":
+            shutil.rmtree(folder, ignore_errors=True)
+        topic.store.add(pid, self._open_partition(name, pid, storage))  # (empty: owes nothing)
+        log.warning("topic %s: partition %d emptied here, to be fetched again from its leader", name, pid)
+        self.replication.refresh(name, topic)
 
     def open_schedule(self, name: str, storage: str) -> ScheduleStore:
         """A topic's schedule store (delayed messages) at that level (not recovered yet): the file level's lives in

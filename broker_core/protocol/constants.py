@@ -46,6 +46,9 @@ E_INTERNAL = "internal"
 E_DELAY_NOT_SUPPORTED = "delay_not_supported"  # a delayed message on a transactional or ordered topic
 E_NOT_ENOUGH_REPLICAS = "not_enough_replicas"  # fewer replicas in sync than the cluster's min_insync: not stored
 E_NOT_LEADER = "not_leader"  # the partition is not led by this broker: ask ZooKeeper for its leader and retry there
+# a follower (broker to broker) holds seqs past the leader's epoch start that the leader never gave it: it may hold
+# messages of a deposed leader the new one never had, so it empties its copy and fetches the partition anew
+E_REPLICA_DIVERGED = "replica_diverged"
 
 # --- messages ------------------------------------------------------------------------------
 

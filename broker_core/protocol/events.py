@@ -223,8 +223,10 @@ Unsubscribed = _kind(26, SERVER, "Unsubscribed", "The broker ended a subscriptio
 # and says what it holds durably; the leader acknowledges a publish once `min_insync` replicas hold it.
 ReplicaFetch = _kind(40, CLIENT, "ReplicaFetch", "Send me the partition's batches from `from_seq` on, then each new "
                      "one. `leader_epoch`: the epoch the follower follows (/partition-state); a leader of another "
-                     "epoch refuses (`not_leader`), and one of an older epoch steps down (fencing).",
-                     topic=str, partition=int, from_seq=int, leader_epoch=int)
+                     "epoch refuses (`not_leader`), and one of an older epoch steps down (fencing). `log_epoch`: the "
+                     "epoch whose leader the follower's copy came from last; a copy past the leader's epoch start "
+                     "from another epoch is refused (`replica_diverged`).",
+                     topic=str, partition=int, from_seq=int, leader_epoch=int, log_epoch=int)
 ReplicaRecords = _kind(41, SERVER, "ReplicaRecords", "Batches of the partition's log, in seq order: each "
                        "[first_seq, app_id, received_ms, [message array, ..], [[group, ..], ..]].",
                        topic=str, partition=int, batches=list)

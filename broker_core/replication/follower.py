@@ -15,6 +15,7 @@ import asyncio
 import bisect
 import functools
 import logging
+import os
 from collections.abc import Callable
 
 from broker_core import protocol as p
@@ -59,6 +60,7 @@ class PartitionFollower:
         self.leader = leader  # (host, port) of the partition's leader now, None while unknown
         self.secret = secret
         self.epoch = epoch  # the leader epoch this follower follows (/partition-state): sent with each fetch
+        self.on_diverged: Callable[[], None] = lambda: None  # the leader refused our copy: emptied by the owner
         self.heartbeat_s = heartbeat_s
         self.link: _Link | None = None
         self.task: asyncio.Task | None = None
@@ -93,7 +95,8 @@ class PartitionFollower:
                     self.link = link
                     link.send(p.Hello(p.PROTOCOL_VERSION, self.node_id, p.REPLICA_APP, self.secret,
                                       int(self.heartbeat_s * 1000)))
-                    link.send(p.ReplicaFetch(self.topic, self.partition, self.store.next_seq, self.epoch()))
+                    link.send(p.ReplicaFetch(self.topic, self.partition, self.store.next_seq, self.epoch(),
+                                             log_epoch(self.store)))
                     self.connected, delay = True, 0.05
                     while not lost.done():
                         await asyncio.wait([lost], timeout=self.heartbeat_s)
@@ -103,13 +106,19 @@ class PartitionFollower:
             delay = min(delay * 2, 1.0)
 
     def _on_event(self, event: p.Event) -> None:
-        if type(event) is p.ReplicaRecords:
+        if type(event) is p.ReplicaRecords:  # (the first, maybe empty, says the fetch was accepted)
+            if log_epoch(self.store) != self.epoch():
+                set_log_epoch(self.store, self.epoch())
             for batch in event.batches:
                 self._store(batch)
         elif type(event) is p.ReplicaAcks:
             self._finish(event.group, event.seqs)
         elif type(event) is p.Ping:
             self.link.send(p.Pong())
+        elif type(event) is p.Error and event.code_name == p.E_REPLICA_DIVERGED:
+            log.warning("follower of %s/%d: %s", self.topic, self.partition, event.message)
+            self.stop()
+            self.on_diverged()
         elif type(event) is p.Error:
             # e.g. not_leader: the leader has not seen the placement (or the topic) yet. The link is closed, so
             # `_run` connects again with backoff and asks anew, rather than waiting on a refused fetch for good.
@@ -159,6 +168,33 @@ class PartitionFollower:
     def stats(self) -> dict:
         return {"leader": str(self.leader()), "epoch": self.epoch(), "connected": self.connected,
                 "next_seq": self.store.next_seq, "finished": self.finished}
+
+
+EPOCH_FILE = "leader-epoch"  # in a partition's folder: the epoch whose leader its copy came from last
+DIVERGED_MARK = "diverged"  # in a partition's folder: its leader refused the copy; emptied at the next start
+
+
+def log_epoch(store) -> int:
+    """The leader epoch this partition's copy came from last (0: unknown, e.g. written before elections)."""
+    cached = getattr(store, "log_epoch", None)
+    if cached is None:
+        folder = getattr(store, "dir", None)
+        try:
+            cached = int((folder / EPOCH_FILE).read_text()) if folder is not None else 0
+        except (OSError, ValueError):
+            cached = 0
+        store.log_epoch = cached
+    return cached
+
+
+def set_log_epoch(store, epoch: int) -> None:
+    """From now on this copy comes from `epoch`'s leader (written before anything of that epoch is stored)."""
+    store.log_epoch = epoch
+    folder = getattr(store, "dir", None)
+    if folder is not None:
+        tmp = folder / (EPOCH_FILE + ".tmp")
+        tmp.write_text(str(epoch))
+        os.replace(tmp, folder / EPOCH_FILE)
 
 
 def _settle(future: asyncio.Future) -> None:

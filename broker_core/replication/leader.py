@@ -67,8 +67,11 @@ class _Follower:
 class PartitionLeader:
     def __init__(self, topic: str, partition: int, store, min_insync: Callable[[], int], ack_timeout_s: float = 5.0,
                  *, node_id: str = "", epoch: int = 0, isr: set[str] | None = None,
-                 write_isr: Callable[[set[str]], None] | None = None, lag_timeout_s: float = 2.0):
+                 write_isr: Callable[[set[str]], None] | None = None, lag_timeout_s: float = 2.0,
+                 start_seq: int = 0):
         self.node_id = node_id
+        self.start_seq = start_seq  # this epoch's first seq (`epoch_start_seq`): what came before is every replica's
+        self.fed: dict[str, int] = {}  # follower node -> the last seq this leader sent it
         self.epoch = epoch
         self.isr = set(isr or {node_id})  # as last written in ZooKeeper: every one must hold a publish
         self.write_isr = write_isr  # (None: no partition state, the static leader of before elections)
@@ -115,8 +118,10 @@ class PartitionLeader:
         while self._recent_messages > RECENT_MESSAGES and len(self.recent) > 1:
             self._recent_messages -= len(self.recent.popleft()[3])
         frame = p.ReplicaRecords(self.topic, self.partition, [batch])
+        last = batch[0] + len(arrays) - 1
         for f in self.followers.values():
             f.conn.send(frame)
+            self.fed[f.conn.client_id] = last
 
     def wrap(self, reply: Callable) -> Callable:
         """The publish's reply, held until `min_insync` replicas hold the batch."""
@@ -213,12 +218,26 @@ class PartitionLeader:
 
     # -- followers ---------------------------------------------------------------------------
 
-    def fetch(self, conn, from_seq: int) -> None:
-        """A follower asks from `from_seq`: send what it lacks, then it gets every new batch."""
+    def fetch(self, conn, from_seq: int, copy_epoch: int = 0) -> None:
+        """A follower asks from `from_seq`: send what it lacks, then it gets every new batch. One that holds seqs
+        past this epoch's start that this leader never sent it may hold a deposed leader's messages in their
+        place: refused (`replica_diverged`), it empties its copy and asks from the start."""
         last = self.store.next_seq - 1
+        if from_seq > self.store.next_seq or (copy_epoch != self.epoch and from_seq - 1 > max(
+                self.start_seq - 1, self.fed.get(conn.client_id, 0))):
+            log.warning("topic %s partition %d: follower %s asks from seq %d, past this epoch's start %d and what "
+                        "it got here: its copy may differ, it fetches anew", self.topic, self.partition,
+                        conn.client_id, from_seq, self.start_seq)
+            conn.error(None, p.E_REPLICA_DIVERGED, f"partition {self.partition} of {self.topic!r}: seqs from "
+                                                   f"{self.start_seq} on may differ from the leader's (epoch "
+                                                   f"{self.epoch}): empty the copy and fetch again")
+            return
         batches = [b for b in self._from_log(from_seq) if b[0] + len(b[3]) - 1 >= from_seq]
         for i in range(0, len(batches), 64):
             conn.send(p.ReplicaRecords(self.topic, self.partition, batches[i:i + 64]))
+        if not batches:
+            conn.send(p.ReplicaRecords(self.topic, self.partition, []))  # accepted: the follower notes our epoch
+        self.fed[conn.client_id] = max(self.fed.get(conn.client_id, 0), last)
         self.followers[id(conn)] = _Follower(conn, from_seq - 1, last)
         self._review_isr()
         log.info("topic %s partition %d: follower %s fetches from seq %d (%d batches to catch up)", self.topic,

@@ -16,7 +16,7 @@ import logging
 
 from broker_core.layout import partition_state
 from broker_core.replication.election import StateWriter, decide
-from broker_core.replication.follower import PartitionFollower
+from broker_core.replication.follower import PartitionFollower, set_log_epoch
 from broker_core.replication.leader import NotLed, PartitionLeader
 from broker_core.secret_source import read_secret
 
@@ -37,6 +37,9 @@ class Replication:
         self.writer: StateWriter | None = None  # set once ZooKeeper is connected (None: no elections)
         self.promote = lambda name, pid: True  # the broker's: a followed partition is led here from now on
         self.demote = lambda name, pid: None  # the broker's: a led partition is followed here from now on
+        self.reset = lambda name, pid, now: None  # the broker's: empty a diverged copy (now, or at the next start)
+        self._led: set[tuple[str, int]] = set()  # partitions led by this process: their groups hold messages
+        self._diverged: set[tuple[str, int]] = set()  # copies refused by their leader, emptied at the next start
         self.topics: dict[str, object] = {}
         self._writing: set[tuple[str, int]] = set()  # partitions whose state this broker is writing
         self._seen: set[tuple[str, int]] = set()  # partitions this process led or followed
@@ -99,9 +102,12 @@ class Replication:
         store = topic.store.stores[key[1]]
         self._seen.add(key)
         me = self.node_id()
+        set_log_epoch(store, epoch)  # what it stores from now on is this epoch's
+        self._led.add(key)
         self.leaders[key] = PartitionLeader(
             key[0], key[1], store, self.min_insync, node_id=me, epoch=epoch, isr=set(st["isr"]) | {me},
-            lag_timeout_s=self.lag_timeout_s, write_isr=functools.partial(self._write_isr, key))
+            lag_timeout_s=self.lag_timeout_s, write_isr=functools.partial(self._write_isr, key),
+            start_seq=st.get("epoch_start_seq", 0))
         log.info("topic %s partition %d: led by this broker (epoch %d)", key[0], key[1], epoch)
 
     def _follow(self, key, store, leader_node: str, epoch: int) -> None:
@@ -113,6 +119,8 @@ class Replication:
         if follower is not None and follower.following == (leader_node, epoch):
             return
         self._stop_following(key)
+        if key in self._diverged:
+            return  # its copy is emptied at the next start: until then it does not follow
         if not self.secret:
             log.error("topic %s partition %d: this broker follows it but has no cluster secret (%s_FILE): "
                       "it cannot replicate", key[0], key[1], SECRET_VAR)
@@ -122,8 +130,21 @@ class Replication:
                                      lambda n=key[0], q=key[1]: self._leader_address(n, q), self.secret,
                                      self.heartbeat_s, epoch=lambda e=epoch: e)
         follower.following = (leader_node, epoch)
+        follower.on_diverged = functools.partial(self._diverged_copy, key)
         self.followers[key] = follower
         follower.start()
+
+    def _diverged_copy(self, key) -> None:
+        """The leader refused this copy (it may hold a deposed leader's messages): a copy that only followed is
+        emptied now and fetched anew; one led by this process (its groups hold its messages) at the next start."""
+        self.followers.pop(key, None)
+        now = key not in self._led
+        if not now:
+            self._diverged.add(key)
+            log.error("topic %s partition %d: this broker's copy differs from the leader's since it was deposed; it "
+                      "is emptied and fetched again at the next start of this broker (until then it does not "
+                      "follow)", key[0], key[1])
+        self.reset(key[0], key[1], now)
 
     # -- elections (election.py) ---------------------------------------------------------------
 
@@ -182,7 +203,7 @@ class Replication:
             conn.error(None, "not_leader", f"this broker does not lead partition {ev.partition} of {ev.topic!r} "
                                            f"at epoch {ev.leader_epoch}")
             return
-        leader.fetch(conn, ev.from_seq)
+        leader.fetch(conn, ev.from_seq, ev.log_epoch)
 
     def stored(self, conn, ev) -> None:
         leader = self.leaders.get((ev.topic, ev.partition))

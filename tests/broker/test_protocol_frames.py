@@ -32,7 +32,7 @@ KINDS = {
     "Error": (24, "server", ("ref", "code_name", "message", "fatal")),
     "DeadLetters": (25, "server", ("ref", "entries")),
     "Unsubscribed": (26, "server", ("sub_id", "reason")),
-    "ReplicaFetch": (40, "client", ("topic", "partition", "from_seq", "leader_epoch")),  # broker to broker (issue 20)
+    "ReplicaFetch": (40, "client", ("topic", "partition", "from_seq", "leader_epoch", "log_epoch")),  # broker to broker (issue 20)
     "ReplicaRecords": (41, "server", ("topic", "partition", "batches")),
     "ReplicaStored": (42, "client", ("topic", "partition", "through_seq")),
     "ReplicaAcks": (43, "server", ("topic", "partition", "group", "seqs")),
@@ -70,7 +70,7 @@ FRAMES = [
     (p.Error(None, p.E_BAD_FRAME, "x", True), "18 0000000f", "94 c0 a9 6261645f6672616d65 a1 78 c3"),
     (p.DeadLetters(9, [{"seq": 1}]), "19 00000009", "92 09 91 81 a3 736571 01"),
     (p.Unsubscribed(1, "gone"), "1a 00000007", "92 01 a4 676f6e65"),
-    (p.ReplicaFetch("t", 0, 1, 2), "28 00000006", "94 a1 74 00 01 02"),
+    (p.ReplicaFetch("t", 0, 1, 2, 1), "28 00000007", "95 a1 74 00 01 02 01"),
     # a batch: [first_seq 1, app "app", received_ms 5, [the message], [["g"]]]
     (p.ReplicaRecords("t", 0, [[1, "app", 5, [p.message("m1", "x", b"b")], [["g"]]]]), "29 00000021",
      "93 a1 74 00 91 95 01 a3 617070 05 91" + MESSAGE + " 91 91 a1 67"),
