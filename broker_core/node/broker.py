@@ -31,6 +31,7 @@ from broker_core.delivery.topic import Topic
 from broker_core.delivery.transactions import TxService
 from broker_core.node.counters import SAVE_S, CarriedCounters, live_counts
 from broker_core.node.options import Options
+from broker_core.node.replicas import ReplicaHooks
 from broker_core.node.server import ClientConnection
 from broker_core.replication.election import StateWriter
 from broker_core.replication.follower import DIVERGED_MARK
@@ -59,7 +60,7 @@ except ImportError:  # optional: plain asyncio works, slower
 log = logging.getLogger("broker_core.node")
 
 
-class Broker:
+class Broker(ReplicaHooks):
     def __init__(self, options: Options, trace: TraceSink | None = None):
         self.options = options
         self.state = ClusterState()
@@ -195,7 +196,8 @@ class Broker:
         return PartitionedStore(directory, {pid: self._open_partition(name, pid, storage) for pid in held},
                                 durable=storage != "memory", spare=MemoryStore(notify=self.loop.call_soon),
                                 following={pid for pid in held if self.state.leader_of(name, pid) not in
-                                           (None, self.node_id)}, single=name not in self.state.placements)
+                                           (None, self.node_id) or self._replicated(name, pid)},
+                                single=name not in self.state.placements)
 
     def _open_partition(self, name: str, partition: int, storage: str) -> TopicStore:
         if storage == "memory":
@@ -223,56 +225,11 @@ class Broker:
             if pid not in topic.store.stores:
                 storage = "file" if topic.store.durable else "memory"
                 owed = topic.store.add(pid, self._open_partition(name, pid, storage))
-                if self.state.leader_of(name, pid) == self.node_id:  # a follower's partition delivers nothing
+                if self._replicated(name, pid):
+                    topic.store.following.add(pid)  # until the election says this broker leads it
+                elif self.state.leader_of(name, pid) == self.node_id:  # a follower's partition delivers nothing
                     topic.take_owed(owed)
                 log.info("topic %s: partition %d placed on this broker", name, pid)
-        self.replication.refresh(name, topic)
-
-    def _lead_partition(self, name: str, pid: int) -> bool:
-        """A partition this broker followed is led here now (elected): it is opened again, so its groups get what
-        it holds (a follower's store delivers nothing). False while a flush job runs: refresh comes again."""
-        topic = self.topics.get(name)
-        if topic is None or pid not in topic.store.following:
-            return True
-        old = topic.store.stores[pid]
-        if getattr(old, "busy", False):
-            self.loop.call_later(0.005, self._placement_changed, name)
-            return False
-        old.close()
-        topic.store.following.discard(pid)
-        storage = "file" if topic.store.durable else "memory"
-        topic.take_owed(topic.store.add(pid, self._open_partition(name, pid, storage) if storage == "file" else old))
-        log.warning("topic %s: partition %d is led by this broker now", name, pid)
-        return True
-
-    def _follow_partition(self, name: str, pid: int) -> None:
-        """A partition led here was deposed: what it appends from now on comes from its new leader, undelivered
-        here (its groups keep what they hold: delivered at least once)."""
-        topic = self.topics.get(name)
-        if topic is not None:
-            topic.store.following.add(pid)
-
-    def _reset_partition(self, name: str, pid: int, now: bool) -> None:
-        """A followed partition whose copy its leader refused (replication/leader.py): emptied and fetched anew
-        (`now`), or marked to be emptied at the next start (its groups hold its messages: led by this process)."""
-        topic = self.topics.get(name)
-        if topic is None or pid not in topic.store.stores:
-            return
-        old = topic.store.stores[pid]
-        folder = partition_dir(self.options.data_dir / "topics" / safe_name(name), pid)
-        if not now:
-            if topic.store.durable:
-                (folder / DIVERGED_MARK).touch()
-            return
-        if getattr(old, "busy", False):
-            self.loop.call_later(0.01, self._reset_partition, name, pid, now)
-            return
-        old.close()
-        storage = "file" if topic.store.durable else "memory"
-        if storage == "file":
-            shutil.rmtree(folder, ignore_errors=True)
-        topic.store.add(pid, self._open_partition(name, pid, storage))  # (empty: owes nothing)
-        log.warning("topic %s: partition %d emptied here, to be fetched again from its leader", name, pid)
         self.replication.refresh(name, topic)
 
     def open_schedule(self, name: str, storage: str) -> ScheduleStore:

@@ -67,8 +67,8 @@ class Replication:
             st = self.state.partition_state(name, pid)
             if st is None:
                 if key not in self._seen:
-                    log.warning("topic %s partition %d: no /partition-state (the control plane creates it with the "
-                                "placement): not led here until it comes", name, pid)
+                    log.info("topic %s partition %d: no /partition-state read yet (the control plane creates it "
+                             "with the placement): not led here until it comes", name, pid)
                     self._seen.add(key)
             else:
                 self._elect(key, replicas, st, store)

@@ -166,3 +166,35 @@ def test_a_deposed_leader_never_acknowledges_again(cluster):
     assert "partition 0 emptied (its copy differed from its leader's)" in old.log()
     received = consume_all(cluster, set(sent))
     assert "stale-1" not in received, "the refused message is gone with the deposed leader's copy"
+
+
+def test_a_deposed_leader_killed_and_restarted_with_its_disk_empties_what_its_successor_never_got(cluster):
+    nodes = replicated(cluster, brokers=2, partitions=1, extra=("--heartbeat-ms", "10000"))  # outlives the freeze
+    old = nodes[state(cluster, 0)["leader"]]
+    new = next(b for b in nodes.values() if b is not old)
+
+    async def stale_publish_then_kill():
+        conn = await BrokerConnection.open(BrokerAddress(old.node_id, "127.0.0.1", old.port), app_id=APP,
+                                           secret=SECRET, client_id="stale", heartbeat_ms=10_000)
+        old.kill(signal.SIGSTOP)
+        await asyncio.get_running_loop().run_in_executor(
+            None, lambda: wait_for(lambda: state(cluster, 0)["leader"] == new.node_id, 15, "the election"))
+        conn.request(p.Publish(conn.next_ref(), "orders", [p.message("stale-2", "default", b"x")], 0))
+        await asyncio.sleep(0.2)
+        old.kill(signal.SIGCONT)
+        await asyncio.get_running_loop().run_in_executor(None, lambda: wait_for(
+            lambda: old.stats()["topics"]["orders"]["published"] >= 1, 10, "the stale leader to store it"))
+        old.kill(signal.SIGKILL)  # its disk keeps the message where the new leader stores others
+        conn.close()
+
+    try:
+        asyncio.run(stale_publish_then_kill())
+    finally:
+        old.kill(signal.SIGCONT)
+    with Producer(**cluster.client_kwargs(send_timeout=20)) as producer:
+        sent = producer.send_many("orders", [b"n%d" % i for i in range(50)])
+    old.start()
+    wait_for(lambda: len(state(cluster, 0)["isr"]) == 2, 20, "the restarted broker in sync again")
+    assert "emptied" in old.log(), "its copy was refused and fetched anew"
+    received = consume_all(cluster, set(sent))
+    assert "stale-2" not in received, "the unacknowledged message is gone with the diverged copy"
