@@ -47,7 +47,24 @@ def backlog_for(store, group: str, window: tuple[int, int]) -> Backlog | Partiti
     return None
 
 
-class Backlog:
+class _Reads:
+    """What waits for a backlog's read in flight (`reading`, `queued`)."""
+
+    __slots__ = ()
+
+    def when_idle(self, fn: Callable[[], None]) -> None:
+        """Run `fn` now if no read is in flight, else once the one in flight is done (its messages taken in)."""
+        if self.reading:
+            self.queued.append(fn)
+        else:
+            fn()
+
+    def _run_queued(self) -> None:
+        while self.queued and not self.reading:
+            self.queued.pop(0)()
+
+
+class Backlog(_Reads):
     __slots__ = ("store", "group", "cursor", "end", "unloaded", "finished", "inserts", "head_ms", "reading",
                  "hint", "mean_size", "max_messages", "max_bytes", "closed", "loaded", "queued")
 
@@ -219,19 +236,9 @@ class Backlog:
             on_done()
             self._run_queued()
 
-    def when_idle(self, fn: Callable[[], None]) -> None:
-        """Run `fn` now if no read is in flight, else once the one in flight is done (its messages taken in)."""
-        if self.reading:
-            self.queued.append(fn)
-        else:
-            fn()
-
-    def _run_queued(self) -> None:
-        while self.queued and not self.reading:
-            self.queued.pop(0)()
 
 
-class PartitionedBacklog:
+class PartitionedBacklog(_Reads):
     """A group's backlog on disk for a topic placed in partitions: a `Backlog` per partition led here (made when
     the group is first owed a message of it, or recovered), sharing one window. Reads go to every partition with
     messages on disk at once (the room shared between them) and come back as one batch, merged by received time."""
@@ -337,15 +344,6 @@ class PartitionedBacklog:
 
         next_part()
 
-    def when_idle(self, fn: Callable[[], None]) -> None:
-        if self.reading:
-            self.queued.append(fn)
-        else:
-            fn()
-
-    def _run_queued(self) -> None:
-        while self.queued and not self.reading:
-            self.queued.pop(0)()
 
 
 def _by_partition(messages: list[StoredMessage]) -> list[list[StoredMessage]]:
