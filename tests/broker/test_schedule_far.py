@@ -2,7 +2,7 @@
 
 A broker is sent thousands of messages due 1 to 30 days ahead, and a few due in seconds: the far ones stay in the
 schedule log and its bucket index files (none of them in memory, the broker's RSS grows by far less than their
-bodies), the near ones come at their time. A kill -9 keeps every far one scheduled, still on disk; none of them is
+bodies; their index is one file per hour), the near ones come at their time. A kill -9 keeps every far one scheduled, still on disk; none of them is
 delivered early, before or after the restart.
 """
 
@@ -53,8 +53,11 @@ def test_far_future_messages_stay_on_disk_survive_kill_9_and_none_comes_early(cl
     payload = FAR * BODY
     REPORTS.append(f"delay, far future: {FAR} messages of {BODY} B due 1-30 days ahead ({payload / MiB:.0f} MiB of "
                    f"bodies, {on_disk / MiB:.0f} MiB of schedule log): broker RSS grew {grown / MiB:.1f} MiB; "
-                   f"{figures['in_memory']} entries in memory, {figures['store']['buckets']} buckets")
+                   f"{figures['in_memory']} entries in memory, {figures['store']['buckets']} buckets counted, "
+                   f"{figures['store']['hour_files']} hour index files")
     assert on_disk >= payload, "the bodies are in the schedule log"
+    hour_files, minute_files = len(list(schedule_dir.glob("*.hidx"))), len(list(schedule_dir.glob("*.idx")))
+    assert 0 < hour_files <= 30 * 24 + 1 and minute_files <= 2, "indexed by hour, but for the minute due now"
     assert grown < payload / 2, f"the broker's RSS grew by {grown / MiB:.1f} MiB for {payload / MiB:.0f} MiB of bodies"
 
     received = DueRecorder()
