@@ -96,6 +96,10 @@ class Backlog(_Reads):
         """Messages the group may hold waiting in memory."""
         return max(16, min(self.max_messages, int(self.max_bytes / max(self.mean_size, 1.0))))
 
+    def on_disk_before(self, m: StoredMessage) -> bool:
+        """Some owed message is on disk that a committed transaction message owed from now must come after."""
+        return self.on_disk
+
     def depth(self) -> int:
         return self.unloaded + len(self.inserts)
 
@@ -296,8 +300,13 @@ class PartitionedBacklog(_Reads):
         for some in _by_partition(messages):
             self._part(some[0].seq).spill(some)
 
+    def on_disk_before(self, m: StoredMessage) -> bool:
+        """Its partition has owed messages on disk (a partition with none takes the message into memory)."""
+        part = self.parts.get(partition_of(m.seq))
+        return part is not None and part.on_disk
+
     def insert(self, m: StoredMessage) -> None:
-        self._part(m.seq).insert(m)
+        self.parts[partition_of(m.seq)].insert(m)  # (only when `on_disk_before`)
 
     def read(self, room: int, on_loaded: Callable[[list[StoredMessage]], None]) -> None:
         """Read up to `room` owed messages, shared between the partitions with messages on disk; `on_loaded` once

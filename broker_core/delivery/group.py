@@ -145,7 +145,7 @@ class Group:
 
     def enqueue_committed(self, m: StoredMessage) -> None:
         """A committed transaction message, owed from now (its seq is older): after what is on disk."""
-        if self.backlog is not None and self.backlog.on_disk:
+        if self.backlog is not None and self.backlog.on_disk_before(m):
             self.backlog.insert(m)
         else:
             self._admit([m])

@@ -94,3 +94,45 @@ def test_a_partitioned_topics_backlog_stays_on_disk_survives_kill_9_and_drains_e
         assert mine == sorted(mine), f"partition {pid}'s messages in the order published"
     stats = broker.group_stats("orders", "billing")
     assert (stats["depth"], stats["in_flight"], stats["acked"], stats["on_disk"]) == (0, 0, total, 0)
+
+
+def test_a_transaction_message_committed_while_partitions_are_on_disk_comes_after_its_partitions_backlog(cluster):
+    """A prepared message (kept by the home partition, an old seq) committed while the group's backlog is on disk
+    in both partitions stays owed across a kill -9 and comes once, after what its partition held before the
+    commit; nothing else is lost or repeated."""
+    cluster.standard("orders")
+    cluster.pv.topic("orders", transactional=True, partitions=2, replication_factor=1)
+    cluster.pv.binding("orders", "billing", APP)
+    broker = cluster.broker("--no-trace", "--backlog-window-messages", "100")
+    cluster.pv.placement("orders", 2, 1, [broker.node_id])
+    wait_for(lambda: broker.stats()["topics"].get("orders", {}).get("store", {}).get("partitions") == [0, 1], 10,
+             "the broker to hold both partitions")
+    keys = {choose_partition(f"k{i}", 2, 0): f"k{i}" for i in range(20)}
+    with Producer(**cluster.client_kwargs(send_timeout=60)) as producer:
+        prepared = producer.prepare("orders", b"tx")
+        before = [producer.send_many("orders", [Message(b"m", key=keys[n % 2])] * 100) for n in range(10)]
+        assert broker.group_stats("orders", "billing")["on_disk"] >= 900
+        producer.end_transaction(prepared, True)
+        after = producer.send_many("orders", [Message(b"later", key=keys[0])] * 100)
+    assert broker.group_stats("orders", "billing")["depth"] == 1_101
+    broker.kill()
+    broker.start()
+    wait_for(lambda: broker.group_stats("orders", "billing").get("depth") == 1_101, 30, "the positions rebuilt")
+    got: list[tuple[str, int]] = []
+    lock = threading.Lock()
+
+    def handle(m) -> None:
+        with lock:
+            got.append((m.id, m.seq))
+
+    with Consumer("orders", "billing", handle, **cluster.client_kwargs(credit=50)):
+        wait_for(lambda: len(got) >= 1_101, 60, "every message")
+        wait_for(lambda: broker.group_stats("orders", "billing")["depth"] == 0, 30, "the group to empty")
+    ids = [i for i, _ in got]
+    assert sorted(ids) == sorted([*(i for batch in before for i in batch), prepared.message_id, *after])
+    home = partition_of(next(s for i, s in got if i == prepared.message_id))
+    mine = [i for i, s in got if partition_of(s) == home]
+    before_home = [i for n, batch in enumerate(before) if n % 2 == home for i in batch]
+    # owed from its commit: after its partition's earlier backlog (after a restart, from the end of the log)
+    assert mine.index(prepared.message_id) >= len(before_home)
+    assert len(ids) == len(set(ids)), "none twice"
