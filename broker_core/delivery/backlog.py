@@ -289,8 +289,11 @@ class PartitionedBacklog(_Reads):
         return min((t for p in self.parts.values() if (t := p.oldest_ms()) is not None), default=None)
 
     def resume(self, start: GroupStart, end: int) -> None:
-        """Recovery of one partition (the one its first owed seq is in)."""
-        self._part(start.start).resume(start, end)
+        """Recovery of one partition (the one its first owed seq is in), also of one opened again (led here after
+        being followed): the position is rebuilt, read from the partition's store as it is now."""
+        part = self._part(start.start)
+        part.store, part.hint = self.store.stores[partition_of(start.start)], None
+        part.resume(start, end)
 
     def took(self, messages: list[StoredMessage]) -> None:
         for some in _by_partition(messages):
