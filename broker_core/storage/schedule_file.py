@@ -105,6 +105,9 @@ class FileSchedule:
         if not self.dir.is_dir():  # no delayed message came yet: the folder is made by the first one
             return
         segments = sorted(int(p.stem) for p in self.dir.glob("*.slog") if p.stem.isdigit())
+        for pattern, size in (("*.idx", INDEX_SIZE), ("*.hidx", INDEX_SIZE), ("*.done", DONE_SIZE)):
+            for path in self.dir.glob(pattern):  # a torn last entry goes before the re-index appends
+                _truncate_to(path, size)
         start = self._checkpoint()
         reindexed = 0
         for segment in segments:
@@ -113,11 +116,9 @@ class FileSchedule:
             reindexed += self._reindex(segment, start[1] if segment == start[0] else 0)
         done_all: dict[int, set] = {}
         for path in self.dir.glob("*.done"):
-            _truncate_to(path, DONE_SIZE)
             done_all[int(path.stem)] = unpack_done(path.read_bytes())
         indexed: dict[int, set] = {}
         for path in self.dir.glob("*.idx"):
-            _truncate_to(path, INDEX_SIZE)
             bucket = int(path.stem)
             indexed[bucket] = {(s, o) for _, s, o, _ in unpack_index(path.read_bytes(), bucket)}
         for bucket, entries in self.hours.recover().items():  # the hour files not split yet

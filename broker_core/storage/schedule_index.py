@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from broker_core.storage.fsync import fsync_dir
-from broker_core.storage.schedule import BUCKET_MS, INDEX_SIZE, bucket_of, pack_index, unpack_index
+from broker_core.storage.schedule import BUCKET_MS, bucket_of, pack_index, unpack_index
 
 HOUR_MS = 3_600_000
 MINUTES = HOUR_MS // BUCKET_MS  # one-minute buckets in an hour
@@ -46,12 +46,9 @@ class HourIndex:
         self.splits = 0
 
     def recover(self) -> dict[int, list[Entry]]:
-        """The hour files on disk (not split yet): their entries by minute bucket (a torn last entry cut off)."""
+        """The hour files on disk (not split yet): their entries by minute bucket (the store cut torn tails off)."""
         by_bucket: dict[int, list[Entry]] = {}
         for path in self.dir.glob("*.hidx"):
-            size = path.stat().st_size
-            if size % INDEX_SIZE:
-                os.truncate(path, size - size % INDEX_SIZE)
             hour = int(path.stem)
             self.pending.add(hour)
             for entry in unpack_index(path.read_bytes(), hour * MINUTES):

@@ -9,7 +9,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from broker_core import protocol as p
-from broker_core.storage.schedule import BUCKET_MS, bucket_of
+from broker_core.storage.schedule import BUCKET_MS, INDEX_SIZE, bucket_of
 from broker_core.storage.schedule_file import FileSchedule
 from broker_core.storage.schedule_index import HOUR_MS, MINUTES, hour_of
 from tests.broker.conftest import wait_for
@@ -92,9 +92,9 @@ def test_recovery_rebuilds_lagging_indexes_skips_delivered_and_truncates_a_torn_
 
 
 def test_far_entries_are_indexed_by_hour_and_split_into_minutes_before_their_hour(tmp_path):
-    """Entries due days ahead go to one index file per hour (600 entries in 48 hours), not per minute; loading a minute of an hour (or the
-    hour coming near) splits its file into minute files; a restart counts them once, also after a split that
-    crashed before its hour file went."""
+    """Entries due days ahead go to one index file per hour (600 entries in 48 hours), not per minute; loading a
+    minute of an hour (or the hour coming near) splits its file into minute files; a restart counts them once,
+    also after a crash that tore an hour file's last entry and lost the checkpoint (the log indexed again)."""
     directory = tmp_path / "schedule"
     rng = random.Random(3)
     now_ms = int(time.time() * 1000)
@@ -125,7 +125,6 @@ def test_far_entries_are_indexed_by_hour_and_split_into_minutes_before_their_hou
         wait_for(lambda: not store.busy and not store._dirty_index, 10, "the index sync")
         store._close_files()
 
-        # a crash in the middle of a split: the minute files written, the hour file not deleted yet
         second = sorted(hours)[1]
         kept = (directory / f"{second}.hidx").read_bytes()
         again = _open(directory, executor, index_split_ahead_ms=HOUR_MS * 24 * 4)  # every hour is near now
@@ -133,7 +132,14 @@ def test_far_entries_are_indexed_by_hour_and_split_into_minutes_before_their_hou
         assert again.buckets == buckets_before and again.count == 600
         again.tick(time.monotonic())
         wait_for(lambda: not again.busy and not list(directory.glob("*.hidx")), 30, "every hour split")
-        (directory / f"{second}.hidx").write_bytes(kept)
+        # a crash before an hour's split wrote its minute files, with half its entries synced and a torn one, and
+        # the checkpoint lost: everything is indexed again (after the tear; the first half twice)
+        for path in directory.glob("*.idx"):
+            if int(path.stem) // MINUTES == second:
+                path.unlink()
+        half = len(kept) // INDEX_SIZE // 2 * INDEX_SIZE
+        (directory / f"{second}.hidx").write_bytes(kept[:half] + b"\x00torn")
+        (directory / "indexed").unlink()
         again._close_files()
 
         last = _open(directory, executor)
