@@ -100,6 +100,10 @@ class Backlog(_Reads):
         """Some owed message is on disk that a committed transaction message owed from now must come after."""
         return self.on_disk
 
+    def on_disk_before_any(self, messages: list[StoredMessage]) -> bool:
+        """Some owed message is on disk that these new ones must come after."""
+        return self.on_disk
+
     def depth(self) -> int:
         return self.unloaded + len(self.inserts)
 
@@ -307,6 +311,10 @@ class PartitionedBacklog(_Reads):
         """Its partition has owed messages on disk (a partition with none takes the message into memory)."""
         part = self.parts.get(partition_of(m.seq))
         return part is not None and part.on_disk
+
+    def on_disk_before_any(self, messages: list[StoredMessage]) -> bool:
+        """A partition of these new messages has owed messages on disk (the others' may go to memory at once)."""
+        return any(self.on_disk_before(some[0]) for some in _by_partition(messages))
 
     def insert(self, m: StoredMessage) -> None:
         self.parts[partition_of(m.seq)].insert(m)  # (only when `on_disk_before`)
