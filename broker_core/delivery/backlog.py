@@ -365,7 +365,6 @@ class PartitionedBacklog(_Reads):
         next_part()
 
 
-
 def _by_partition(messages: list[StoredMessage]) -> list[list[StoredMessage]]:
     """Messages in runs of one partition (a batch stored by one append is one run)."""
     if partition_of(messages[0].seq) == partition_of(messages[-1].seq):
