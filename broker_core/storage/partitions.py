@@ -87,8 +87,9 @@ class PartitionedStore:
     def part(self, seq: int) -> TopicStore:
         return self.stores.get(partition_of(seq)) or self.home
 
-    def add(self, partition: int, store: TopicStore) -> list[tuple[StoredMessage, tuple[str, ...]]]:
-        """A partition placed here later: recover it and return what it owes (for the groups)."""
+    def add(self, partition: int, store: TopicStore):
+        """A partition placed here later: recover it and return what it owes (for `Topic.take_owed`): its groups'
+        positions (`Recovered`, file level), else the owed messages with their groups."""
         owed = store.recover()  # the groups' positions in its log (file level), else its owed messages
         if not self.partitions_readable:
             owed = list(owed)
