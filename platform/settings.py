@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "apps.tracing",
     "apps.transactions",
     "apps.moves",
+    "apps.rebalancing",
     "apps.alerts",
 ]
 
