@@ -102,8 +102,9 @@ def plan(placements: Placements, brokers: Iterable[str], remove: Iterable[str] =
                 continue
             free = [n for n in nodes if n not in parts[key]]
             if not free:
-                raise CannotPlan(f"topic {key[0]} partition {key[1]} has {len(parts[key])} replicas and only "
-                                 f"{len(nodes)} brokers would be left to hold them")
+                left = f"{len(nodes)} broker{'' if len(nodes) == 1 else 's'}"
+                raise CannotPlan(f"topic {key[0]} partition {key[1]} has {len(parts[key])} replicas and {left} "
+                                 f"would be left to hold them")
             lead = parts[key][0] == node
             move(key, node, min(free, key=lambda n: (leads[n] if lead else 0, load[n], n)))
 
