@@ -1,6 +1,6 @@
 """The rebalance REST API (/api/v1/rebalances/): SREs only — developers and approvers are refused before their
 input is read — the preview of a plan, refusals as field errors that change nothing, start and abandon (audited).
-Against real ZooKeeper: the cluster's brokers and placement are nodes written here (no broker process needed)."""
+Against real ZooKeeper: the cluster's brokers and placement are nodes written by the `placed` fixture."""
 
 from __future__ import annotations
 
@@ -8,31 +8,7 @@ import json
 
 import pytest
 
-from broker_core.layout import LAYOUT
-
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def placed(people, zk_connect, zk_chroot):
-    """A control-plane cluster whose ZooKeeper registers brokers b1..b4 (b4 just added) and holds topic `orders`,
-    3 partitions of 2 replicas on b1..b3."""
-    from apps.clusters import actions
-    from tests.support.stack import control_zk_client
-
-    zk = control_zk_client(zk_connect, timeout=5)
-    zk.start(timeout=5)
-    for node in ("b1", "b2", "b3", "b4"):
-        zk.create(zk_chroot + LAYOUT.broker(node), json.dumps({"node_id": node, "host": "127.0.0.1", "port": 1,
-                                                               "metrics_port": 2}).encode(), makepath=True)
-    doc = {"topic": "orders", "epoch": 1, "partitions": [{"id": 0, "replicas": ["b1", "b2"]},
-                                                         {"id": 1, "replicas": ["b2", "b3"]},
-                                                         {"id": 2, "replicas": ["b3", "b1"]}]}
-    zk.create(zk_chroot + LAYOUT.placement("orders"), json.dumps(doc).encode(), makepath=True)
-    zk.stop()
-    zk.close()
-    return actions.create_cluster(actor=people.admin, name="rb-api", environment="dev", region="local",
-                                  zk_connect=zk_connect, zk_chroot=zk_chroot, storage_level="file")
 
 
 @pytest.mark.parametrize("role", ["dev", "lead"])
