@@ -7,7 +7,7 @@ import pytest
 
 from broker_core.layout import LAYOUT
 from tests.broker.conftest import cluster, zk, zk_hosts  # noqa: F401  (the broker fixtures)
-from tests.governance.conftest import approved_topic, people, topic_fields  # noqa: F401  (fixtures)
+from tests.governance.conftest import approved_topic, paused_worker, people, topic_fields  # noqa: F401  (fixtures)
 
 
 @pytest.fixture
