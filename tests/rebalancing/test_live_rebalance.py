@@ -28,6 +28,18 @@ def placement(cluster, topic: str) -> dict:
     return json.loads(cluster.zk_client.get(cluster.chroot + LAYOUT.placement(topic))[0])
 
 
+def wait_done(pk: int, timeout: float = 30) -> None:
+    from apps.rebalancing.models import Rebalance
+
+    try:
+        wait_for(lambda: Rebalance.objects.filter(pk=pk, state="succeeded").exists(), timeout,
+                 f"rebalance #{pk} to succeed")
+    except AssertionError as exc:
+        row = Rebalance.objects.get(pk=pk)
+        raise AssertionError(f"{exc}: {row.state} at step {row.position + 1} ({row.phase}): {row.summary} "
+                             f"{row.progress} {row.error}") from None
+
+
 def test_an_added_broker_gets_its_share_while_clients_run_and_nothing_is_lost(
         cluster, people, approved_topic, celery_worker, live_server, page):
     from apps.audit.models import AuditRecord
@@ -64,8 +76,10 @@ def test_an_added_broker_gets_its_share_while_clients_run_and_nothing_is_lost(
             expect(load.locator("[data-figure=before]")).to_have_text("0")
             expect(load.locator("[data-figure=after]")).to_have_text("1")
             section.get_by_test_id("rebalance-start").click()
+            expect(page.get_by_test_id("rebalance-state")).to_be_visible()
+            wait_done(Rebalance.objects.get().pk)
             # the page refreshes itself while the rebalance runs: no reload by the test
-            expect(page.get_by_test_id("rebalance-state")).to_have_text("Succeeded", timeout=30_000)
+            expect(page.get_by_test_id("rebalance-state")).to_have_text("Succeeded", timeout=10_000)
             expect(page.get_by_test_id("rebalance-progress")).to_have_text("1 of 1")
             expect(page.get_by_test_id("rebalance-steps").locator("[data-figure=state]")).to_have_text(["done"])
             expect(page.get_by_test_id("rebalance-plan-summary")).to_have_text("Balanced: nothing to move.")

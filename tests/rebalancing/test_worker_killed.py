@@ -36,8 +36,10 @@ def test_a_rebalance_resumes_from_its_phase_after_its_worker_is_killed(cluster, 
     cluster.pv.meta(min_insync=1)
     cluster.pv.topic("orders", partitions=3, replication_factor=2)
     cluster.pv.binding("orders", "billing", APP)
-    brokers = [cluster.broker(env={SECRET_VAR: str(secret)}) for _ in range(3)]
-    before = cluster.pv.placement("orders", 3, 2, [b.node_id for b in brokers])
+    brokers = [cluster.broker(env={SECRET_VAR: str(secret)}, start=False) for _ in range(3)]
+    before = cluster.pv.placement("orders", 3, 2, [b.node_id for b in brokers])  # before they start: they open
+    for b in brokers:  # the three partitions at once
+        b.start()
     with Producer(**cluster.client_kwargs()) as producer:
         producer.send_many("orders", [b"m%d" % i for i in range(300)])
     new = cluster.broker(env={SECRET_VAR: None})  # registered, but it cannot follow a leader without the secret
