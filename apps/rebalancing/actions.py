@@ -181,7 +181,8 @@ def phase_done(*, actor, rebalance: Rebalance, position: int, phase: str, summar
         else:
             row.summary = f"step {row.position + 1} of {row.total}: {planner.Step.from_dict(row.current)}"
     row.save()
-    rebalance.__dict__.update({k: getattr(row, k) for k in ("state", "position", "phase", "summary", "progress")})
+    for key in ("state", "position", "phase", "summary", "progress"):  # the runner goes on from the caller's copy
+        setattr(rebalance, key, getattr(row, key))
     return True
 
 

@@ -13,6 +13,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 @pytest.mark.parametrize("role", ["dev", "lead"])
 def test_developers_and_approvers_are_refused_before_their_input_is_read(role, people, api_for):
+    from django.test import Client
+
     from apps.rebalancing.models import Rebalance
 
     client = api_for(getattr(people, role))
@@ -21,6 +23,10 @@ def test_developers_and_approvers_are_refused_before_their_input_is_read(role, p
         answer = client.post(path, "not json at all", content_type="application/json")
         assert answer.status_code == 403, (path, answer.content)  # not 400: the body was never parsed
     assert client.get("/api/v1/rebalances/").status_code == 403
+    web = Client()
+    web.force_login(getattr(people, role))
+    for path in ("/clusters/any/rebalance/", "/rebalances/1/resume/", "/rebalances/1/abandon/"):
+        assert web.post(path, {"remove": ["x"]}).status_code == 403, path
     assert api_for(None).get("/api/v1/rebalances/").status_code == 401
     assert not Rebalance.objects.exists()
 

@@ -1,5 +1,5 @@
 """`{% rebalance_section cluster %}` on the cluster page: the cluster's open (or last) rebalance with its progress,
-and for SREs the plan a new one would follow (`?remove=<node id>` previews emptying brokers) with its buttons."""
+and for SREs the plan a new one would follow (when `health`, the page's ZooKeeper read, says it answered) (`?remove=<node id>` previews emptying brokers) with its buttons."""
 
 from django import template
 from django.core.exceptions import ValidationError
@@ -12,7 +12,7 @@ register = template.Library()
 
 
 @register.inclusion_tag("rebalancing/_section.html", takes_context=True)
-def rebalance_section(context, cluster):
+def rebalance_section(context, cluster, health=None):
     request = context["request"]
     user = request.user
     out = {"cluster": cluster, "can_view": user.has_perm("rebalancing.view_rebalance"),
@@ -24,7 +24,9 @@ def rebalance_section(context, cluster):
     out["rebalance"] = last
     if last is not None:
         out["steps"] = [(i, Step.from_dict(s)) for i, s in enumerate(last.steps)]
-    if out["can_start"] and (last is None or not last.open):
+    if health is not None and not health.reachable:
+        out["preview_errors"] = [f"ZooKeeper of {cluster.name} is unreachable: no plan can be read now."]
+    elif out["can_start"] and (last is None or not last.open):
         remove = request.GET.getlist("remove")
         out["remove"] = remove
         try:
