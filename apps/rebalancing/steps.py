@@ -3,7 +3,8 @@ the brokers, makes the one change it is for if it has not been made, and answers
 run twice (a worker killed mid-way) it changes nothing twice.
 
 - add: the target joins the partition's replicas, last (a follower: the leader stays), epoch bumped;
-- catch_up: wait until the partition's leader (registered) counts the target in sync (its `/stats`);
+- catch_up: wait until the partition's leader (registered; the one `/partition-state` names once leaders are
+  elected, else the first replica) counts the target in sync (its `/stats`);
 - drop: the target takes the source's place (the first place, if the source led) and the source leaves.
 
 So the partition always keeps its leader and every replica it had until the new one holds what they hold.
@@ -48,9 +49,12 @@ def _done_already(step: Step, replicas: list[str]) -> bool:
 def add(cluster, step: Step) -> Wait | Done:
     session = zk.session(cluster)
     current, replicas = _partition(session, step)
-    if step.target in replicas or _done_already(step, replicas):
+    if step.target in replicas:
         return Done(f"{step.target} holds a replica of {step.topic} partition {step.partition}",
                     {"replicas": replicas, "epoch": current.epoch})
+    if step.source not in replicas:
+        raise StepRefused(f"{step}: {step.source} no longer holds the partition (its placement changed since the "
+                          f"plan): abandon this rebalance and plan a new one")
     if step.target not in zk.registered(session):
         return Wait(f"{step}: waiting for broker {step.target} to be registered", {"replicas": replicas})
     wanted = with_target(replicas, step)
@@ -70,7 +74,7 @@ def catch_up(cluster, step: Step) -> Wait | Done:
     if step.target not in replicas:
         raise StepRefused(f"{step}: {step.target} left the partition's replicas while it caught up")
     live = zk.registered(session)
-    leader = replicas[0]
+    leader = zk.leader_of(session, step.topic, step.partition) or replicas[0]
     base = {"replicas": replicas, "leader": leader, "epoch": current.epoch}
     if leader not in live:
         return Wait(f"{step}: leader {leader} is not registered; waiting for it (or an elected leader)", base)

@@ -65,6 +65,16 @@ def placements(s: Session) -> dict[str, dict[int, list[str]]]:
             for t in topics if nodes[LAYOUT.placement(t)] is not None}
 
 
+def leader_of(s: Session, topic: str, partition: int) -> str | None:
+    """The leader `/partition-state/<topic>/<p>` names (brokers write it once leaders are elected), else None."""
+    node = s.read(LAYOUT.partition_state(topic, partition))
+    try:
+        leader = decode(node.data).get("leader") if node is not None else None
+    except (ValueError, AttributeError):  # unreadable: the placement's first replica, as without one
+        return None
+    return str(leader) if leader else None
+
+
 def write_replicas(s: Session, current: TopicPlacement, partition: int, replicas: list[str]) -> int:
     """Set one partition's replicas, bumping the placement's epoch; only if the node is still the one read.
     Returns the new epoch. Raises PlacementChanged when another writer came first."""
