@@ -5,13 +5,14 @@ A step moves one replica of one partition from `source` to `target`; the target 
 partition's replica list (so a moved leader's place, the first, passes to the target). The plan:
 
 1. moves every replica off the brokers being removed (or no longer registered), each to the broker holding
-   the fewest replicas (for a leader: the fewest leaders first) that does not hold the partition yet;
+   the fewest replicas (then, for a leader, the fewest leaders) that does not hold the partition yet;
 2. then, while a broker holds two replicas more than another, moves one from the most loaded broker to the
    least loaded one — a follower rather than a leader (leaders stay put: moving one changes where clients
    publish), unless the donor also leads two partitions more than the receiver.
 
 Each move strictly lowers the spread of replica counts, so the plan ends, and it makes no move the balance does
-not need (minimal). Ties are broken by topic, partition and node id: the same input gives the same plan.
+not need (minimal). Ties are broken by topic, partition and node id (a broker's partitions are looked at in key
+order, then in the order they reached it): the same input gives the same plan.
 """
 
 from __future__ import annotations
@@ -77,28 +78,31 @@ def plan(placements: Placements, brokers: Iterable[str], remove: Iterable[str] =
     has more replicas than there are brokers to hold them."""
     nodes = sorted(set(brokers) - set(remove))
     parts = {(topic, int(pid)): list(reps) for topic, by_pid in placements.items() for pid, reps in by_pid.items()}
-    load = dict.fromkeys(nodes, 0)
-    leads = dict.fromkeys(nodes, 0)
-    for reps in parts.values():
-        for i, node in enumerate(reps):
-            if node in load:
-                load[node] += 1
-                leads[node] += i == 0
+    # per broker, the partitions it leads and those it follows, in key order (then in the order they arrive)
+    led: dict[str, dict] = {n: {} for n in nodes}
+    followed: dict[str, dict] = {n: {} for n in nodes}
+    for key in sorted(parts):
+        for i, node in enumerate(parts[key]):
+            if node in led:
+                (led if i == 0 else followed)[node][key] = None
     steps: list[Step] = []
+
+    def load(n: str) -> int:
+        return len(led[n]) + len(followed[n])
 
     def move(key: tuple[str, int], source: str, target: str) -> None:
         reps = parts[key]
         index = reps.index(source)
         reps[index] = target
-        for node, sign in ((source, -1), (target, 1)):
-            if node in load:
-                load[node] += sign
-                leads[node] += sign * (index == 0)
+        side = led if index == 0 else followed
+        if source in side:
+            del side[source][key]
+        side[target][key] = None
         steps.append(Step(key[0], key[1], source, target, index == 0))
 
     for key in sorted(parts):  # 1. off the brokers that go
         for node in list(parts[key]):
-            if node in load:
+            if node in led:
                 continue
             free = [n for n in nodes if n not in parts[key]]
             if not free:
@@ -106,26 +110,25 @@ def plan(placements: Placements, brokers: Iterable[str], remove: Iterable[str] =
                 raise CannotPlan(f"topic {key[0]} partition {key[1]} has {len(parts[key])} replicas and {left} "
                                  f"would be left to hold them")
             lead = parts[key][0] == node
-            move(key, node, min(free, key=lambda n: (leads[n] if lead else 0, load[n], n)))
+            move(key, node, min(free, key=lambda n: (load(n), len(led[n]) if lead else 0, n)))
 
     while True:  # 2. from the most loaded to the least loaded, while they differ by two or more
-        found = _best_move(parts, nodes, load, leads)
+        found = _best_move(parts, nodes, load, led, followed)
         if found is None:
             return steps
         move(*found)
 
 
-def _best_move(parts, nodes, load, leads) -> tuple[tuple[str, int], str, str] | None:
-    donors = sorted(nodes, key=lambda n: (-load[n], n))
-    receivers = sorted(nodes, key=lambda n: (load[n], n))
+def _best_move(parts, nodes, load, led, followed) -> tuple[tuple[str, int], str, str] | None:
+    donors = sorted(nodes, key=lambda n: (-load(n), n))
+    receivers = sorted(nodes, key=lambda n: (load(n), n))
     for donor in donors:
         for receiver in receivers:
-            if load[donor] - load[receiver] < 2:
+            if load(donor) - load(receiver) < 2:
                 break
-            held = [key for key in sorted(parts) if donor in parts[key] and receiver not in parts[key]]
-            if not held:
-                continue
-            move_leader = leads[donor] - leads[receiver] >= 2
-            key = min(held, key=lambda k: ((parts[k][0] == donor) != move_leader, k))
-            return key, donor, receiver
+            sides = (led, followed) if len(led[donor]) - len(led[receiver]) >= 2 else (followed, led)
+            for side in sides:
+                key = next((k for k in side[donor] if receiver not in parts[k]), None)
+                if key is not None:
+                    return key, donor, receiver
     return None

@@ -77,3 +77,17 @@ def test_a_steps_phases_add_the_target_last_then_put_it_in_the_sources_place():
     assert without_source(["b1", "b2", "b4"], step) == ["b4", "b2"], "the target leads in the source's place"
     assert without_source(["b4", "b2"], step) == ["b4", "b2"], "run twice, changes nothing"
     assert Step.from_dict(step.as_dict()) == step
+
+
+def test_on_a_larger_cluster_each_replica_moves_at_most_once_and_the_counts_end_within_one():
+    nodes = [f"b{i}" for i in range(9)]
+    big = {f"t{t}": {p: [nodes[(t * 16 + p + r) % 9] for r in range(3)] for p in range(16)} for t in range(20)}
+    held = loads(big)[0]
+    removing = plan(big, nodes, remove=["b0"])
+    assert len(removing) == held["b0"], "only b0's replicas move"
+    counts = loads(apply(big, removing))[0]
+    assert "b0" not in counts and max(counts.values()) - min(counts.values()) <= 1
+    adding = plan(big, [*nodes, "b9"])
+    assert {s.target for s in adding} == {"b9"} and len(adding) == 960 // 10
+    counts = loads(apply(big, adding))[0]
+    assert set(counts.values()) == {96}
