@@ -1,8 +1,10 @@
 """Backlog bench (issue 20 item 3): a group with no consumer is sent a large backlog, then drained.
 
-    .venv/bin/python bench/backlog_bench.py [--messages 5000000] [--fsync batch] [--broker-root DIR]
+    .venv/bin/python bench/backlog_bench.py [--messages 5000000] [--fsync batch] [--partitions N] [--broker-root DIR]
 
-One broker (its own process), one topic, one group bound and not consumed. Publishes `--messages` messages of
+One broker (its own process), one topic, one group bound and not consumed. `--partitions N`: the topic is placed in
+N partitions, all on this broker (the producer sends each batch to a partition in turn; the group keeps a position
+in each partition's log). Publishes `--messages` messages of
 1 KiB with `send_many` of 100 (a window of 2,000 unacknowledged messages, as bench/broker_bench.py), then one
 consumer (credit 5,000, acking) drains the group. Prints the publish rate, the drain rate, the broker's RSS
 (sampled every 0.2 s from /proc: the peak while publishing, at the end of the publish, the peak while draining),
@@ -82,11 +84,14 @@ class Rss:
         self._stop.set()
 
 
+NODE_ID = "bench-1"
+
+
 def start_broker(root: Path, zk: str, data_dir: Path, fsync: str, timeout: float = 60) -> subprocess.Popen:
     data_dir.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "broker_core", "--cluster", "bench", "--zk", zk, "--data-dir", str(data_dir),
             "--port", str(BROKER_PORT), "--metrics-port", str(BROKER_PORT + 1), "--fsync", fsync,
-            "--log-level", "WARNING", "--no-trace"]
+            "--log-level", "WARNING", "--no-trace", "--node-id", NODE_ID]
     log = open(data_dir.parent / "broker.log", "ab")
     env = {**os.environ, "PYTHONPATH": str(root)}
     proc = subprocess.Popen(argv, cwd=root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
@@ -141,7 +146,8 @@ async def run(args, zk: str, broker: subprocess.Popen, data_dir: Path) -> dict:
     out["publish_cpu"] = cpu.per_message(args.messages)["broker_cpu_us"]
     out["publish_peak_rss"], out["published_rss"] = rss.peak(), rss.now()
     await producer.close()
-    out["group"] = broker_stats()["topics"][TOPIC]["groups"][GROUP]
+    topic_stats = broker_stats()["topics"][TOPIC]
+    out["group"], out["partitions"] = topic_stats["groups"][GROUP], topic_stats["store"].get("partitions")
     if args.restart:
         rss.stop()
         broker = out["broker"] = await asyncio.get_running_loop().run_in_executor(
@@ -182,6 +188,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=5_000_000)
     parser.add_argument("--fsync", default="batch", choices=["batch", "interval", "never"])
+    parser.add_argument("--partitions", type=int, default=1, help="place the topic in N partitions on the broker")
     parser.add_argument("--broker-root", type=Path, default=ROOT, help="the checkout the broker runs from")
     parser.add_argument("--no-drain", action="store_true", help="publish only")
     parser.add_argument("--restart", action="store_true",
@@ -189,9 +196,13 @@ def main() -> int:
     args = parser.parse_args()
 
     lock = hold_bench_lock()  # noqa: F841  (held until the process ends)
-    with bench_chroot("sy-backlog-bench") as (zk, _):
+    with bench_chroot("sy-backlog-bench") as (zk, pv):
+        if args.partitions > 1:
+            pv.topic(TOPIC, partitions=args.partitions, replication_factor=1)
+            pv.placement(TOPIC, args.partitions, 1, [NODE_ID])
         workdir = Path(tempfile.mkdtemp(prefix="backlog-", dir=STATE))
-        print(f"backlog bench: {args.messages:,} messages of 1 KiB, fsync={args.fsync}, broker from "
+        print(f"backlog bench: {args.messages:,} messages of 1 KiB, {args.partitions} partition(s), "
+              f"fsync={args.fsync}, broker from "
               f"{'this checkout' if args.broker_root == ROOT else args.broker_root.name}", flush=True)
         broker = start_broker(args.broker_root.resolve(), zk, workdir / "data", args.fsync)
         try:
@@ -209,7 +220,7 @@ def main() -> int:
           f"{r['idle_rss'] / MiB:.0f} MiB idle, peak {r['publish_peak_rss'] / MiB:.0f} MiB while publishing, "
           f"{r['published_rss'] / MiB:.0f} MiB at the end")
     print(f"  group after the publish: depth {g['depth']:,}, on disk {g.get('on_disk', 0):,}, oldest unacknowledged "
-          f"{g['oldest_age_seconds']:.1f} s")
+          f"{g['oldest_age_seconds']:.1f} s; partitions held {r['partitions']}")
     if "recovery_s" in r:
         print(f"  kill -9 and start again: the group's position back in {r['recovery_s']:.1f} s (depth "
               f"{r['recovered_depth']:,}), peak broker RSS {r['recovery_peak_rss'] / MiB:.0f} MiB while recovering")
@@ -217,6 +228,8 @@ def main() -> int:
         print(f"  drain (one consumer, credit 5,000, acking): {r['drain_rate']:,.0f} msgs/s (broker CPU "
               f"{r['drain_cpu']:.1f} us/msg), {r['drained']:,} received; peak broker RSS "
               f"{r['drain_peak_rss'] / MiB:.0f} MiB while draining")
+    peaks = [r[k] for k in ("publish_peak_rss", "recovery_peak_rss", "drain_peak_rss") if k in r]
+    print(f"  peak broker RSS over the run: {max(peaks) / MiB:.0f} MiB (target: <= 300 MiB for 5,000,000 x 1 KiB)")
     return 0
 
 

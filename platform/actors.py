@@ -55,3 +55,5 @@ MOVES = SystemActor("system:moves", frozenset({"provisioning.move_topic", "moves
 # and teams at every login and LDAP sync, deactivates users the directory no longer has (docs/sso.md).
 SSO = SystemActor("system:sso", frozenset({"auth.add_user", "auth.change_user", "accounts.change_team",
                                            "accounts.delete_apitoken"}))
+# Rebalances (apps.rebalancing): the worker's steps rewrite partition placements in ZooKeeper and record progress.
+REBALANCE = SystemActor("system:rebalance", frozenset({"rebalancing.change_rebalance"}))

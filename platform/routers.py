@@ -11,6 +11,7 @@ from apps.clusters.api.views import ClusterViewSet
 from apps.lifecycle.api.urls import register as register_lifecycle
 from apps.moves.api.urls import register as register_moves
 from apps.provisioning.api.urls import register as register_provisioning
+from apps.rebalancing.api.urls import register as register_rebalancing
 from apps.topics.api.urls import register as register_topics
 from apps.tracing.api.urls import register as register_tracing
 from apps.transactions.api.urls import register as register_transactions
@@ -30,4 +31,5 @@ register_tracing(api_router)
 register_audit(api_router)
 register_transactions(api_router)
 register_moves(api_router)
+register_rebalancing(api_router)
 register_alerts(api_router)

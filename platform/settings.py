@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "apps.tracing",
     "apps.transactions",
     "apps.moves",
+    "apps.rebalancing",
     "apps.alerts",
 ]
 
@@ -238,6 +239,10 @@ SWITCHYARD_MOVE_LEASE_S = float(os.environ.get("SWITCHYARD_MOVE_LEASE_S", "60"))
 SWITCHYARD_MOVE_RUN_BUDGET_S = float(os.environ.get("SWITCHYARD_MOVE_RUN_BUDGET_S", "20"))
 SWITCHYARD_MOVE_REPUSH_S = float(os.environ.get("SWITCHYARD_MOVE_REPUSH_S", "10"))
 SWITCHYARD_MOVE_DLQ_PAGE = int(os.environ.get("SWITCHYARD_MOVE_DLQ_PAGE", "500"))  # dead letters per export call
+# Rebalances (docs/rebalance.md): the pause while a step waits, a task's lease, the most one run works.
+SWITCHYARD_REBALANCE_POLL_S = float(os.environ.get("SWITCHYARD_REBALANCE_POLL_S", "0.5"))
+SWITCHYARD_REBALANCE_LEASE_S = float(os.environ.get("SWITCHYARD_REBALANCE_LEASE_S", "60"))
+SWITCHYARD_REBALANCE_RUN_BUDGET_S = float(os.environ.get("SWITCHYARD_REBALANCE_RUN_BUDGET_S", "20"))
 
 # The audit chain's head, HMAC-signed, is written here every 30 s (Celery beat) and on every export, so
 # `manage.py audit_verify` notices deleted tail records and truncation (apps/audit/checkpoint.py).

@@ -38,6 +38,7 @@ urlpatterns = [
     path("", include("apps.tracing.urls")),
     path("", include("apps.transactions.urls")),
     path("", include("apps.moves.urls")),
+    path("", include("apps.rebalancing.urls")),
     path("", include("apps.alerts.urls")),
     path("metrics", metrics, name="metrics"),
 ]

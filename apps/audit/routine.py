@@ -32,6 +32,8 @@ ROUTINE = (
     Routine("system:tx-backcheck", "tx.resolve", "the back-check sweep's resolutions, every few seconds"),
     Routine("system:moves", "move.step_started", "each step of a topic move (its start, end and failure stay shown)"),
     Routine("system:moves", "move.step_done", "each step of a topic move"),
+    Routine("system:rebalance", "rebalance.step_done", "each replica move of a rebalance (its start, end and failure "
+            "stay shown)"),
     Routine("system:*", "*.provisioned", "an approved object landing in a cluster's ZooKeeper (the approval shows)"),
     Routine("system:*", "*.deprovisioned", "a removed object leaving a cluster's ZooKeeper (the decision shows)"),
 )

@@ -147,8 +147,10 @@ class Prometheus:
     def query_range(self, query: str, start: int, end: int, step: int) -> list[dict]:
         return self._get("/api/v1/query_range", {"query": query, "start": start, "end": end, "step": step})
 
-    def query(self, query: str, at: int) -> list[dict]:
-        return self._get("/api/v1/query", {"query": query, "time": at})
+    def query(self, query: str, at: float | None = None) -> list[dict]:
+        """An instant query at `at`, or at Prometheus's own now (never a whole second early: a sample scraped in the
+        current second would be missed)."""
+        return self._get("/api/v1/query", {"query": query} if at is None else {"query": query, "time": at})
 
 
 def _aligned(result: list[dict], times: list[int]) -> list[float | None]:
@@ -169,6 +171,7 @@ def _scalar(result: list[dict]) -> int:
 
 def read_series(prometheus: Prometheus, scope: Scope, range_key: str, now: float | None = None) -> dict:
     """Run every panel's queries for `scope` over `range_key` (one of RANGES); raises PrometheusUnavailable."""
+    at = now  # the totals: at the caller's time, or Prometheus's now (which has every sample scraped so far)
     now = int(now or time.time())
     start, end, step, window = plan(range_key, now)
     times = list(range(start, end + 1, step))
@@ -181,9 +184,9 @@ def read_series(prometheus: Prometheus, scope: Scope, range_key: str, now: float
     for name, counter, per_broker in TOTALS:  # read now, not at the plots' last step
         selected = f"{_fill(counter, scope, window)}[{_duration(end - start)}]"
         totals[name] = _scalar(prometheus.query(
-            "sum(" + per_broker.replace("{e}", f"last_over_time({selected})") + ")", now))
+            "sum(" + per_broker.replace("{e}", f"last_over_time({selected})") + ")", at))
         # extrapolated to the range's ends, increase() overshoots on young series: never more than the total
         in_range[name] = min(totals[name], _scalar(prometheus.query(
-            "sum(" + per_broker.replace("{e}", f"increase({selected})") + ")", now)))
+            "sum(" + per_broker.replace("{e}", f"increase({selected})") + ")", at)))
     return {"range": range_key, "start": start, "end": end, "step": step, "times": times, "panels": panels,
             "totals": totals, "in_range": in_range}

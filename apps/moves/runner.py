@@ -13,11 +13,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from datetime import timedelta
 
 from django.conf import settings
 from django.db import OperationalError
-from django.db.models import Q
 from django.utils import timezone
 
 from apps.clusters.zookeeper import ZooKeeperUnreachable
@@ -25,7 +23,7 @@ from apps.moves import actions, steps
 from apps.moves.choices import ACTIVE_STATES, FORWARD, ROLLBACK, StepState
 from apps.moves.models import MoveStep, TopicMove
 from apps.transactions.broker_admin import BrokerAdminError
-from control_plane import actors
+from control_plane import actors, stepped_tasks
 
 log = logging.getLogger("apps.moves.runner")
 
@@ -43,26 +41,16 @@ def run_budget_s() -> float:
 
 def take(move_id: int, owner: str) -> TopicMove | None:
     """The move for this task, or None when another task holds it or it is not advancing."""
-    now = timezone.now()
-    taken = TopicMove.objects.filter(Q(lease_until__isnull=True) | Q(lease_until__lt=now), pk=move_id,
-                                     state__in=ACTIVE_STATES).update(
-        lease_until=now + timedelta(seconds=lease_s()), lease_owner=owner[:64], heartbeat_at=now)
-    if not taken:
-        return None
-    return TopicMove.objects.select_related("topic", "source", "target").get(pk=move_id)
+    return stepped_tasks.take(TopicMove, move_id, owner, ACTIVE_STATES, lease_s(), ("topic", "source", "target"))
 
 
 def release(move: TopicMove, owner: str) -> None:
-    TopicMove.objects.filter(pk=move.pk, lease_owner=owner[:64]).update(lease_until=None, lease_owner="")
+    stepped_tasks.release(TopicMove, move.pk, owner)
 
 
 def stalled(stale_after_s: float) -> list[int]:
     """Advancing moves nobody works on: no beat for `stale_after_s` and no lease held."""
-    now = timezone.now()
-    return list(TopicMove.objects.filter(
-        Q(heartbeat_at__lt=now - timedelta(seconds=stale_after_s)) | Q(heartbeat_at__isnull=True),
-        Q(lease_until__isnull=True) | Q(lease_until__lt=now), state__in=ACTIVE_STATES)
-        .order_by("pk").values_list("pk", flat=True))
+    return stepped_tasks.stalled(TopicMove, ACTIVE_STATES, stale_after_s)
 
 
 def _next_of(name: str) -> str | None:

@@ -11,6 +11,7 @@ from apps.bindings.models import Binding, ProducerGrant
 from apps.clusters.broker_stats import read_cluster_stats, topic_figures
 from apps.clusters.zookeeper import read_health
 from apps.governance import views as governance
+from apps.governance.policy import is_member
 from apps.governance.workflow import State
 from apps.provisioning.models import SyncState
 from apps.provisioning.routing import route_of
@@ -65,6 +66,8 @@ class TopicDetailView(LoginRequiredMixin, PermissionRequiredMixin, View):
             "bindings": [(b, bsync.get(b.pk)) for b in bindings],
             "grants": [(g, gsync.get(g.pk)) for g in grants],
             "open_applications": topic.lifecycle_applications.filter(state=State.PENDING),
+            # change, retire and revoke are applications of the owning team: not offered to anybody else
+            "owns": is_member(request.user, topic.team),
         })
 
 

@@ -12,16 +12,23 @@ cursor passes it, so first deliveries keep the order in which messages became ow
 
 The window is counted in messages: at most `max_messages`, and about `max_bytes` of bodies (the limit in
 messages follows the mean body size of what the group took in).
+
+A topic placed in partitions (`storage.partitions.PartitionedStore`, file level) gives each group a
+`PartitionedBacklog`: one `Backlog` per partition, each a position in its partition's own log, and one window
+shared by all: a refill reads from every partition with messages on disk at once, and merges what comes back by
+received time (order is kept within a partition; there is none across partitions).
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 from collections import deque
 from collections.abc import Callable
 
 from broker_core.protocol import M_BODY
 from broker_core.storage.owed import GroupStart, SeqRuns
+from broker_core.storage.partitions import partition_of
 from broker_core.storage.store import StoredMessage
 
 log = logging.getLogger("broker_core.group")
@@ -30,13 +37,34 @@ WINDOW_MESSAGES = 10_000
 WINDOW_BYTES = 16 * 1024 * 1024
 
 
-def backlog_for(store, group: str, window: tuple[int, int]) -> Backlog | None:
-    """The group's backlog on disk when its store can read messages back (the file level), else None (the memory
-    level keeps every owed message in memory)."""
-    return Backlog(store, group, store.next_seq, *window) if getattr(store, "readable", False) else None
+def backlog_for(store, group: str, window: tuple[int, int]) -> Backlog | PartitionedBacklog | None:
+    """The group's backlog on disk when its store can read messages back (the file level: one position in one log,
+    or one per partition of a placed topic), else None (the memory level keeps every owed message in memory)."""
+    if getattr(store, "readable", False):
+        return Backlog(store, group, store.next_seq, *window)
+    if getattr(store, "partitions_readable", False):
+        return PartitionedBacklog(store, group, *window)
+    return None
 
 
-class Backlog:
+class _Reads:
+    """What waits for a backlog's read in flight (`reading`, `queued`)."""
+
+    __slots__ = ()
+
+    def when_idle(self, fn: Callable[[], None]) -> None:
+        """Run `fn` now if no read is in flight, else once the one in flight is done (its messages taken in)."""
+        if self.reading:
+            self.queued.append(fn)
+        else:
+            fn()
+
+    def _run_queued(self) -> None:
+        while self.queued and not self.reading:
+            self.queued.pop(0)()
+
+
+class Backlog(_Reads):
     __slots__ = ("store", "group", "cursor", "end", "unloaded", "finished", "inserts", "head_ms", "reading",
                  "hint", "mean_size", "max_messages", "max_bytes", "closed", "loaded", "queued")
 
@@ -67,6 +95,14 @@ class Backlog:
     def limit(self) -> int:
         """Messages the group may hold waiting in memory."""
         return max(16, min(self.max_messages, int(self.max_bytes / max(self.mean_size, 1.0))))
+
+    def on_disk_before(self, m: StoredMessage) -> bool:
+        """Some owed message is on disk that a committed transaction message owed from now must come after."""
+        return self.on_disk
+
+    def on_disk_before_any(self, messages: list[StoredMessage]) -> bool:
+        """Some owed message is on disk that these new ones must come after."""
+        return self.on_disk
 
     def depth(self) -> int:
         return self.unloaded + len(self.inserts)
@@ -208,13 +244,132 @@ class Backlog:
             on_done()
             self._run_queued()
 
-    def when_idle(self, fn: Callable[[], None]) -> None:
-        """Run `fn` now if no read is in flight, else once the one in flight is done (its messages taken in)."""
-        if self.reading:
-            self.queued.append(fn)
-        else:
-            fn()
 
-    def _run_queued(self) -> None:
-        while self.queued and not self.reading:
-            self.queued.pop(0)()
+
+class PartitionedBacklog(_Reads):
+    """A group's backlog on disk for a topic placed in partitions: a `Backlog` per partition led here (made when
+    the group is first owed a message of it, or recovered), sharing one window. Reads go to every partition with
+    messages on disk at once (the room shared between them) and come back as one batch, merged by received time."""
+
+    __slots__ = ("store", "group", "parts", "max_messages", "max_bytes", "closed", "reading", "queued")
+
+    def __init__(self, store, group: str, max_messages: int = WINDOW_MESSAGES, max_bytes: int = WINDOW_BYTES):
+        self.store = store  # the PartitionedStore: `stores` maps a partition to its own store
+        self.group = group
+        self.parts: dict[int, Backlog] = {}
+        self.max_messages = max_messages
+        self.max_bytes = max_bytes
+        self.closed = False
+        self.reading = False
+        self.queued: list[Callable[[], None]] = []
+
+    def _part(self, seq: int) -> Backlog:
+        """The backlog of the partition holding `seq`, made with its position at `seq` if it has none yet."""
+        pid = partition_of(seq)
+        part = self.parts.get(pid)
+        if part is None:
+            part = self.parts[pid] = Backlog(self.store.stores[pid], self.group, seq, self.max_messages,
+                                             self.max_bytes)
+        return part
+
+    @property
+    def on_disk(self) -> bool:
+        return any(p.on_disk for p in self.parts.values())
+
+    @property
+    def limit(self) -> int:
+        """Messages the group may hold waiting in memory (the largest mean body size of its partitions counts)."""
+        mean = max((p.mean_size for p in self.parts.values()), default=1024.0)
+        return max(16, min(self.max_messages, int(self.max_bytes / max(mean, 1.0))))
+
+    @property
+    def loaded(self) -> int:
+        return sum(p.loaded for p in self.parts.values())
+
+    def depth(self) -> int:
+        return sum(p.depth() for p in self.parts.values())
+
+    def oldest_ms(self) -> int | None:
+        return min((t for p in self.parts.values() if (t := p.oldest_ms()) is not None), default=None)
+
+    def resume(self, start: GroupStart, end: int) -> None:
+        """Recovery of one partition (the one its first owed seq is in), also of one opened again (led here after
+        being followed): the position is rebuilt, read from the partition's store as it is now."""
+        part = self._part(start.start)
+        part.store, part.hint = self.store.stores[partition_of(start.start)], None
+        part.resume(start, end)
+
+    def took(self, messages: list[StoredMessage]) -> None:
+        for some in _by_partition(messages):
+            self._part(some[0].seq).took(some)
+
+    def spill(self, messages: list[StoredMessage]) -> None:
+        for some in _by_partition(messages):
+            self._part(some[0].seq).spill(some)
+
+    def on_disk_before(self, m: StoredMessage) -> bool:
+        """Its partition has owed messages on disk (a partition with none takes the message into memory)."""
+        part = self.parts.get(partition_of(m.seq))
+        return part is not None and part.on_disk
+
+    def on_disk_before_any(self, messages: list[StoredMessage]) -> bool:
+        """A partition of these new messages has owed messages on disk (the others' may go to memory at once)."""
+        return any(self.on_disk_before(some[0]) for some in _by_partition(messages))
+
+    def insert(self, m: StoredMessage) -> None:
+        self.parts[partition_of(m.seq)].insert(m)  # (only when `on_disk_before`)
+
+    def read(self, room: int, on_loaded: Callable[[list[StoredMessage]], None]) -> None:
+        """Read up to `room` owed messages, shared between the partitions with messages on disk; `on_loaded` once
+        with all of them, merged by received time. One read (of every partition) at a time."""
+        parts = [p for p in self.parts.values() if p.on_disk]
+        if not parts:
+            return
+        self.reading = True
+        share, share_bytes = max(1, room // len(parts)), max(1, int(self.max_bytes / 2 / len(parts)))
+        got: list[list[StoredMessage]] = []
+        waiting = [len(parts)]
+
+        def done(part: Backlog, result, exc) -> None:
+            if exc is not None:
+                log.error("group %s: reading its backlog from the log failed (tried again at the next tick): %s",
+                          self.group, exc)
+            elif not self.closed:  # a group that went leaves what was read on disk (its position did not move)
+                got.append(part._advance(result))
+            waiting[0] -= 1
+            if waiting[0]:
+                return
+            self.reading = False
+            if got and not self.closed:
+                on_loaded(list(heapq.merge(*got, key=lambda m: m.received_ms)))
+            self._run_queued()
+
+        for part in parts:
+            part.store.read_owed(self.group, part.cursor, part.end, share, share_bytes, part.hint,
+                                 lambda result, exc, part=part: done(part, result, exc))
+
+    def skip(self, keep: Callable[[StoredMessage], bool], on_batch: Callable[[list[StoredMessage]], None],
+             on_done: Callable[[], None]) -> None:
+        """`Backlog.skip` for each partition in turn (each stops at its first message kept)."""
+        self.reading = True
+        parts = list(self.parts.values())
+
+        def next_part() -> None:
+            if parts:
+                parts.pop(0).skip(keep, on_batch, next_part)
+                return
+            self.reading = False
+            on_done()
+            self._run_queued()
+
+        next_part()
+
+
+def _by_partition(messages: list[StoredMessage]) -> list[list[StoredMessage]]:
+    """Messages in runs of one partition (a batch stored by one append is one run)."""
+    if partition_of(messages[0].seq) == partition_of(messages[-1].seq):
+        return [messages]
+    runs: dict[int, list[StoredMessage]] = {}
+    for m in messages:
+        runs.setdefault(partition_of(m.seq), []).append(m)
+    return list(runs.values())

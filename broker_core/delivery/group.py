@@ -122,11 +122,11 @@ class Group:
     # -- messages in ----------------------------------------------------------------------------
 
     def enqueue(self, messages: list[StoredMessage]) -> None:
-        """Messages now durable and owed to this group, in log order: kept in memory while the window has room
-        and nothing older is on disk, else left in the log (read back when the window runs low)."""
+        """Messages now durable and owed to this group, in log order: in memory while the window has room and
+        nothing older of their partition is on disk, else left in the log (read back when the window runs low)."""
         backlog = self.backlog
         if backlog is not None:
-            if backlog.on_disk or self.held_in_memory() + len(messages) > backlog.limit:
+            if backlog.on_disk_before_any(messages) or self.held_in_memory() + len(messages) > backlog.limit:
                 backlog.spill(messages)
                 self.dispatch()
                 return
@@ -145,7 +145,7 @@ class Group:
 
     def enqueue_committed(self, m: StoredMessage) -> None:
         """A committed transaction message, owed from now (its seq is older): after what is on disk."""
-        if self.backlog is not None and self.backlog.on_disk:
+        if self.backlog is not None and self.backlog.on_disk_before(m):
             self.backlog.insert(m)
         else:
             self._admit([m])

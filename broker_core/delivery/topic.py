@@ -66,6 +66,9 @@ class Topic:
 
     def take_owed(self, owed) -> int:
         """`recover` for a store's recovery result (a partition placed on this broker later, too)."""
+        parts = getattr(owed, "parts", None)
+        if parts is not None:  # a placed topic's partitions, each with its groups' positions in its own log
+            return sum(self.take_owed(part) for part in parts)
         starts = getattr(owed, "starts", None)
         in_memory = owed.in_memory if starts is not None else owed
         count = 0

@@ -6,7 +6,7 @@ wins and the other reads the winner's state:
 
 - epoch 0: the first replica of the placement that is registered in `/brokers` takes it (epoch 1, ISR itself);
 - the leader's ephemeral `/brokers/<node>` is gone (stopped, or its session expired: `--zk-session-timeout-s`
-  after a kill): a replica of the ISR takes over with the next epoch (ISR itself; the others join once caught
+  after a kill), or a rebalance took it off the partition's replicas: a replica of the ISR takes over with the next epoch (ISR itself; the others join once caught
   up). A replica outside the ISR never does: it may lack acknowledged messages;
 - a broker that restarts and finds itself the leader while another ISR replica is registered hands the
   partition to that replica (its own disk may have been lost); with none registered it leads on.
@@ -40,8 +40,8 @@ def decide(me: str, replicas: tuple[str, ...], state: dict, alive, fresh: bool, 
         if fresh and peers:  # restarted while a replica that holds everything acknowledged is up: it leads
             return partition_state(peers[0], epoch + 1, [peers[0]], 0)
         return None
-    if leader not in alive and me in isr and me in replicas:
-        return partition_state(me, epoch + 1, [me], next_seq)
+    if (leader not in alive or leader not in replicas) and me in isr and me in replicas:
+        return partition_state(me, epoch + 1, [me], next_seq)  # (a leader moved off the partition, too)
     return None
 
 

@@ -63,7 +63,11 @@ class Replication:
         for pid, replicas in (self.state.placements.get(name) or {}).items():
             key, store = (name, pid), topic.store.stores.get(pid)
             if len(replicas) < 2 or store is None or me not in replicas:
-                continue  # (a partition held from before the placement, not a replica: neither leads nor follows)
+                leader = self.leaders.pop(key, None)  # (a partition held from before its placement, or moved away
+                if leader is not None:               # by a rebalance: neither leads nor follows here)
+                    leader.step_down("this broker is no longer one of its replicas")
+                self._stop_following(key)
+                continue
             st = self.state.partition_state(name, pid)
             if st is None:
                 if key not in self._seen:

@@ -62,8 +62,8 @@ class PartitionedStore:
     def __init__(self, directory: Path, stores: dict[int, TopicStore], *, durable: bool, spare: TopicStore,
                  following: set[int] = frozenset(), single: bool = False):
         """`single`: the topic is one partition held by every broker (no placement): its groups read their backlog
-        back from the partition's log (`readable`). A placed topic's groups keep their backlog in memory: they
-        have one position in one log, and the partitions held here may change."""
+        back from the partition's log (`readable`). A placed topic's groups (file level) have a position in each
+        partition's log (`partitions_readable`: delivery/backlog.py `PartitionedBacklog`)."""
         """`spare`: the home while no partition of the topic is placed here (a memory store that stays empty:
         consumers may subscribe on a broker that holds no partition of their topic)."""
         self.dir = directory
@@ -89,9 +89,12 @@ class PartitionedStore:
     def part(self, seq: int) -> TopicStore:
         return self.stores.get(partition_of(seq)) or self.home
 
-    def add(self, partition: int, store: TopicStore) -> list[tuple[StoredMessage, tuple[str, ...]]]:
-        """A partition placed here later: recover it and return what it owes (for the groups)."""
-        owed = list(store.recover())  # (read back: a placed topic's groups keep their backlog in memory)
+    def add(self, partition: int, store: TopicStore):
+        """A partition placed here later: recover it and return what it owes (for `Topic.take_owed`): its groups'
+        positions (`Recovered`, file level), else the owed messages with their groups."""
+        owed = store.recover()  # the groups' positions in its log (file level), else its owed messages
+        if not self.partitions_readable:
+            owed = list(owed)
         self.stores[partition] = store
         self.stores = dict(sorted(self.stores.items()))
         return owed
@@ -114,19 +117,28 @@ class PartitionedStore:
         self.home.read_owed(*args)  # (only when `readable`: one partition)
 
     @property
+    def partitions_readable(self) -> bool:
+        """A placed topic at the file level: each group reads its backlog back from each partition's log."""
+        return self.durable and not self.single
+
+    @property
     def last_batch(self) -> bytes | None:
         return getattr(self._last, "last_batch", None)
 
     def recover(self):
         """What the partitions led here owe: the one partition's recovery as it is (its groups' positions, when
-        `readable`), else every owed message read back (a follower's partitions owe nothing here)."""
+        `readable`), each partition's recovery (`RecoveredParts`, when `partitions_readable`), else every owed
+        message read back (a follower's partitions owe nothing here)."""
         if self.readable and not self.following:
             return self.home.recover()
-        owed = []
+        owed = RecoveredParts() if self.partitions_readable else []
         for pid, store in self.stores.items():
             mine = store.recover()
             if pid not in self.following:
-                owed += list(mine)  # (a file store's recovery reads its owed messages back when iterated)
+                if self.partitions_readable:
+                    owed.parts.append(mine)
+                else:
+                    owed += list(mine)  # (a file store's recovery reads its owed messages back when iterated)
         return owed
 
     def append(self, app_id, received_ms, arrays, groups, on_done):
@@ -247,6 +259,18 @@ class PartitionedStore:
                     stats[key] = sum(st.get(key, 0) for st in every)
         stats["partitions"] = self.partitions
         return stats
+
+
+class RecoveredParts:
+    """The recoveries of a placed topic's partitions led here, one each (`parts`: each a file store's `Recovered`,
+    its groups' positions in that partition's log). Iterating it reads every owed message back (tests, tools)."""
+
+    def __init__(self) -> None:
+        self.parts: list = []
+
+    def __iter__(self):
+        for part in self.parts:
+            yield from part
 
 
 def _all_done(stores: list, start: Callable[[TopicStore, DoneCallback], None], on_done: DoneCallback) -> None:

@@ -4,6 +4,8 @@ Layout of `<topic folder>/schedule/`:
 
     <segment no, 10 digits>.slog   KIND_SCHEDULED records, one per message, appended (group commit)
     <bucket key>.idx               index entries of the messages due in that bucket (`storage.schedule`)
+    <hour key>.hidx                index entries of the messages due in that hour, while it is over two hours
+                                   ahead (split into its buckets' .idx files before it comes: `schedule_index`)
     <bucket key>.done              the entries of that bucket already appended to the topic's log
     indexed                        checkpoint: the log position up to which every index entry is fsynced
 
@@ -38,10 +40,10 @@ from broker_core.storage.schedule import (
     Scheduled,
     bucket_of,
     pack_done,
-    pack_index,
     unpack_done,
     unpack_index,
 )
+from broker_core.storage.schedule_index import SPLIT_AHEAD_MS, HourIndex
 from broker_core.storage.store import RECORD_HEADER, StoreError, encode_record, scan_records
 
 log = logging.getLogger("broker_core.schedule_file")
@@ -52,7 +54,7 @@ class FileSchedule:
 
     def __init__(self, directory: Path, *, executor: Executor, notify: Callable[..., object], fsync: str = "batch",
                  segment_bytes: int = 64 * 1024 * 1024, fsync_interval_s: float = 0.2,
-                 index_sync_interval_s: float = 10.0):
+                 index_sync_interval_s: float = 10.0, index_split_ahead_ms: int = SPLIT_AHEAD_MS):
         self.dir = Path(directory)
         self._dir = str(self.dir)
         self.executor = executor
@@ -82,6 +84,9 @@ class FileSchedule:
         self._covered = (1, 0)  # log position whose index entries are all written (under `_lock`)
         self.fsyncs = 0
         self.scheduled_total = 0
+        self.hours = HourIndex(self.dir, self._append, index_split_ahead_ms)  # far entries indexed by hour
+        self._splitting = False  # a job splits hour files into minute files
+        self._last_split_check = 0.0
 
     @property
     def count(self) -> int:
@@ -89,7 +94,7 @@ class FileSchedule:
 
     @property
     def busy(self) -> bool:
-        return self._busy or self._syncing
+        return self._busy or self._syncing or self._splitting
 
     def _seg_path(self, segment: int) -> Path:
         return self.dir / f"{segment:010d}.slog"
@@ -100,6 +105,9 @@ class FileSchedule:
         if not self.dir.is_dir():  # no delayed message came yet: the folder is made by the first one
             return
         segments = sorted(int(p.stem) for p in self.dir.glob("*.slog") if p.stem.isdigit())
+        for pattern, size in (("*.idx", INDEX_SIZE), ("*.hidx", INDEX_SIZE), ("*.done", DONE_SIZE)):
+            for path in self.dir.glob(pattern):  # a torn last entry goes before the re-index appends
+                _truncate_to(path, size)
         start = self._checkpoint()
         reindexed = 0
         for segment in segments:
@@ -108,13 +116,15 @@ class FileSchedule:
             reindexed += self._reindex(segment, start[1] if segment == start[0] else 0)
         done_all: dict[int, set] = {}
         for path in self.dir.glob("*.done"):
-            _truncate_to(path, DONE_SIZE)
             done_all[int(path.stem)] = unpack_done(path.read_bytes())
+        indexed: dict[int, set] = {}
         for path in self.dir.glob("*.idx"):
-            _truncate_to(path, INDEX_SIZE)
             bucket = int(path.stem)
-            done = done_all.get(bucket, set())
-            refs = {(s, o) for _, s, o, _ in unpack_index(path.read_bytes(), bucket)} - done
+            indexed[bucket] = {(s, o) for _, s, o, _ in unpack_index(path.read_bytes(), bucket)}
+        for bucket, entries in self.hours.recover().items():  # the hour files not split yet
+            indexed.setdefault(bucket, set()).update((s, o) for _, s, o, _ in entries)
+        for bucket, refs in indexed.items():
+            refs -= done_all.get(bucket, set())
             if refs:
                 self.buckets[bucket] = len(refs)
                 for s, _ in refs:
@@ -141,23 +151,19 @@ class FileSchedule:
         """Index the records of a segment from `offset` on (truncating a torn tail); returns how many."""
         path = self._seg_path(segment)
         data = path.read_bytes()
-        pos, count = offset, 0
-        entries: dict[int, list[bytes]] = {}
+        pos = offset
+        entries = []
         while True:
             records, length = scan_records(data[pos:pos + RECORD_HEADER.size + _record_length(data, pos)])
             if not records or records[0][0] != KIND_SCHEDULED:
                 break
-            due_ms = records[0][1][0]
-            bucket = bucket_of(due_ms)
-            entries.setdefault(bucket, []).append(pack_index(due_ms, bucket, segment, pos, length))
+            entries.append((records[0][1][0], segment, pos, length))
             pos += length
-            count += 1
         if pos < len(data):
             log.warning("%s: truncating a torn tail at %d (%d bytes)", path, pos, len(data) - pos)
             os.truncate(path, pos)
-        for bucket, packed in entries.items():
-            self._append(f"{self._dir}/{bucket}.idx", b"".join(packed))
-        return count
+        self.hours.write(entries, int(time.time() * 1000))
+        return len(entries)
 
     def _append(self, path: str, data: bytes) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
@@ -181,7 +187,7 @@ class FileSchedule:
             record = encode_record(KIND_SCHEDULED, [due_ms, app_id, received_ms, fields])
             bucket = bucket_of(due_ms)
             entries.append(Scheduled(due_ms, (segment, pos), len(record), fields, app_id, received_ms))
-            index.append((bucket, pack_index(due_ms, bucket, segment, pos, len(record))))
+            index.append((due_ms, segment, pos, len(record)))
             records.append(record)
             pos += len(record)
             self.buckets[bucket] = self.buckets.get(bucket, 0) + 1
@@ -199,6 +205,10 @@ class FileSchedule:
         self.executor.submit(self._load_job, bucket, on_loaded)
 
     def _load_job(self, bucket: int, on_loaded) -> None:
+        try:
+            self.hours.ensure_split(bucket)  # its hour's entries into the minute files first
+        except OSError as exc:  # what stayed in the hour file is loaded by a later split or after a restart
+            log.error("%s: splitting the hour index of bucket %d failed: %s", self.dir, bucket, exc)
         try:
             index = (self.dir / f"{bucket}.idx").read_bytes()
             done_path = self.dir / f"{bucket}.done"
@@ -275,6 +285,12 @@ class FileSchedule:
             self.active, self.active_size = self.active + 1, 0
         if self._writes or self._done or self._drop_buckets or self._drop_segments:
             self._kick()
+        if not self._splitting and now - self._last_split_check >= 1.0:
+            self._last_split_check = now
+            hours = self.hours.due(int(time.time() * 1000))
+            if hours:
+                self._splitting = True
+                self.executor.submit(self._split_job, hours)
         if (not self._syncing and self.fsync != "never" and self._dirty_index
                 and now - self._last_index_sync >= self.index_sync_interval_s):
             self._syncing, self._last_index_sync = True, now
@@ -312,12 +328,8 @@ class FileSchedule:
         exc = None
         try:
             self._write_log(writes, sync_data)
-            by_bucket: dict[int, list[bytes]] = {}
-            for _, _, index in writes:
-                for bucket, packed in index:
-                    by_bucket.setdefault(bucket, []).append(packed)
-            for bucket, packed in by_bucket.items():
-                self._append(f"{self._dir}/{bucket}.idx", b"".join(packed))
+            if writes:
+                self.hours.write([e for _, _, index in writes for e in index], int(time.time() * 1000))
             if writes:
                 end = os.lseek(self._fds[writes[-1][0]], 0, os.SEEK_END)
                 with self._lock:
@@ -399,6 +411,18 @@ class FileSchedule:
     def _synced(self) -> None:
         self._syncing = False
 
+    def _split_job(self, hours: list[int]) -> None:
+        """Split the hour files whose hour comes within two hours into minute files (executor thread)."""
+        try:
+            for hour in hours:
+                self.hours.split(hour)
+        except OSError as exc:  # tried again at a later tick (or when a minute of it is loaded)
+            log.error("%s: splitting an hour index file failed: %s", self.dir, exc)
+        self.notify(self._split_done)
+
+    def _split_done(self) -> None:
+        self._splitting = False
+
     # -- shutdown ---------------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -430,6 +454,7 @@ class FileSchedule:
     def stats(self) -> dict:
         return {"storage": "file", "scheduled": self.count, "buckets": len(self.buckets),
                 "scheduled_total": self.scheduled_total, "segments": len(self.owed), "fsyncs": self.fsyncs,
+                "hour_files": len(self.hours.pending), "hour_splits": self.hours.splits,
                 "failed": str(self._failed) if self._failed else None}
 
 

@@ -3,26 +3,28 @@ index files that lag behind the log, entries already delivered — and that seal
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 from broker_core import protocol as p
-from broker_core.storage.schedule import BUCKET_MS, bucket_of
+from broker_core.storage.schedule import BUCKET_MS, INDEX_SIZE, bucket_of
 from broker_core.storage.schedule_file import FileSchedule
+from broker_core.storage.schedule_index import HOUR_MS, MINUTES, hour_of
 from tests.broker.conftest import wait_for
 
 BASE_MS = 1_900_000_000_000 - 1_900_000_000_000 % BUCKET_MS  # a bucket start, far ahead
 
 
-def _open(path, executor) -> FileSchedule:
+def _open(path, executor, **kwargs) -> FileSchedule:
     lock = threading.Lock()
 
     def notify(fn, *args):  # the loop thread's role, played under a lock by whichever thread finishes
         with lock:
             fn(*args)
 
-    return FileSchedule(path, executor=executor, notify=notify, segment_bytes=1500, index_sync_interval_s=0)
+    return FileSchedule(path, executor=executor, notify=notify, segment_bytes=1500, index_sync_interval_s=0, **kwargs)
 
 
 def _schedule(store: FileSchedule, count: int) -> dict[str, int]:
@@ -87,3 +89,61 @@ def test_recovery_rebuilds_lagging_indexes_skips_delivered_and_truncates_a_torn_
         assert again.count == 0
         again.tick(time.monotonic())
         wait_for(lambda: not again.busy and not list(directory.glob("*.slog")), 10, "the segments to go")
+
+
+def test_far_entries_are_indexed_by_hour_and_split_into_minutes_before_their_hour(tmp_path):
+    """Entries due days ahead go to one index file per hour (600 entries in 48 hours), not per minute; loading a
+    minute of an hour (or the hour coming near) splits its file into minute files; a restart counts them once,
+    also after a crash that tore an hour file's last entry and lost the checkpoint (the log indexed again)."""
+    directory = tmp_path / "schedule"
+    rng = random.Random(3)
+    now_ms = int(time.time() * 1000)
+    with ThreadPoolExecutor(2) as executor:
+        store = _open(directory, executor)
+        due_of, done = {}, []
+        for first in range(0, 600, 100):
+            arrays = [p.message(f"m-{i:04d}", "t", b"far") for i in range(first, first + 100)]
+            due = [now_ms + rng.randrange(HOUR_MS * 24, HOUR_MS * 24 * 3) for _ in arrays]
+            due_of.update({a[p.M_ID]: d for a, d in zip(arrays, due, strict=True)})
+            store.add("app", 1, arrays, due, done.append)
+        wait_for(lambda: len(done) == 6 and not store.busy, 10, "the batches to be durable")
+        hours = {hour_of(d) for d in due_of.values()}
+        assert not list(directory.glob("*.idx")), "nothing near: no minute index file"
+        assert {int(f.stem) for f in directory.glob("*.hidx")} == hours and len(hours) <= 2 * 24 + 1
+        assert len(store.buckets) > len(hours), "counted by minute, indexed by hour"
+        buckets_before = dict(store.buckets)
+
+        first_bucket = min(store.buckets)  # loading one minute splits its hour
+        loaded: list = []
+        store.load(first_bucket, loaded.extend)
+        wait_for(lambda: loaded, 10, "the bucket to load")
+        assert sorted(e.due_ms for e in loaded) == sorted(d for d in due_of.values() if bucket_of(d) == first_bucket)
+        hour = first_bucket // MINUTES
+        assert not (directory / f"{hour}.hidx").exists()
+        assert {int(f.stem) // MINUTES for f in directory.glob("*.idx")} == {hour}
+        store.tick(time.monotonic())
+        wait_for(lambda: not store.busy and not store._dirty_index, 10, "the index sync")
+        store._close_files()
+
+        second = sorted(hours)[1]
+        kept = (directory / f"{second}.hidx").read_bytes()
+        again = _open(directory, executor, index_split_ahead_ms=HOUR_MS * 24 * 4)  # every hour is near now
+        again.recover()
+        assert again.buckets == buckets_before and again.count == 600
+        again.tick(time.monotonic())
+        wait_for(lambda: not again.busy and not list(directory.glob("*.hidx")), 30, "every hour split")
+        # a crash before an hour's split wrote its minute files, with half its entries synced and a torn one, and
+        # the checkpoint lost: everything is indexed again (after the tear; the first half twice)
+        for path in directory.glob("*.idx"):
+            if int(path.stem) // MINUTES == second:
+                path.unlink()
+        half = len(kept) // INDEX_SIZE // 2 * INDEX_SIZE
+        (directory / f"{second}.hidx").write_bytes(kept[:half] + b"\x00torn")
+        (directory / "indexed").unlink()
+        again._close_files()
+
+        last = _open(directory, executor)
+        last.recover()
+        assert last.buckets == buckets_before and last.count == 600, "entries indexed twice count once"
+        entries = _all_entries(last)
+        assert len(entries) == 600 and {e.fields[p.M_ID]: e.due_ms for e in entries} == due_of

@@ -75,6 +75,10 @@ def test_buttons_follow_the_role_and_the_state(client, people, estate):
     assert 'data-testid="change-topic"' not in html
     assert page(client, people.auditor, f"/topics/{e.topic.pk}/change/")[0].status_code == 403
     client.logout()
+    _, html = page(client, people.consumer, f"/topics/{e.topic.pk}/")  # a developer of another team
+    assert not any(f'data-testid="{t}"' in html for t in ("change-topic", "retire-topic", "revoke-checkout"))
+    assert 'Request publish grant' in html  # what another team may ask of this topic is still offered
+    client.logout()
     _, html = page(client, people.consumer, f"/apps/{e.consumer.app_id}/")
     assert 'data-testid="deactivate-app"' in html
     response, html = page(client, people.consumer, f"/apps/{e.consumer.app_id}/deactivate/",

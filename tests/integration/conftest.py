@@ -41,13 +41,18 @@ def governed(cluster, people, approved_topic, celery_worker):  # noqa: F811
     """The broker cluster `cluster` (no broker started yet) and its control-plane twin, holding: the topic
     (payments'), app `checkout` (payments) granted to publish on it, app `shipping-worker` (logistics)
     bound in group `shipping` — each approved through the actions and provisioned by the Celery worker."""
+    from tests.transactions.helpers import control_plane_cluster
+
+    return govern(cluster, control_plane_cluster(people.admin, cluster), people, approved_topic)
+
+
+def govern(cluster, cp, people, approved_topic):  # noqa: F811
+    """`governed` on the control-plane cluster `cp` (set up by the caller: its partition defaults, say)."""
     from apps.accounts.models import Team
     from apps.bindings import actions as bindings
     from apps.topics import actions as topics
     from apps.topics.models import TopicApplication
-    from tests.transactions.helpers import control_plane_cluster
 
-    cp = control_plane_cluster(people.admin, cluster)
     topic = approved_topic(cp)
     producer, producer_secret = topics.create_app(actor=people.dev, app_id=PRODUCER_APP,
                                                   team=Team.objects.get(name="payments"))

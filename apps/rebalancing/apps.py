@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class RebalancingConfig(AppConfig):
+    name = "apps.rebalancing"
+    label = "rebalancing"
+    verbose_name = "Rebalances"
