@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -36,9 +34,10 @@ sys.path.insert(0, str(ROOT))
 from bench.broker_bench import (  # noqa: E402
     APP,
     BROKER_PORT,
-    SECRET,
     STATE,
     bench_chroot,
+    bench_workdir,
+    client_kwargs,
     end_to_end,
     hold_bench_lock,
     paced_latency,
@@ -46,6 +45,7 @@ from bench.broker_bench import (  # noqa: E402
     publish_many,
     publish_pipelined,
     start_broker,
+    stop_brokers,
 )
 from broker_core.client import AsyncProducer  # noqa: E402
 from broker_core.client._loop import new_event_loop  # noqa: E402
@@ -56,7 +56,7 @@ GROUP = "bench-group"
 
 
 async def measure(args, zk: str, topics: dict) -> dict[str, dict[str, list[float]]]:
-    kwargs = {"app_id": APP, "secret": SECRET, "zk": zk, "cache_dir": STATE / "sdk-cache-partitions"}
+    kwargs = client_kwargs(zk, STATE / "sdk-cache-partitions")
     producer = AsyncProducer(**kwargs)
     figures: dict[str, dict[str, list[float]]] = {t: {"pipelined": [], "send_many": [], "end_to_end": []}
                                                   for t in topics}
@@ -98,25 +98,22 @@ def main() -> int:
                 if (partitions, rf) != (1, 1):
                     pv.placement(topic, partitions, rf, nodes)
             pv.binding(f"{name}-e2e", GROUP, APP, max_in_flight=10_000)
-        workdir = Path(tempfile.mkdtemp(prefix="partitions-", dir=STATE))
-        secret = workdir / "cluster-secret"
-        secret.write_text(uuid.uuid4().hex + uuid.uuid4().hex)
-        secret.chmod(0o600)
-        os.environ["SWITCHYARD_BROKER_CLUSTER_SECRET_FILE"] = str(secret)  # the brokers inherit the file's name
-        brokers = []
-        try:
-            for i, node in enumerate(nodes):
-                (workdir / node).mkdir()
-                brokers.append(start_broker(zk, workdir / node / "data", "batch", False,
-                                            port=BROKER_PORT + 2 * i, extra=("--node-id", node)))
-            loop = new_event_loop()
-            figures = loop.run_until_complete(measure(args, zk, topics))
-            loop.close()
-        finally:
-            for proc in brokers:
-                proc.terminate()
-                proc.wait(timeout=30)
-            shutil.rmtree(workdir, ignore_errors=True)
+        with bench_workdir("partitions-") as workdir:
+            secret = workdir / "cluster-secret"
+            secret.write_text(uuid.uuid4().hex + uuid.uuid4().hex)
+            secret.chmod(0o600)
+            os.environ["SWITCHYARD_BROKER_CLUSTER_SECRET_FILE"] = str(secret)  # the brokers inherit the file's name
+            brokers = []
+            try:
+                for i, node in enumerate(nodes):
+                    (workdir / node).mkdir()
+                    brokers.append(start_broker(zk, workdir / node / "data", "batch", False,
+                                                port=BROKER_PORT + 2 * i, extra=("--node-id", node)))
+                loop = new_event_loop()
+                figures = loop.run_until_complete(measure(args, zk, topics))
+                loop.close()
+            finally:
+                stop_brokers(brokers)
     a, b = topics
     print(f"{args.compare} bench: 3 brokers, 1 KiB messages, fsync=batch, one client process, {os.cpu_count()} "
           f"cores, {args.rounds} rounds of {args.messages:,} messages; {a} {topics[a]} vs {b} {topics[b]} "

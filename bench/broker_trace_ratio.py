@@ -39,10 +39,8 @@ import contextlib
 import json
 import os
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -53,16 +51,16 @@ sys.path.insert(0, str(ROOT))
 from kazoo.client import KazooClient  # noqa: E402
 
 from bench.broker_bench import (  # noqa: E402
-    APP,
     BROKER_PORT,
-    SECRET,
-    STATE,
-    ZK_PORT,
     CpuMeter,
+    bench_workdir,
+    bench_zookeeper,
+    client_kwargs,
     end_to_end,
     hold_bench_lock,
     paced_latency,
     percentile,
+    provision_app,
     publish_many,
     publish_pipelined,
     start_broker,
@@ -71,7 +69,6 @@ from bench.broker_bench import (  # noqa: E402
 from broker_core.client import AsyncProducer  # noqa: E402
 from broker_core.client._loop import new_event_loop  # noqa: E402
 from broker_core.cluster.provision import Provisioner  # noqa: E402
-from devstack.zookeeper import start_zookeeper, stop_zookeeper  # noqa: E402
 
 PUB_TOPIC, E2E_TOPIC, GROUP = "ratio-pub", "ratio-e2e", "ratio-group"
 PHASES = (("publish_pipelined", "publish (pipelined)"), ("publish_send_many", "publish (send_many)"),
@@ -97,18 +94,15 @@ class Side:
     def provision(self, client: KazooClient) -> None:
         pv = Provisioner(client, self.chroot, cluster=f"ratio-{self.name}")
         pv.meta()
-        pv.app(APP, SECRET)
-        for topic in (PUB_TOPIC, E2E_TOPIC):
-            pv.topic(topic)
-            pv.grant(topic, APP)
-        pv.binding(E2E_TOPIC, GROUP, APP, max_in_flight=10_000)
+        provision_app(pv, (E2E_TOPIC, PUB_TOPIC), GROUP)
 
-    def start(self) -> None:
+    def start(self, prefix: tuple[str, ...] = (), start_timeout: float = 30) -> None:
+        """Its broker (`prefix`: a command to run it under), its CPU meter and the SDK's arguments."""
         self.proc = start_broker(self.zk, self.data, self.fsync, self.name == "on", port=self.port,
-                                 cluster=f"ratio-{self.name}",
+                                 cluster=f"ratio-{self.name}", prefix=prefix, start_timeout=start_timeout,
                                  extra=("--trace-roll-mb", str(self.roll_mb)) if self.name == "on" else ())
         self.meter = CpuMeter(self.proc.pid)
-        self.kwargs = {"app_id": APP, "secret": SECRET, "zk": self.zk, "cache_dir": self.data.parent / "sdk-cache"}
+        self.kwargs = client_kwargs(self.zk, self.data.parent / "sdk-cache")
 
     async def connect(self) -> None:
         self.producer = AsyncProducer(**self.kwargs)
@@ -244,32 +238,21 @@ def two_brokers(make_side, prefix: str):
     """ZooKeeper (this bench's own, unless $SWITCHYARD_ZK names one), then a traced and an untraced broker,
     provisioned and started: yields {"on": side, "off": side}, `make_side(name, zk_hosts, workdir, port)`
     building each; stops and removes everything afterwards."""
-    own_zk = not os.environ.get("SWITCHYARD_ZK")
-    zk_hosts = os.environ.get("SWITCHYARD_ZK") or f"127.0.0.1:{ZK_PORT}"
-    if own_zk:
-        start_zookeeper(STATE, ZK_PORT, "zk-bench")
-    client = KazooClient(hosts=zk_hosts)
-    client.start(timeout=15)
-    workdir = Path(tempfile.mkdtemp(prefix=prefix, dir=STATE))
-    sides = {name: make_side(name, zk_hosts, workdir, port) for name, port in (("on", BROKER_PORT),
-                                                                                 ("off", BROKER_PORT + 2))}
-    started = []
-    try:
-        for side in sides.values():
-            side.provision(client)
-            side.start()
-            started.append(side)
-        yield sides
-    finally:
-        for side in started:
-            side.stop()
-        for side in sides.values():
-            client.delete(side.chroot, recursive=True)
-        client.stop()
-        client.close()
-        if own_zk:
-            stop_zookeeper(STATE, "zk-bench")
-        shutil.rmtree(workdir, ignore_errors=True)
+    with bench_zookeeper() as (zk_hosts, client), bench_workdir(prefix) as workdir:
+        sides = {name: make_side(name, zk_hosts, workdir, port) for name, port in (("on", BROKER_PORT),
+                                                                                     ("off", BROKER_PORT + 2))}
+        started = []
+        try:
+            for side in sides.values():
+                side.provision(client)
+                side.start()
+                started.append(side)
+            yield sides
+        finally:
+            for side in started:
+                side.stop()
+            for side in sides.values():
+                client.delete(side.chroot, recursive=True)
 
 
 def main() -> int:

@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import sys
-import tempfile
 import time
 import uuid
 from collections import Counter
@@ -31,15 +29,23 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kazoo.client import KazooClient  # noqa: E402
-
-from bench.broker_bench import BODY, BROKER_PORT, STATE, ZK_PORT, hold_bench_lock, percentile, start_broker  # noqa: E402
+from bench.broker_bench import (  # noqa: E402
+    BODY,
+    BROKER_PORT,
+    bench_workdir,
+    bench_zookeeper,
+    client_kwargs,
+    hold_bench_lock,
+    percentile,
+    provision_app,
+    start_broker,
+    stop_brokers,
+)
 from broker_core.client import AsyncConsumer, AsyncProducer  # noqa: E402
 from broker_core.client._loop import new_event_loop  # noqa: E402
 from broker_core.cluster.provision import Provisioner  # noqa: E402
-from devstack.zookeeper import start_zookeeper, stop_zookeeper  # noqa: E402
 
-APP, SECRET, TOPIC, GROUP = "bench-app", "bench-secret", "moving", "bench-group"
+TOPIC, GROUP = "moving", "bench-group"
 
 
 class Clocks:
@@ -52,7 +58,7 @@ class Clocks:
 
 async def run(args, clusters: dict[str, Provisioner], zk_of: dict[str, str], cache: Path) -> dict:
     clocks = Clocks()
-    kwargs = {"app_id": APP, "secret": SECRET, "zk": zk_of["a"], "cache_dir": cache}
+    kwargs = client_kwargs(zk_of["a"], cache)
     consumer = AsyncConsumer(TOPIC, GROUP, lambda m: clocks.consumed.update([m.id]), credit=2000, **kwargs)
     await consumer.start()
     producer = AsyncProducer(**kwargs)
@@ -128,41 +134,25 @@ def main() -> int:
     args = parser.parse_args()
 
     lock = hold_bench_lock()  # noqa: F841  (held until the process ends)
-    own_zk = not os.environ.get("SWITCHYARD_ZK")
-    zk_hosts = os.environ.get("SWITCHYARD_ZK") or f"127.0.0.1:{ZK_PORT}"
-    if own_zk:
-        start_zookeeper(STATE, ZK_PORT, "zk-bench")
-    client = KazooClient(hosts=zk_hosts)
-    client.start(timeout=15)
     base = f"/sy-route-bench/{uuid.uuid4().hex[:8]}"
-    workdir = Path(tempfile.mkdtemp(prefix="route-", dir=STATE))
-    clusters, zk_of, brokers = {}, {}, []
-    try:
-        for i, name in enumerate(("a", "b")):
-            pv = clusters[name] = Provisioner(client, f"{base}/{name}", cluster=name)
-            zk_of[name] = f"{zk_hosts}{base}/{name}"
-            pv.meta()
-            pv.app(APP, SECRET)
-            pv.topic(TOPIC)
-            pv.grant(TOPIC, APP)
-            pv.binding(TOPIC, GROUP, APP, max_in_flight=10_000)
-            (workdir / name).mkdir()
-            brokers.append(start_broker(zk_of[name], workdir / name / "data", "batch", False,
-                                        port=BROKER_PORT + 2 * i, cluster=name))
-        time.sleep(1.0)  # the brokers register in ZooKeeper
-        loop = new_event_loop()
-        results = loop.run_until_complete(run(args, clusters, zk_of, workdir / "cache"))
-        loop.close()
-    finally:
-        for broker in brokers:
-            broker.terminate()
-            broker.wait(timeout=30)
-        client.delete(base, recursive=True)
-        client.stop()
-        client.close()
-        if own_zk:
-            stop_zookeeper(STATE, "zk-bench")
-        shutil.rmtree(workdir, ignore_errors=True)
+    with bench_zookeeper() as (zk_hosts, client), bench_workdir("route-") as workdir:
+        clusters, zk_of, brokers = {}, {}, []
+        try:
+            for i, name in enumerate(("a", "b")):
+                pv = clusters[name] = Provisioner(client, f"{base}/{name}", cluster=name)
+                zk_of[name] = f"{zk_hosts}{base}/{name}"
+                pv.meta()
+                provision_app(pv, (TOPIC,), GROUP)
+                (workdir / name).mkdir()
+                brokers.append(start_broker(zk_of[name], workdir / name / "data", "batch", False,
+                                            port=BROKER_PORT + 2 * i, cluster=name))
+            time.sleep(1.0)  # the brokers register in ZooKeeper
+            loop = new_event_loop()
+            results = loop.run_until_complete(run(args, clusters, zk_of, workdir / "cache"))
+            loop.close()
+        finally:
+            stop_brokers(brokers)
+            client.delete(base, recursive=True)
 
     print(f"route switch bench: {args.rate:,} msgs/s paced, 1 KiB, {args.phase_seconds:g} s per phase, "
           f"{os.cpu_count()} cores")
