@@ -14,7 +14,7 @@ import pyarrow as pa
 
 from broker_core.client import Consumer, Message, Producer
 from broker_core.storage.store import KIND_BATCH, StoredMessage, encode_record
-from broker_core.tracing.process import HEAD, ProcessTraceSink, joined, serve
+from broker_core.tracing.process import HEAD, PipeWriter, ProcessTraceSink, joined, serve
 from broker_core.tracing.records import Decoder, RecordBuffer, pack, unpack
 from broker_core.tracing.schema import read_trace_events
 from broker_core.tracing.writer import TraceFileWriter
@@ -188,6 +188,38 @@ def test_records_dropped_between_two_takes_part_the_takes_joined():
         else:
             takes.append(unpack(*_shipped(buffer)))
     assert [(r.first, len(r.counts)) for r in joined(takes)] == [(0, 1), (2, 2)]
+
+
+def test_the_pipe_writer_writes_every_part_in_order_past_a_full_pipe_and_drops_them_once_the_reader_is_gone():
+    """8 MiB of parts into a 64 KiB pipe read slowly: byte for byte, in order, then closed (the reader sees
+    its end); a writer whose reader closed its end is closing and takes no more."""
+    parts = [bytes([i % 251]) * (1000 + i % 97) for i in range(8000)]
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        read_fd, write_fd = os.pipe()
+        writer = PipeWriter(loop, write_fd)
+        writer.writelines(parts[:4000])
+        assert writer.get_write_buffer_size() > 0  # the pipe took what it holds; the rest waits
+        writer.writelines(parts[4000:])
+        writer.close()
+        got = bytearray()
+
+        async def read_all():
+            while chunk := await loop.run_in_executor(None, os.read, read_fd, 1 << 20):
+                got.extend(chunk)
+
+        await asyncio.wait_for(read_all(), 30)  # (the end comes once the writer closed)
+        os.close(read_fd)
+        assert got == b"".join(parts) and writer.get_write_buffer_size() == 0
+
+        read_fd, write_fd = os.pipe()
+        writer = PipeWriter(loop, write_fd)
+        os.close(read_fd)
+        writer.writelines([b"x" * 10])
+        assert writer.is_closing() and writer.get_write_buffer_size() == 0
+
+    asyncio.run(main())
 
 
 def _trace_child(broker_pid: int) -> int:
