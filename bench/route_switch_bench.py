@@ -29,18 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.broker_bench import (  # noqa: E402
-    BODY,
-    BROKER_PORT,
-    bench_workdir,
-    bench_zookeeper,
-    client_kwargs,
-    hold_bench_lock,
-    percentile,
-    provision_app,
-    start_broker,
-    stop_brokers,
-)
+from bench import broker_bench as bb  # noqa: E402
 from broker_core.client import AsyncConsumer, AsyncProducer  # noqa: E402
 from broker_core.client._loop import new_event_loop  # noqa: E402
 from broker_core.cluster.provision import Provisioner  # noqa: E402
@@ -58,7 +47,7 @@ class Clocks:
 
 async def run(args, clusters: dict[str, Provisioner], zk_of: dict[str, str], cache: Path) -> dict:
     clocks = Clocks()
-    kwargs = client_kwargs(zk_of["a"], cache)
+    kwargs = bb.client_kwargs(zk_of["a"], cache)
     consumer = AsyncConsumer(TOPIC, GROUP, lambda m: clocks.consumed.update([m.id]), credit=2000, **kwargs)
     await consumer.start()
     producer = AsyncProducer(**kwargs)
@@ -79,7 +68,7 @@ async def run(args, clusters: dict[str, Provisioner], zk_of: dict[str, str], cac
                 await asyncio.sleep(delay)
             message_id = producer.new_id()
             clocks.sent[message_id] = time.perf_counter()
-            producer.send_nowait(TOPIC, BODY, message_id=message_id).add_done_callback(
+            producer.send_nowait(TOPIC, bb.BODY, message_id=message_id).add_done_callback(
                 lambda f, message_id=message_id: acked(message_id, f))
             i += 1
 
@@ -122,7 +111,7 @@ async def run(args, clusters: dict[str, Provisioner], zk_of: dict[str, str], cac
     return {"follows": follows, "sent": len(clocks.sent), "acked": len(clocks.acked), "errors": clocks.errors,
             "lost": len(set(clocks.acked) - set(clocks.consumed)),
             "duplicates": sum(n - 1 for n in clocks.consumed.values() if n > 1),
-            "max_wait": max(waits), "p99_wait": percentile(waits, 0.99), "max_wait_before": max(baseline),
+            "max_wait": max(waits), "p99_wait": bb.percentile(waits, 0.99), "max_wait_before": max(baseline),
             "max_wait_after_change": max(around),
             "max_gap": max(b - a for a, b in zip(acks, acks[1:], strict=False))}
 
@@ -133,25 +122,25 @@ def main() -> int:
     parser.add_argument("--phase-seconds", type=float, default=3.0)
     args = parser.parse_args()
 
-    lock = hold_bench_lock()  # noqa: F841  (held until the process ends)
+    lock = bb.hold_bench_lock()  # noqa: F841  (held until the process ends)
     base = f"/sy-route-bench/{uuid.uuid4().hex[:8]}"
-    with bench_zookeeper() as (zk_hosts, client), bench_workdir("route-") as workdir:
+    with bb.bench_zookeeper() as (zk_hosts, client), bb.bench_workdir("route-") as workdir:
         clusters, zk_of, brokers = {}, {}, []
         try:
             for i, name in enumerate(("a", "b")):
                 pv = clusters[name] = Provisioner(client, f"{base}/{name}", cluster=name)
                 zk_of[name] = f"{zk_hosts}{base}/{name}"
                 pv.meta()
-                provision_app(pv, (TOPIC,), GROUP)
+                bb.provision_app(pv, (TOPIC,), GROUP)
                 (workdir / name).mkdir()
-                brokers.append(start_broker(zk_of[name], workdir / name / "data", "batch", False,
-                                            port=BROKER_PORT + 2 * i, cluster=name))
+                brokers.append(bb.start_broker(zk_of[name], workdir / name / "data", "batch", False,
+                                            port=bb.BROKER_PORT + 2 * i, cluster=name))
             time.sleep(1.0)  # the brokers register in ZooKeeper
             loop = new_event_loop()
             results = loop.run_until_complete(run(args, clusters, zk_of, workdir / "cache"))
             loop.close()
         finally:
-            stop_brokers(brokers)
+            bb.stop_brokers(brokers)
             client.delete(base, recursive=True)
 
     print(f"route switch bench: {args.rate:,} msgs/s paced, 1 KiB, {args.phase_seconds:g} s per phase, "
