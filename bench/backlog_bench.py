@@ -20,11 +20,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -34,21 +31,20 @@ sys.path.insert(0, str(ROOT))
 
 
 from bench.broker_bench import (  # noqa: E402
-    APP,
-    BROKER_PORT,
     GROUP,
-    SECRET,
-    STATE,
     TOPIC,
     CpuMeter,
     bench_chroot,
+    bench_workdir,
     broker_stats,
+    client_kwargs,
     hold_bench_lock,
     publish_many,
+    start_broker,
+    stop_brokers,
 )
 from broker_core.client import AsyncConsumer, AsyncProducer  # noqa: E402
 from broker_core.client._loop import new_event_loop  # noqa: E402
-from devstack.processes import port_open  # noqa: E402
 
 MiB = 1024 * 1024
 RUNNING: list[subprocess.Popen] = []  # broker processes to stop at the end
@@ -87,28 +83,13 @@ class Rss:
 NODE_ID = "bench-1"
 
 
-def start_broker(root: Path, zk: str, data_dir: Path, fsync: str, timeout: float = 60) -> subprocess.Popen:
-    data_dir.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "broker_core", "--cluster", "bench", "--zk", zk, "--data-dir", str(data_dir),
-            "--port", str(BROKER_PORT), "--metrics-port", str(BROKER_PORT + 1), "--fsync", fsync,
-            "--log-level", "WARNING", "--no-trace", "--node-id", NODE_ID]
-    log = open(data_dir.parent / "broker.log", "ab")
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    proc = subprocess.Popen(argv, cwd=root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-    deadline = time.monotonic() + timeout
-    while not port_open(BROKER_PORT):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"the broker did not start; see {data_dir.parent / 'broker.log'}")
-        time.sleep(0.05)
-    return proc
-
-
 def restart(args, zk: str, broker: subprocess.Popen, data_dir: Path, out: dict) -> subprocess.Popen:
     """kill -9 the broker and start it again on the same data: time until the group's position is back, RSS."""
     broker.kill()
     broker.wait(timeout=60)
     started = time.perf_counter()
-    broker = start_broker(args.broker_root.resolve(), zk, data_dir, args.fsync, timeout=1800)
+    broker = start_broker(zk, data_dir, args.fsync, False, root=args.broker_root.resolve(), start_timeout=1800,
+                          extra=("--node-id", NODE_ID))
     RUNNING.append(broker)
     rss = Rss(broker.pid)
     while True:
@@ -126,7 +107,7 @@ def restart(args, zk: str, broker: subprocess.Popen, data_dir: Path, out: dict) 
 
 
 async def run(args, zk: str, broker: subprocess.Popen, data_dir: Path) -> dict:
-    kwargs = {"app_id": APP, "secret": SECRET, "zk": zk, "cache_dir": STATE / "sdk-cache"}
+    kwargs = client_kwargs(zk)
     rss, cpu = Rss(broker.pid), CpuMeter(broker.pid)
     out: dict = {"idle_rss": rss.now()}
     producer = AsyncProducer(**kwargs)
@@ -196,25 +177,21 @@ def main() -> int:
     args = parser.parse_args()
 
     lock = hold_bench_lock()  # noqa: F841  (held until the process ends)
-    with bench_chroot("sy-backlog-bench") as (zk, pv):
+    with bench_chroot("sy-backlog-bench") as (zk, pv), bench_workdir("backlog-") as workdir:
         if args.partitions > 1:
             pv.topic(TOPIC, partitions=args.partitions, replication_factor=1)
             pv.placement(TOPIC, args.partitions, 1, [NODE_ID])
-        workdir = Path(tempfile.mkdtemp(prefix="backlog-", dir=STATE))
         print(f"backlog bench: {args.messages:,} messages of 1 KiB, {args.partitions} partition(s), "
               f"fsync={args.fsync}, broker from "
               f"{'this checkout' if args.broker_root == ROOT else args.broker_root.name}", flush=True)
-        broker = start_broker(args.broker_root.resolve(), zk, workdir / "data", args.fsync)
+        broker = start_broker(zk, workdir / "data", args.fsync, False, root=args.broker_root.resolve(),
+                              start_timeout=60, extra=("--node-id", NODE_ID))
         try:
             loop = new_event_loop()
             r = loop.run_until_complete(run(args, zk, broker, workdir / "data"))
             loop.close()
         finally:
-            for proc in [broker, *RUNNING]:
-                if proc.poll() is None:
-                    proc.terminate()
-                    proc.wait(timeout=60)
-            shutil.rmtree(workdir, ignore_errors=True)
+            stop_brokers([broker, *RUNNING], timeout=60)
     g = r["group"]
     print(f"  publish: {r['publish_rate']:,.0f} msgs/s (broker CPU {r['publish_cpu']:.1f} us/msg); broker RSS "
           f"{r['idle_rss'] / MiB:.0f} MiB idle, peak {r['publish_peak_rss'] / MiB:.0f} MiB while publishing, "

@@ -62,35 +62,65 @@ ADMIN_TOKEN = os.environ.setdefault("SWITCHYARD_BROKER_ADMIN_TOKEN", "bench-" + 
 
 
 @contextmanager
-def bench_chroot(prefix: str, topics: tuple[str, ...] = (TOPIC,), group: str = GROUP,
-                 **meta) -> Iterator[tuple[str, Provisioner]]:
-    """ZooKeeper for a bench ($SWITCHYARD_ZK, else its own on ZK_PORT) and a fresh chroot under /PREFIX/ holding the
-    bench's app with a grant on each of TOPICS and GROUP bound to the first (META: the cluster's settings in
-    /meta; no TOPICS: the bench provisions its own); yields the chroot's connect
-    string and its provisioner. On leaving, the chroot goes, and the bench's own ZooKeeper with it."""
+def bench_zookeeper() -> Iterator[tuple[str, KazooClient]]:
+    """ZooKeeper for a bench: $SWITCHYARD_ZK, else its own on ZK_PORT (stopped on leaving); yields its connect
+    string and a started client."""
     own_zk = not os.environ.get("SWITCHYARD_ZK")
     zk_hosts = os.environ.get("SWITCHYARD_ZK") or f"127.0.0.1:{ZK_PORT}"
     if own_zk:
         start_zookeeper(STATE, ZK_PORT, "zk-bench")
-    chroot = f"/{prefix}/{uuid.uuid4().hex[:8]}"
     client = KazooClient(hosts=zk_hosts)
-    client.start(timeout=15)
-    pv = Provisioner(client, chroot, cluster="bench")
-    pv.meta(**meta)
+    try:
+        client.start(timeout=15)
+        yield zk_hosts, client
+    finally:
+        client.stop()
+        client.close()
+        if own_zk:
+            stop_zookeeper(STATE, "zk-bench")
+
+
+def provision_app(pv: Provisioner, topics: tuple[str, ...] = (TOPIC,), group: str = GROUP) -> None:
+    """The bench's app, with a grant on each of TOPICS (created) and GROUP bound to the first."""
     pv.app(APP, SECRET)
     for topic in topics:
         pv.topic(topic)
         pv.grant(topic, APP)
     if topics:
         pv.binding(topics[0], group, APP, max_in_flight=10_000)
+
+
+@contextmanager
+def bench_chroot(prefix: str, topics: tuple[str, ...] = (TOPIC,), group: str = GROUP,
+                 **meta) -> Iterator[tuple[str, Provisioner]]:
+    """ZooKeeper for a bench (`bench_zookeeper`) and a fresh chroot under /PREFIX/ holding the bench's app with a
+    grant on each of TOPICS and GROUP bound to the first (META: the cluster's settings in /meta; no TOPICS: the
+    bench provisions its own); yields the chroot's connect string and its provisioner. On leaving, the chroot
+    goes, and the bench's own ZooKeeper with it."""
+    with bench_zookeeper() as (zk_hosts, client):
+        chroot = f"/{prefix}/{uuid.uuid4().hex[:8]}"
+        pv = Provisioner(client, chroot, cluster="bench")
+        pv.meta(**meta)
+        provision_app(pv, topics, group)
+        try:
+            yield f"{zk_hosts}{chroot}", pv
+        finally:
+            client.delete(chroot, recursive=True)
+
+
+@contextmanager
+def bench_workdir(prefix: str) -> Iterator[Path]:
+    """A fresh folder under the benches' state folder, removed on leaving."""
+    workdir = Path(tempfile.mkdtemp(prefix=prefix, dir=STATE))
     try:
-        yield f"{zk_hosts}{chroot}", pv
+        yield workdir
     finally:
-        client.delete(chroot, recursive=True)
-        client.stop()
-        client.close()
-        if own_zk:
-            stop_zookeeper(STATE, "zk-bench")
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def client_kwargs(zk: str, cache_dir: Path | None = None) -> dict:
+    """The SDK arguments of the bench's app on the cluster at ZK (its route cache in CACHE_DIR)."""
+    return {"app_id": APP, "secret": SECRET, "zk": zk, "cache_dir": cache_dir or STATE / "sdk-cache"}
 
 
 def hold_bench_lock():
@@ -109,20 +139,30 @@ def hold_bench_lock():
 
 def start_broker(zk: str, data_dir: Path, fsync: str, trace: bool, port: int = BROKER_PORT,
                  cluster: str = "bench", extra: tuple[str, ...] = (), prefix: tuple[str, ...] = (),
-                 start_timeout: float = 30) -> subprocess.Popen:
+                 start_timeout: float = 30, root: Path = ROOT) -> subprocess.Popen:
     """A broker process on `port` (its metrics on port + 1), logging to data_dir/../broker.log (`extra`: more
-    broker options; `prefix`: a command to run it under)."""
+    broker options; `prefix`: a command to run it under; `root`: the checkout it runs from)."""
     argv = [*prefix, sys.executable, "-m", "broker_core", "--cluster", cluster, "--zk", zk, "--data-dir",
             str(data_dir), "--port", str(port), "--metrics-port", str(port + 1), "--fsync", fsync,
             "--log-level", "WARNING", "--trace" if trace else "--no-trace", *extra]
     log = open(data_dir.parent / "broker.log", "ab")
-    proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    env = {**os.environ, "PYTHONPATH": str(root)} if root != ROOT else None
+    proc = subprocess.Popen(argv, cwd=root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
     deadline = time.monotonic() + start_timeout
     while not port_open(port):
         if proc.poll() is not None or time.monotonic() > deadline:
             raise SystemExit(f"the broker did not start; see {data_dir.parent / 'broker.log'}")
         time.sleep(0.05)
     return proc
+
+
+def stop_brokers(procs: list[subprocess.Popen], timeout: float = 30) -> None:
+    """Stop the broker processes still running (SIGTERM: each flushes and stops), waiting for each."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    for proc in procs:
+        proc.wait(timeout=timeout)
 
 
 def broker_stats() -> dict:
@@ -280,7 +320,7 @@ async def trace_process_started(trace_dir: Path, timeout: float = 60.0) -> None:
 
 
 async def run(args, zk: str, cpu: CpuMeter, trace_dir: Path | None = None) -> dict:
-    kwargs = {"app_id": APP, "secret": SECRET, "zk": zk, "cache_dir": STATE / "sdk-cache"}
+    kwargs = client_kwargs(zk)
     producer = AsyncProducer(**kwargs)
     await producer.connect(TOPIC)
     await publish_pipelined(producer, 5000)  # warm up (connections, allocator, page cache)
@@ -334,8 +374,7 @@ def main() -> int:
     args = parser.parse_args()
 
     lock = hold_bench_lock()  # noqa: F841  (held until the process ends)
-    with bench_chroot("sy-broker-bench") as (zk, _):
-        workdir = Path(tempfile.mkdtemp(prefix="run-", dir=STATE))
+    with bench_chroot("sy-broker-bench") as (zk, _), bench_workdir("run-") as workdir:
         broker = start_broker(zk, workdir / "data", args.fsync, args.trace)
         try:
             loop = new_event_loop()
@@ -344,9 +383,7 @@ def main() -> int:
             loop.close()
             results["broker"] = broker_stats()["topics"][TOPIC]["store"]
         finally:
-            broker.terminate()
-            broker.wait(timeout=30)
-            shutil.rmtree(workdir, ignore_errors=True)
+            stop_brokers([broker])
 
     if args.json:
         print(json.dumps(results, indent=2))

@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import uuid
 from pathlib import Path
 
@@ -33,20 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-from bench.broker_bench import (  # noqa: E402
-    APP,
-    BROKER_PORT,
-    SECRET,
-    STATE,
-    bench_chroot,
-    end_to_end,
-    hold_bench_lock,
-    paced_latency,
-    percentile,
-    publish_many,
-    publish_pipelined,
-    start_broker,
-)
+from bench import broker_bench as bb  # noqa: E402
 from broker_core.client import AsyncProducer  # noqa: E402
 from broker_core.client._loop import new_event_loop  # noqa: E402
 
@@ -56,24 +41,24 @@ GROUP = "bench-group"
 
 
 async def measure(args, zk: str, topics: dict) -> dict[str, dict[str, list[float]]]:
-    kwargs = {"app_id": APP, "secret": SECRET, "zk": zk, "cache_dir": STATE / "sdk-cache-partitions"}
+    kwargs = bb.client_kwargs(zk, bb.STATE / "sdk-cache-partitions")
     producer = AsyncProducer(**kwargs)
     figures: dict[str, dict[str, list[float]]] = {t: {"pipelined": [], "send_many": [], "end_to_end": []}
                                                   for t in topics}
     for topic in topics:
         for name in (topic, f"{topic}-e2e"):
             await producer.connect(name)
-            await publish_pipelined(producer, 5000, name)  # warm up
+            await bb.publish_pipelined(producer, 5000, name)  # warm up
     for r in range(args.rounds):
         for topic in (list(topics) if r % 2 == 0 else list(reversed(topics))):
-            figures[topic]["pipelined"].append(await publish_pipelined(producer, args.messages, topic))
-            figures[topic]["send_many"].append(await publish_many(producer, args.messages, topic=topic))
+            figures[topic]["pipelined"].append(await bb.publish_pipelined(producer, args.messages, topic))
+            figures[topic]["send_many"].append(await bb.publish_many(producer, args.messages, topic=topic))
             # its own topic (bound; the publish runs' topic is not, so no backlog is counted here)
-            rate, _ = await end_to_end(producer, kwargs, args.messages, f"{topic}-e2e", GROUP)
+            rate, _ = await bb.end_to_end(producer, kwargs, args.messages, f"{topic}-e2e", GROUP)
             figures[topic]["end_to_end"].append(rate)
             if args.paced_seconds:
                 figures[topic].setdefault("paced", []).extend(
-                    await paced_latency(producer, kwargs, 2000, args.paced_seconds, f"{topic}-e2e", GROUP))
+                    await bb.paced_latency(producer, kwargs, 2000, args.paced_seconds, f"{topic}-e2e", GROUP))
     links = producer.stats()
     await producer.close()
     print("producer:", links)
@@ -88,35 +73,32 @@ def main() -> int:
     parser.add_argument("--paced-seconds", type=float, default=0.0, help="a paced 2,000/s run per topic and round")
     args = parser.parse_args()
     topics = COMPARISONS[args.compare]
-    lock = hold_bench_lock()  # noqa: F841  (held until the process ends)
-    with bench_chroot("sy-broker-bench", topics=(), min_insync=2 if args.compare == "replication" else 1) as (zk, pv):
+    lock = bb.hold_bench_lock()  # noqa: F841  (held until the process ends)
+    with bb.bench_chroot("sy-broker-bench", topics=(), min_insync=2 if args.compare == "replication" else 1) as (zk, pv):
         nodes = [f"bench-b{i}" for i in range(3)]
         for name, (partitions, rf) in topics.items():
             for topic in (name, f"{name}-e2e"):  # publish runs on the first (no group), end to end on the second
                 pv.topic(topic, partitions=partitions if partitions > 1 else None, replication_factor=rf)
-                pv.grant(topic, APP)
+                pv.grant(topic, bb.APP)
                 if (partitions, rf) != (1, 1):
                     pv.placement(topic, partitions, rf, nodes)
-            pv.binding(f"{name}-e2e", GROUP, APP, max_in_flight=10_000)
-        workdir = Path(tempfile.mkdtemp(prefix="partitions-", dir=STATE))
-        secret = workdir / "cluster-secret"
-        secret.write_text(uuid.uuid4().hex + uuid.uuid4().hex)
-        secret.chmod(0o600)
-        os.environ["SWITCHYARD_BROKER_CLUSTER_SECRET_FILE"] = str(secret)  # the brokers inherit the file's name
-        brokers = []
-        try:
-            for i, node in enumerate(nodes):
-                (workdir / node).mkdir()
-                brokers.append(start_broker(zk, workdir / node / "data", "batch", False,
-                                            port=BROKER_PORT + 2 * i, extra=("--node-id", node)))
-            loop = new_event_loop()
-            figures = loop.run_until_complete(measure(args, zk, topics))
-            loop.close()
-        finally:
-            for proc in brokers:
-                proc.terminate()
-                proc.wait(timeout=30)
-            shutil.rmtree(workdir, ignore_errors=True)
+            pv.binding(f"{name}-e2e", GROUP, bb.APP, max_in_flight=10_000)
+        with bb.bench_workdir("partitions-") as workdir:
+            secret = workdir / "cluster-secret"
+            secret.write_text(uuid.uuid4().hex + uuid.uuid4().hex)
+            secret.chmod(0o600)
+            os.environ["SWITCHYARD_BROKER_CLUSTER_SECRET_FILE"] = str(secret)  # the brokers inherit the file's name
+            brokers = []
+            try:
+                for i, node in enumerate(nodes):
+                    (workdir / node).mkdir()
+                    brokers.append(bb.start_broker(zk, workdir / node / "data", "batch", False,
+                                                port=bb.BROKER_PORT + 2 * i, extra=("--node-id", node)))
+                loop = new_event_loop()
+                figures = loop.run_until_complete(measure(args, zk, topics))
+                loop.close()
+            finally:
+                bb.stop_brokers(brokers)
     a, b = topics
     print(f"{args.compare} bench: 3 brokers, 1 KiB messages, fsync=batch, one client process, {os.cpu_count()} "
           f"cores, {args.rounds} rounds of {args.messages:,} messages; {a} {topics[a]} vs {b} {topics[b]} "
@@ -129,7 +111,7 @@ def main() -> int:
     for t in topics:
         if figures[t].get("paced"):
             lat = figures[t]["paced"]
-            print(f"  paced 2,000/s {t}: p50 {percentile(lat, 0.5) * 1000:.2f} ms, p99 {percentile(lat, 0.99) * 1000:.2f} "
+            print(f"  paced 2,000/s {t}: p50 {bb.percentile(lat, 0.5) * 1000:.2f} ms, p99 {bb.percentile(lat, 0.99) * 1000:.2f} "
                   f"ms, max {max(lat) * 1000:.2f} ms ({len(lat):,} messages)")
     return 0
 

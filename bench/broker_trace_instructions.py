@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import bench.broker_trace_ratio as ratio  # noqa: E402
-from bench.broker_bench import hold_bench_lock, start_broker  # noqa: E402
+from bench.broker_bench import hold_bench_lock  # noqa: E402
 from broker_core.client._loop import new_event_loop  # noqa: E402
 
 
@@ -41,15 +41,11 @@ class CountedSide(ratio.Side):
         self.out = out
         self.dumps = 0
 
-    def start(self) -> None:
-        prefix = ("valgrind", "--tool=callgrind", "--instr-atstart=no",
-                  f"--callgrind-out-file={self.out}/callgrind.{self.name}")
-        self.proc = start_broker(self.zk, self.data, self.fsync, self.name == "on", port=self.port,
-                                 cluster=f"ratio-{self.name}", prefix=prefix, start_timeout=600,
-                                 extra=("--trace-roll-mb", str(self.roll_mb)) if self.name == "on" else ())
-        self.meter = ratio.CpuMeter(self.proc.pid)
-        self.kwargs = {"app_id": ratio.APP, "secret": ratio.SECRET, "zk": self.zk,
-                       "cache_dir": self.data.parent / "sdk-cache"}
+    def start(self, prefix: tuple[str, ...] = (), start_timeout: float = 600) -> None:
+        """Its broker under callgrind (itself under `prefix`, if any)."""
+        callgrind = ("valgrind", "--tool=callgrind", "--instr-atstart=no",
+                     f"--callgrind-out-file={self.out}/callgrind.{self.name}")
+        super().start(prefix=(*prefix, *callgrind), start_timeout=start_timeout)
 
     def control(self, *args: str) -> None:
         subprocess.run(["callgrind_control", *args, str(self.proc.pid)], check=True, stdout=subprocess.DEVNULL,

@@ -39,10 +39,8 @@ import contextlib
 import json
 import os
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -52,26 +50,10 @@ sys.path.insert(0, str(ROOT))
 
 from kazoo.client import KazooClient  # noqa: E402
 
-from bench.broker_bench import (  # noqa: E402
-    APP,
-    BROKER_PORT,
-    SECRET,
-    STATE,
-    ZK_PORT,
-    CpuMeter,
-    end_to_end,
-    hold_bench_lock,
-    paced_latency,
-    percentile,
-    publish_many,
-    publish_pipelined,
-    start_broker,
-    trace_process_started,
-)
+from bench import broker_bench as bb  # noqa: E402
 from broker_core.client import AsyncProducer  # noqa: E402
 from broker_core.client._loop import new_event_loop  # noqa: E402
 from broker_core.cluster.provision import Provisioner  # noqa: E402
-from devstack.zookeeper import start_zookeeper, stop_zookeeper  # noqa: E402
 
 PUB_TOPIC, E2E_TOPIC, GROUP = "ratio-pub", "ratio-e2e", "ratio-group"
 PHASES = (("publish_pipelined", "publish (pipelined)"), ("publish_send_many", "publish (send_many)"),
@@ -97,28 +79,25 @@ class Side:
     def provision(self, client: KazooClient) -> None:
         pv = Provisioner(client, self.chroot, cluster=f"ratio-{self.name}")
         pv.meta()
-        pv.app(APP, SECRET)
-        for topic in (PUB_TOPIC, E2E_TOPIC):
-            pv.topic(topic)
-            pv.grant(topic, APP)
-        pv.binding(E2E_TOPIC, GROUP, APP, max_in_flight=10_000)
+        bb.provision_app(pv, (E2E_TOPIC, PUB_TOPIC), GROUP)
 
-    def start(self) -> None:
-        self.proc = start_broker(self.zk, self.data, self.fsync, self.name == "on", port=self.port,
-                                 cluster=f"ratio-{self.name}",
+    def start(self, prefix: tuple[str, ...] = (), start_timeout: float = 30) -> None:
+        """Its broker (`prefix`: a command to run it under), its CPU meter and the SDK's arguments."""
+        self.proc = bb.start_broker(self.zk, self.data, self.fsync, self.name == "on", port=self.port,
+                                 cluster=f"ratio-{self.name}", prefix=prefix, start_timeout=start_timeout,
                                  extra=("--trace-roll-mb", str(self.roll_mb)) if self.name == "on" else ())
-        self.meter = CpuMeter(self.proc.pid)
-        self.kwargs = {"app_id": APP, "secret": SECRET, "zk": self.zk, "cache_dir": self.data.parent / "sdk-cache"}
+        self.meter = bb.CpuMeter(self.proc.pid)
+        self.kwargs = bb.client_kwargs(self.zk, self.data.parent / "sdk-cache")
 
     async def connect(self) -> None:
         self.producer = AsyncProducer(**self.kwargs)
         for topic in (PUB_TOPIC, E2E_TOPIC):
             await self.producer.connect(topic)
         # warm up (connections, allocator, page cache), leaving no backlog for the group
-        await publish_pipelined(self.producer, 5000, PUB_TOPIC)
-        await end_to_end(self.producer, self.kwargs, 5000, E2E_TOPIC, GROUP)
+        await bb.publish_pipelined(self.producer, 5000, PUB_TOPIC)
+        await bb.end_to_end(self.producer, self.kwargs, 5000, E2E_TOPIC, GROUP)
         if self.name == "on":
-            await trace_process_started(self.data / "trace")
+            await bb.trace_process_started(self.data / "trace")
 
     def busy_cpu(self) -> float:
         """CPU seconds of the broker process and its children (the trace process) so far."""
@@ -141,18 +120,18 @@ class Side:
         self.meter.start()
         started = time.perf_counter()
         if phase == "publish_pipelined":
-            await publish_pipelined(self.producer, count, PUB_TOPIC)
+            await bb.publish_pipelined(self.producer, count, PUB_TOPIC)
         elif phase == "publish_send_many":
-            await publish_many(self.producer, count, topic=PUB_TOPIC)
+            await bb.publish_many(self.producer, count, topic=PUB_TOPIC)
         else:
-            await end_to_end(self.producer, self.kwargs, count, E2E_TOPIC, GROUP)
+            await bb.end_to_end(self.producer, self.kwargs, count, E2E_TOPIC, GROUP)
         elapsed = time.perf_counter() - started
         elapsed += await self.settle()
         self.rates[phase].append(count / elapsed)
         self.cpu[phase].append(self.meter.per_message(count))
 
     async def paced_segment(self, rate: int, seconds: float) -> None:
-        self.paced.append(await paced_latency(self.producer, self.kwargs, rate, seconds, E2E_TOPIC, GROUP))
+        self.paced.append(await bb.paced_latency(self.producer, self.kwargs, rate, seconds, E2E_TOPIC, GROUP))
         await self.settle()
 
     def stop(self) -> None:
@@ -190,7 +169,7 @@ async def phases(sides: dict[str, Side], args) -> None:
         for name in order:
             await sides[name].paced_segment(args.paced_rate, args.paced_seconds)
         if not args.json:
-            on, off = (percentile(sides[name].paced[-1], 0.99) * 1000 for name in SIDES)
+            on, off = (bb.percentile(sides[name].paced[-1], 0.99) * 1000 for name in SIDES)
             print(f"  paced {args.paced_rate:,}/s pair {pair + 1}: p99 on {on:6.2f} ms  off {off:6.2f} ms"
                   f"  (load {os.getloadavg()[0]:.2f})", flush=True)
 
@@ -234,9 +213,9 @@ def summary(sides: dict[str, Side], count: int) -> dict:
 def paced_summary(segments: list[list[float]]) -> dict:
     """p50 / p99 / max (ms) over all of a side's paced segments, and the median of the segments' p99."""
     pooled = [x for segment in segments for x in segment]
-    return {"segments": len(segments), "messages": len(pooled), "p50_ms": percentile(pooled, 0.50) * 1000,
-            "p99_ms": percentile(pooled, 0.99) * 1000, "max_ms": max(pooled) * 1000,
-            "median_segment_p99_ms": statistics.median(percentile(s, 0.99) for s in segments) * 1000}
+    return {"segments": len(segments), "messages": len(pooled), "p50_ms": bb.percentile(pooled, 0.50) * 1000,
+            "p99_ms": bb.percentile(pooled, 0.99) * 1000, "max_ms": max(pooled) * 1000,
+            "median_segment_p99_ms": statistics.median(bb.percentile(s, 0.99) for s in segments) * 1000}
 
 
 @contextlib.contextmanager
@@ -244,32 +223,21 @@ def two_brokers(make_side, prefix: str):
     """ZooKeeper (this bench's own, unless $SWITCHYARD_ZK names one), then a traced and an untraced broker,
     provisioned and started: yields {"on": side, "off": side}, `make_side(name, zk_hosts, workdir, port)`
     building each; stops and removes everything afterwards."""
-    own_zk = not os.environ.get("SWITCHYARD_ZK")
-    zk_hosts = os.environ.get("SWITCHYARD_ZK") or f"127.0.0.1:{ZK_PORT}"
-    if own_zk:
-        start_zookeeper(STATE, ZK_PORT, "zk-bench")
-    client = KazooClient(hosts=zk_hosts)
-    client.start(timeout=15)
-    workdir = Path(tempfile.mkdtemp(prefix=prefix, dir=STATE))
-    sides = {name: make_side(name, zk_hosts, workdir, port) for name, port in (("on", BROKER_PORT),
-                                                                                 ("off", BROKER_PORT + 2))}
-    started = []
-    try:
-        for side in sides.values():
-            side.provision(client)
-            side.start()
-            started.append(side)
-        yield sides
-    finally:
-        for side in started:
-            side.stop()
-        for side in sides.values():
-            client.delete(side.chroot, recursive=True)
-        client.stop()
-        client.close()
-        if own_zk:
-            stop_zookeeper(STATE, "zk-bench")
-        shutil.rmtree(workdir, ignore_errors=True)
+    with bb.bench_zookeeper() as (zk_hosts, client), bb.bench_workdir(prefix) as workdir:
+        sides = {name: make_side(name, zk_hosts, workdir, port) for name, port in (("on", bb.BROKER_PORT),
+                                                                                     ("off", bb.BROKER_PORT + 2))}
+        started = []
+        try:
+            for side in sides.values():
+                side.provision(client)
+                side.start()
+                started.append(side)
+            yield sides
+        finally:
+            for side in started:
+                side.stop()
+            for side in sides.values():
+                client.delete(side.chroot, recursive=True)
 
 
 def main() -> int:
@@ -286,7 +254,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
-    lock = hold_bench_lock()  # noqa: F841  (held until the process ends)
+    lock = bb.hold_bench_lock()  # noqa: F841  (held until the process ends)
     load = os.getloadavg()[0]
     if not args.json:
         print(f"broker throughput, tracing on vs off: two brokers, {args.pairs} pairs of {args.messages:,}-message "

@@ -20,10 +20,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -33,10 +31,10 @@ sys.path.insert(0, str(ROOT))
 
 from bench.broker_bench import (  # noqa: E402
     APP,
-    SECRET,
-    STATE,
     bench_chroot,
+    bench_workdir,
     broker_stats,
+    client_kwargs,
     hold_bench_lock,
     percentile,
     start_broker,
@@ -129,11 +127,11 @@ def main() -> int:
     args = parser.parse_args()
 
     lock = hold_bench_lock()  # noqa: F841  (held until the process ends)
-    with bench_chroot("sy-broker-bench", topics=(TOPIC, PARKED), group=GROUP) as (zk, pv):
+    with (bench_chroot("sy-broker-bench", topics=(TOPIC, PARKED), group=GROUP) as (zk, pv),
+          bench_workdir("delay-") as workdir):
         pv.binding(PARKED, GROUP, APP)
-        workdir = Path(tempfile.mkdtemp(prefix="delay-", dir=STATE))
         broker = start_broker(zk, workdir / "data", "batch", False)
-        kwargs = {"app_id": APP, "secret": SECRET, "zk": zk, "cache_dir": STATE / "sdk-cache"}
+        kwargs = client_kwargs(zk)
         try:
             loop = new_event_loop()
             print(f"1. lateness, {args.rate:,} messages/s coming due for {args.seconds:g} s", flush=True)
@@ -158,7 +156,6 @@ def main() -> int:
                 broker.wait()
             print(f"3. stop (SIGTERM) took {time.perf_counter() - stopping:.1f} s; the parked topic's schedule folder "
                   f"held {files:,} files")
-            shutil.rmtree(workdir, ignore_errors=True)
     return 0
 
 

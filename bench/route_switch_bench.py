@@ -20,9 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import shutil
 import sys
-import tempfile
 import time
 import uuid
 from collections import Counter
@@ -31,15 +29,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kazoo.client import KazooClient  # noqa: E402
-
-from bench.broker_bench import BODY, BROKER_PORT, STATE, ZK_PORT, hold_bench_lock, percentile, start_broker  # noqa: E402
+from bench import broker_bench as bb  # noqa: E402
 from broker_core.client import AsyncConsumer, AsyncProducer  # noqa: E402
 from broker_core.client._loop import new_event_loop  # noqa: E402
 from broker_core.cluster.provision import Provisioner  # noqa: E402
-from devstack.zookeeper import start_zookeeper, stop_zookeeper  # noqa: E402
 
-APP, SECRET, TOPIC, GROUP = "bench-app", "bench-secret", "moving", "bench-group"
+TOPIC, GROUP = "moving", "bench-group"
 
 
 class Clocks:
@@ -52,7 +47,7 @@ class Clocks:
 
 async def run(args, clusters: dict[str, Provisioner], zk_of: dict[str, str], cache: Path) -> dict:
     clocks = Clocks()
-    kwargs = {"app_id": APP, "secret": SECRET, "zk": zk_of["a"], "cache_dir": cache}
+    kwargs = bb.client_kwargs(zk_of["a"], cache)
     consumer = AsyncConsumer(TOPIC, GROUP, lambda m: clocks.consumed.update([m.id]), credit=2000, **kwargs)
     await consumer.start()
     producer = AsyncProducer(**kwargs)
@@ -73,7 +68,7 @@ async def run(args, clusters: dict[str, Provisioner], zk_of: dict[str, str], cac
                 await asyncio.sleep(delay)
             message_id = producer.new_id()
             clocks.sent[message_id] = time.perf_counter()
-            producer.send_nowait(TOPIC, BODY, message_id=message_id).add_done_callback(
+            producer.send_nowait(TOPIC, bb.BODY, message_id=message_id).add_done_callback(
                 lambda f, message_id=message_id: acked(message_id, f))
             i += 1
 
@@ -116,7 +111,7 @@ async def run(args, clusters: dict[str, Provisioner], zk_of: dict[str, str], cac
     return {"follows": follows, "sent": len(clocks.sent), "acked": len(clocks.acked), "errors": clocks.errors,
             "lost": len(set(clocks.acked) - set(clocks.consumed)),
             "duplicates": sum(n - 1 for n in clocks.consumed.values() if n > 1),
-            "max_wait": max(waits), "p99_wait": percentile(waits, 0.99), "max_wait_before": max(baseline),
+            "max_wait": max(waits), "p99_wait": bb.percentile(waits, 0.99), "max_wait_before": max(baseline),
             "max_wait_after_change": max(around),
             "max_gap": max(b - a for a, b in zip(acks, acks[1:], strict=False))}
 
@@ -127,42 +122,26 @@ def main() -> int:
     parser.add_argument("--phase-seconds", type=float, default=3.0)
     args = parser.parse_args()
 
-    lock = hold_bench_lock()  # noqa: F841  (held until the process ends)
-    own_zk = not os.environ.get("SWITCHYARD_ZK")
-    zk_hosts = os.environ.get("SWITCHYARD_ZK") or f"127.0.0.1:{ZK_PORT}"
-    if own_zk:
-        start_zookeeper(STATE, ZK_PORT, "zk-bench")
-    client = KazooClient(hosts=zk_hosts)
-    client.start(timeout=15)
+    lock = bb.hold_bench_lock()  # noqa: F841  (held until the process ends)
     base = f"/sy-route-bench/{uuid.uuid4().hex[:8]}"
-    workdir = Path(tempfile.mkdtemp(prefix="route-", dir=STATE))
-    clusters, zk_of, brokers = {}, {}, []
-    try:
-        for i, name in enumerate(("a", "b")):
-            pv = clusters[name] = Provisioner(client, f"{base}/{name}", cluster=name)
-            zk_of[name] = f"{zk_hosts}{base}/{name}"
-            pv.meta()
-            pv.app(APP, SECRET)
-            pv.topic(TOPIC)
-            pv.grant(TOPIC, APP)
-            pv.binding(TOPIC, GROUP, APP, max_in_flight=10_000)
-            (workdir / name).mkdir()
-            brokers.append(start_broker(zk_of[name], workdir / name / "data", "batch", False,
-                                        port=BROKER_PORT + 2 * i, cluster=name))
-        time.sleep(1.0)  # the brokers register in ZooKeeper
-        loop = new_event_loop()
-        results = loop.run_until_complete(run(args, clusters, zk_of, workdir / "cache"))
-        loop.close()
-    finally:
-        for broker in brokers:
-            broker.terminate()
-            broker.wait(timeout=30)
-        client.delete(base, recursive=True)
-        client.stop()
-        client.close()
-        if own_zk:
-            stop_zookeeper(STATE, "zk-bench")
-        shutil.rmtree(workdir, ignore_errors=True)
+    with bb.bench_zookeeper() as (zk_hosts, client), bb.bench_workdir("route-") as workdir:
+        clusters, zk_of, brokers = {}, {}, []
+        try:
+            for i, name in enumerate(("a", "b")):
+                pv = clusters[name] = Provisioner(client, f"{base}/{name}", cluster=name)
+                zk_of[name] = f"{zk_hosts}{base}/{name}"
+                pv.meta()
+                bb.provision_app(pv, (TOPIC,), GROUP)
+                (workdir / name).mkdir()
+                brokers.append(bb.start_broker(zk_of[name], workdir / name / "data", "batch", False,
+                                            port=bb.BROKER_PORT + 2 * i, cluster=name))
+            time.sleep(1.0)  # the brokers register in ZooKeeper
+            loop = new_event_loop()
+            results = loop.run_until_complete(run(args, clusters, zk_of, workdir / "cache"))
+            loop.close()
+        finally:
+            bb.stop_brokers(brokers)
+            client.delete(base, recursive=True)
 
     print(f"route switch bench: {args.rate:,} msgs/s paced, 1 KiB, {args.phase_seconds:g} s per phase, "
           f"{os.cpu_count()} cores")

@@ -10,9 +10,11 @@ import os
 import signal
 from pathlib import Path
 
+import pyarrow as pa
+
 from broker_core.client import Consumer, Message, Producer
 from broker_core.storage.store import KIND_BATCH, StoredMessage, encode_record
-from broker_core.tracing.process import ProcessTraceSink
+from broker_core.tracing.process import HEAD, PipeWriter, ProcessTraceSink, joined, serve
 from broker_core.tracing.records import Decoder, RecordBuffer, pack, unpack
 from broker_core.tracing.schema import read_trace_events
 from broker_core.tracing.writer import TraceFileWriter
@@ -78,6 +80,11 @@ def _written(folder: Path, shipped: list[tuple[bytes, bytes]]) -> list[dict]:
         writer.write(decoder.batch(unpack(meta, raw)))
     writer.close()
     assert writer.dropped == 0
+    return _events(folder)
+
+
+def _events(folder: Path) -> list[dict]:
+    """The events written in `folder`, without their event ids (random per writer)."""
     rows = read_trace_events(folder)
     for row in rows:
         assert len(row.pop("event_id")) == 32
@@ -151,6 +158,68 @@ def test_the_sink_ships_at_once_when_records_pile_up_not_at_its_interval(tmp_pat
     assert asyncio.run(main()) == 0
     assert [(e["event"], e["message_id"]) for e in read_trace_events(tmp_path)] == [
         *[("published", f"m-{i}") for i in (1, 2, 3)], *[("stored", f"m-{i}") for i in (1, 2, 3)]]
+
+
+def test_the_trace_process_decodes_the_frames_waiting_in_its_pipe_as_one_batch(tmp_path):
+    """Two frames waiting in the pipe: one Arrow batch in the open file (its fixed costs paid once), and
+    event for event what decoding them one by one gives."""
+    shipped = _every_step(RecordBuffer(), use_encoded=True)
+    read_fd, write_fd = os.pipe()
+    os.write(write_fd, b"".join(HEAD.pack(len(meta), len(raw)) + meta + raw for meta, raw in shipped))
+    os.close(write_fd)
+    writer = TraceFileWriter(tmp_path / "waiting", node_id="n1", cluster="c")
+    serve(read_fd, writer)
+    os.close(read_fd)
+    (open_file,) = (tmp_path / "waiting").glob("*.arrows.open")
+    with pa.ipc.open_stream(open_file) as stream:
+        assert [batch.num_rows for batch in stream] == [sum(len(unpack(*s).counts) for s in shipped)]
+    writer.close()
+    assert _events(tmp_path / "waiting") == _written(tmp_path / "one-by-one", shipped)
+
+
+def test_records_dropped_between_two_takes_part_the_takes_joined():
+    buffer = RecordBuffer()
+    messages, record = _batch(1, [("m-1", "a", None, None, b"1")])
+    takes = []
+    for drop in (False, True, False, False):
+        buffer.emit_messages("published", "t", messages, ts_us=1, encoded=record)
+        if drop:
+            buffer.drop()
+        else:
+            takes.append(unpack(*_shipped(buffer)))
+    assert [(r.first, len(r.counts)) for r in joined(takes)] == [(0, 1), (2, 2)]
+
+
+def test_the_pipe_writer_writes_every_part_in_order_past_a_full_pipe_and_drops_them_once_the_reader_is_gone():
+    """8 MiB of parts into a 64 KiB pipe read slowly: byte for byte, in order, then closed (the reader sees
+    its end); a writer whose reader closed its end is closing and takes no more."""
+    parts = [bytes([i % 251]) * (1000 + i % 97) for i in range(8000)]
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        read_fd, write_fd = os.pipe()
+        writer = PipeWriter(loop, write_fd)
+        writer.writelines(parts[:4000])
+        assert writer.get_write_buffer_size() > 0  # the pipe took what it holds; the rest waits
+        writer.writelines(parts[4000:])
+        writer.close()
+        got = bytearray()
+
+        async def read_all():
+            while chunk := await loop.run_in_executor(None, os.read, read_fd, 1 << 20):
+                got.extend(chunk)
+
+        await asyncio.wait_for(read_all(), 30)  # (the end comes once the writer closed)
+        os.close(read_fd)
+        assert got == b"".join(parts) and writer.get_write_buffer_size() == 0
+
+        read_fd, write_fd = os.pipe()
+        writer = PipeWriter(loop, write_fd)
+        os.close(read_fd)
+        writer.writelines([b"x" * 10])
+        assert writer.is_closing() and writer.get_write_buffer_size() == 0
+
+    asyncio.run(main())
 
 
 def _trace_child(broker_pid: int) -> int:
