@@ -65,7 +65,7 @@ class Options:
     backlog_window_messages: int = 10_000
     backlog_window_bytes: int = 16 * 1024 * 1024
     tick_ms: int = 20
-    zk_session_timeout_s: float = 10.0  # also how soon a dead leader's partitions elect another (issue 20)
+    zk_session_timeout_s: float = 4.0  # also how soon a dead leader's partitions elect another (issue 20: <= 5 s)
     # a follower that has not stored a pending publish for this long leaves the partition's in-sync replicas
     replica_lag_timeout_ms: int = 2000
     zk_start_timeout_s: float = 15.0
