@@ -200,3 +200,30 @@ def test_order_holds_with_several_consumers_and_when_one_is_killed(cluster):
             doomed.wait(10)
         doomed.stdout.close()
     assert len(placed) == 4 and held_by_doomed[0].startswith("got ")
+
+
+@pytest.mark.parametrize("on_failure", ["block", "dead_letter"])
+def test_the_binding_says_whether_a_failing_message_blocks_its_key_or_is_dead_lettered(cluster, on_failure):
+    (b,), _ = ordered_cluster(cluster, 1, delivery_limit=2, backoff_initial_ms=50, backoff_max_ms=50,
+                              on_failure=on_failure)
+    with Producer(**cluster.client_kwargs()) as producer:
+        producer.send_many("orders", [Message(f"k:{n}".encode(), key="k") for n in range(2)])
+    raw = RawConsumer(f"127.0.0.1:{b.port}", APP, SECRET, "orders", "billing", credit=100)
+    raw.start()
+    try:
+        for attempt in (1, 2):
+            wait_for(lambda attempt=attempt: len(raw.deliveries) == attempt, 10, f"attempt {attempt} of k:0")
+            seq, got, fields, _ = raw.deliveries[-1]
+            assert (fields[p.M_BODY], got) == (b"k:0", attempt)
+            raw.nack([[seq, -1, "refused by the test"]])
+        # past the delivery limit of 2: blocked, k:0 comes a third time; dead-lettered, k:1 comes next
+        wait_for(lambda: len(raw.deliveries) == 3, 10, "the key's next delivery")
+        _, attempt, fields, _ = raw.deliveries[-1]
+        if on_failure == "block":
+            assert (fields[p.M_BODY], attempt) == (b"k:0", 3)
+            assert b.group_stats("orders", "billing")["dead_lettered"] == 0
+        else:
+            assert (fields[p.M_BODY], attempt) == (b"k:1", 1)
+            assert b.group_stats("orders", "billing")["dead_lettered"] == 1
+    finally:
+        raw.close()
