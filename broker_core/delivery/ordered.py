@@ -291,6 +291,14 @@ class OrderedGroup(Group):
                 emit_group("delivered", self.topic, self.name, items, consumer=sub.conn.consumer_id,
                            client_host=sub.conn.peer)
 
+    def oldest_age_s(self) -> float:
+        """As `Group.oldest_age_s`, with the messages waiting in the per-key queues."""
+        age = super().oldest_age_s()
+        waiting = self.main.waiting
+        heads = [next((m.received_ms for m in q if m.seq in waiting), None) for q in self.keys.values()]
+        oldest = min((t for t in heads if t is not None), default=None)
+        return max(age, time.time() - oldest / 1000) if oldest is not None else age
+
     def stats(self) -> dict:
         out = super().stats()
         if self._ordered():
