@@ -226,7 +226,54 @@ class OrderedGroup(Group):
                 late = {seq >> PARTITION_BITS for seq, entry in sub.in_flight.items() if entry[2] <= now}
                 for partition in late:
                     self._revoke(sub, partition, now)
+            self.unstick()
+            self._expire_keys(now_ms, retention_ms)
         super().tick(now, now_ms, retention_ms)
+
+    def _expire_keys(self, now_ms: int, retention_ms: int) -> None:
+        """What `Group.tick` does at the heads of lanes, at the head of each key: past the topic's retention,
+        dropped; past its TTL, dead-lettered as expired (the key's message out, if any, is not touched)."""
+        cutoff = now_ms - retention_ms if retention_ms else -1
+        waiting, lane = self.main.waiting, self.main
+        for key, q in list(self.keys.items()):
+            while q:
+                m = q[0]
+                if m.seq not in waiting:
+                    q.popleft()
+                    continue
+                if m.received_ms <= cutoff:
+                    q.popleft()
+                    waiting.discard(m.seq)
+                    self._drop_old(lane, m, retention_ms)
+                    continue
+                expires = self._expires_ms(m)
+                if not expires or now_ms < expires:
+                    break
+                q.popleft()
+                waiting.discard(m.seq)
+                self._dead_letter(lane, m, lane.attempts.get(m.seq, 0), "ttl expired", expired=True)
+            if not q and key not in self.busy:
+                del self.keys[key]
+
+    def requeue_waiting(self) -> None:
+        """Put the messages waiting per key back into the lane (a position reset reads the lane); the next
+        dispatch sorts them by key again, in the same order."""
+        for q in self.keys.values():
+            self.main.ready.extend(q)
+        self.keys.clear()
+        self.runnable.clear()
+
+    def unstick(self) -> None:
+        """A key whose message out was finished by something else than an ack (a position reset takes messages
+        out of `waiting` and out of the subscriptions) goes on with its next message."""
+        waiting = self.main.waiting
+        out = {seq for sub in self.subs for seq in sub.in_flight}
+        for key, seq in [(k, s) for k, s in self.busy.items() if s not in waiting and s not in out]:
+            del self.busy[key]
+            if self.keys.get(key):
+                self._runnable(seq >> PARTITION_BITS, key)
+            else:
+                self.keys.pop(key, None)
 
     # -- delivery -------------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from broker_core.layout import LOGIC_PARTITIONS, logic_partition, physical_parti
 from broker_core.storage.partitions import partition_of
 from tests.broker.conftest import APP, ROOT, SECRET, wait_for
 from tests.broker.helpers import RawConsumer
+from tests.broker.tx_helpers import admin
 
 
 def ordered_cluster(cluster, partitions: int, brokers: int = 1, **binding):
@@ -225,5 +226,26 @@ def test_the_binding_says_whether_a_failing_message_blocks_its_key_or_is_dead_le
         else:
             assert (fields[p.M_BODY], attempt) == (b"k:1", 1)
             assert b.group_stats("orders", "billing")["dead_lettered"] == 1
+    finally:
+        raw.close()
+
+
+def test_a_position_reset_that_finishes_a_key_s_message_in_flight_lets_the_key_go_on(cluster):
+    (b,), _ = ordered_cluster(cluster, 1)
+    with Producer(**cluster.client_kwargs()) as producer:
+        producer.send_many("orders", [Message(f"k:{n}".encode(), key="k") for n in range(2)])
+        wait_for(lambda: b.group_stats("orders", "billing").get("depth") == 2, 10, "the backlog")
+        reset_ms = int(time.time() * 1000) + 1
+        wait_for(lambda: int(time.time() * 1000) > reset_ms, 1, "a later millisecond")
+        producer.send("orders", b"k:2", key="k")
+    raw = RawConsumer(f"127.0.0.1:{b.port}", APP, SECRET, "orders", "billing", credit=100)
+    raw.start()
+    try:
+        wait_for(lambda: len(raw.deliveries) == 1, 10, "k:0 in flight")
+        status, answer = admin(b, "POST", "/admin/group/reset", {"topic": "orders", "group": "billing",
+                                                                 "before_ms": reset_ms}, token=b.admin_token)
+        assert (status, answer["skipped"]) == (200, 2), answer  # k:0 (in flight) and k:1 (waiting)
+        wait_for(lambda: len(raw.deliveries) == 2, 10, "the key's message stored after the reset time")
+        assert raw.deliveries[1][2][p.M_BODY] == b"k:2"
     finally:
         raw.close()
