@@ -249,3 +249,21 @@ def test_a_position_reset_that_finishes_a_key_s_message_in_flight_lets_the_key_g
         assert raw.deliveries[1][2][p.M_BODY] == b"k:2"
     finally:
         raw.close()
+
+
+def test_a_message_waiting_behind_its_key_expires_at_its_ttl(cluster):
+    (b,), _ = ordered_cluster(cluster, 1)
+    with Producer(**cluster.client_kwargs()) as producer:
+        producer.send_many("orders", [Message(b"k:0", key="k"), Message(b"k:1", key="k", ttl_ms=300)])
+    raw = RawConsumer(f"127.0.0.1:{b.port}", APP, SECRET, "orders", "billing", credit=100)
+    raw.start()
+    try:
+        wait_for(lambda: len(raw.deliveries) == 1, 10, "k:0 in flight")
+        # k:1 waits behind k:0 (unacknowledged) and expires there, not only once k:0 is acknowledged
+        wait_for(lambda: b.group_stats("orders", "billing")["expired"] == 1, 10, "k:1 expired while it waited")
+        assert b.group_stats("orders", "billing")["in_flight"] == 1 and raw.deliveries[0][2][p.M_BODY] == b"k:0"
+        raw.ack([raw.deliveries[0][0]])
+        wait_for(lambda: b.group_stats("orders", "billing")["acked"] == 1, 10, "k:0 acknowledged")
+        assert len(raw.deliveries) == 1 and b.group_stats("orders", "billing")["depth"] == 0
+    finally:
+        raw.close()
