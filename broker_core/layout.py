@@ -7,12 +7,28 @@ Every data node is UTF-8 JSON. This module does no I/O.
 from __future__ import annotations
 
 import json
+import zlib
 from dataclasses import dataclass
 
 LAYOUT_VERSION = 3
 
 MAX_PARTITIONS = 64
 MAX_REPLICATION_FACTOR = 3
+
+# Ordered topics (issue 21, docs/ordered-topics.md): a key hashes to one of LOGIC_PARTITIONS logic partitions,
+# fixed for the topic's life; a logic partition maps to a physical partition by `logic % partitions`.
+LOGIC_PARTITIONS = 1024
+
+
+def logic_partition(key: str) -> int:
+    """The logic partition of an order key: crc32 of its UTF-8 bytes, modulo LOGIC_PARTITIONS."""
+    return zlib.crc32(key.encode()) % LOGIC_PARTITIONS
+
+
+def physical_partition(key: str, partitions: int) -> int:
+    """The physical partition a key's messages go to under a mapping of `partitions` partitions (the SDK chooses
+    it, the broker checks it): one pure function, so producer and broker always agree."""
+    return logic_partition(key) % partitions
 
 
 @dataclass(frozen=True)

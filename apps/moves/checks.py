@@ -19,9 +19,9 @@ from apps.topics.choices import TopicStatus
 from apps.transactions.broker_admin import BrokerAdminError, BrokerEndpoint
 
 ORDERED_REFUSAL = (
-    "Topic {name} is ordered, and ordered delivery is not built yet: the drain barrier that keeps each key's "
-    "messages in order across two clusters (no key delivered from the target before it is drained on the "
-    "source) cannot be guaranteed. Ordered topics are not moved; keep it on {cluster}.")
+    "Topic {name} is ordered, and the drain barrier that keeps each key's messages in order across two clusters "
+    "(no key delivered from the target before it is drained on the source) is not built yet. Ordered topics are "
+    "not moved; keep it on {cluster}.")
 
 
 @dataclass

@@ -6,10 +6,10 @@ import asyncio
 import bisect
 import random
 import uuid
-import zlib
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from broker_core.layout import physical_partition
 from broker_core.protocol import M_BODY
 
 
@@ -85,9 +85,10 @@ def _reject(waiter, exc: BaseException) -> None:
 
 def choose_partition(key: str | None, partitions: int, turn: int) -> int:
     """The partition a message goes to (the one place the SDK decides it): by its key's hash when it has a key
-    (stable: crc32 of the UTF-8 key), else `turn` (the producer's round robin, one turn per batch)."""
+    (stable: its logic partition, `layout.physical_partition`, the function the broker checks ordered topics
+    with), else `turn` (the producer's round robin, one turn per batch)."""
     if key is not None:
-        return zlib.crc32(key.encode()) % partitions
+        return physical_partition(key, partitions)
     return turn % partitions
 
 

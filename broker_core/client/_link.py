@@ -76,6 +76,7 @@ class _Link:
         self._leader_connecting: dict[str, asyncio.Task] = {}
         self._turn = 0  # round robin over partitions: one turn per flush (a batch per partition)
         self.not_leader = 0  # batches a broker refused as not the partition's leader (sent again)
+        self.stale_mapping = 0  # batches of an ordered topic refused as sent to another partition (chosen again)
         self._flush_scheduled = False
         self._connecting: asyncio.Task | None = None
         self._sweeper = self.loop.create_task(self._sweep())
@@ -266,6 +267,10 @@ class _Link:
             self.retry.append(batch)
             self.loop.call_later(0.05, self._schedule)
             return
+        elif isinstance(exc, BrokerError) and exc.code == p.E_STALE_MAPPING:
+            self.stale_mapping += 1  # an ordered topic's partitions changed: each message's partition chosen again
+            self.loop.call_later(0.05, self._requeue, batch)
+            return
         elif isinstance(exc, ConnectionLost) or (isinstance(exc, BrokerError) and exc.code == p.E_UNKNOWN_TOPIC
                                                  and self.producer.moved_away(self, batch.topic)):
             self.producer.resend(self, batch, exc)  # sent again, same ids, here or where the route goes now
@@ -274,6 +279,17 @@ class _Link:
                 _reject(w, exc)
         if self.queued or self.retry:
             self._schedule()
+
+    def _requeue(self, batch: _Batch) -> None:
+        """A batch refused with `stale_mapping`: its messages queued again, each to the partition its key maps to
+        under the placement read now (ahead of what was queued since, one key's messages keep their order)."""
+        for m, w in zip(reversed(batch.messages), reversed(batch.waiters), strict=True):
+            q = self.queued.setdefault(self._key(batch.topic, m[M_KEY]), _Queued())
+            q.messages.insert(0, m)
+            q.waiters.insert(0, w)
+            q.deadlines.insert(0, batch.deadline)
+            q.bytes += len(m[M_BODY]) + 64
+        self._schedule()
 
     def hand_over(self, topic: str, other: _Link, with_retries: bool) -> None:
         """The topic's route moved to `other`'s cluster: its queued messages go there (before any it has),
@@ -393,4 +409,5 @@ class _Link:
         return {"queued": sum(len(q.messages) for q in self.queued.values()), "in_flight_batches": len(self.in_flight),
                 "retrying_batches": len(self.retry), "failovers": self.failovers,
                 "partition_leaders": len(self.leaders), "not_leader": self.not_leader,
+                "stale_mapping": self.stale_mapping,
                 "broker": str(self.conn.address) if self.conn else None}

@@ -101,15 +101,18 @@ class Provisioner:
     def binding(self, topic: str, group: str, app_id: str, *, mode: str = "clustering", selector: str = "*",
                 selector_kind: str = "wildcard", delivery_limit: int = 16, ttl_s: float = 0,
                 backoff_initial_ms: int = 1000, backoff_max_ms: int = 60_000, backoff_multiplier: float = 2.0,
-                max_in_flight: int = 0, revision: int = 1) -> None:
-        self._put(LAYOUT.binding(topic, group), {
+                max_in_flight: int = 0, revision: int = 1, on_failure: str | None = None) -> None:
+        doc = {
             "topic": topic, "group": group, "app_id": app_id, "mode": mode,
             "selector": {"kind": selector_kind, "pattern": selector},
             "delivery_limit": delivery_limit, "ttl_s": ttl_s,
             "backoff": {"initial_ms": backoff_initial_ms, "max_ms": backoff_max_ms,
                         "multiplier": backoff_multiplier},
             "max_in_flight": max_in_flight, "revision": revision,
-        })
+        }
+        if on_failure is not None:  # ordered topics: "block" (the default) or "dead_letter"
+            doc["on_failure"] = on_failure
+        self._put(LAYOUT.binding(topic, group), doc)
 
     def grant(self, topic: str, app_id: str, revision: int = 1) -> None:
         self._put(LAYOUT.grant(topic, app_id), {"topic": topic, "app_id": app_id, "produce": True,

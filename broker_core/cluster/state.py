@@ -44,6 +44,9 @@ class Binding:
     max_in_flight: int = 0
     selector: dict = field(default_factory=dict)
     revision: int = 0
+    # ordered topics (issue 21): what a message that reached the delivery limit does to its key: "block" (it is
+    # delivered again, after the backoff, until acknowledged; the key waits) or "dead_letter" (the key goes on)
+    on_failure: str = "block"
     matches: Callable[[str], bool] = field(default=compile_selector(None), compare=False, repr=False)
 
     @classmethod
@@ -68,8 +71,20 @@ class Binding:
             max_in_flight=int(doc.get("max_in_flight") or 0),
             selector=selector,
             revision=int(doc.get("revision") or 0),
+            on_failure=_on_failure(doc.get("on_failure")),
             matches=compile_selector(selector),
         )
+
+
+ON_FAILURE = ("block", "dead_letter")
+
+
+def _on_failure(value) -> str:
+    if value in (None, ""):
+        return "block"
+    if value not in ON_FAILURE:
+        raise ValueError(f"on_failure must be one of {ON_FAILURE}")
+    return str(value)
 
 
 @dataclass(frozen=True)

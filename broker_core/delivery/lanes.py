@@ -29,6 +29,10 @@ class Consumer:
 
     def unsubscribed(self, sub_id: int, reason: str) -> None: ...
 
+    def error(self, ref: int | None, code: str, message: str) -> None:
+        """A refusal that does not close the connection (an ordered group's `stale_generation`)."""
+        ...
+
 
 class SubscribedGroup(Protocol):
     """The group a subscription belongs to, as the subscription's connection drives it (`group.Group` is one):

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from broker_core.delivery.group import Group
 from broker_core.delivery.lanes import Lane
+from broker_core.delivery.ordered import OrderedGroup
 from broker_core.storage.store import StoredMessage
 
 
@@ -55,6 +56,9 @@ def _finish(group: Group, messages: list[StoredMessage], detail: str) -> None:
 
 
 def _skip_in_memory(group: Group, before_ms: int, detail: str) -> int:
+    ordered = isinstance(group, OrderedGroup)
+    if ordered:
+        group.requeue_waiting()  # an ordered group's messages wait per key: back in the lane for this pass
     taken: list[tuple[Lane, StoredMessage]] = []
     for lane in [group.main, *group.lanes.values()]:
         waiting = lane.waiting
@@ -77,4 +81,6 @@ def _skip_in_memory(group: Group, before_ms: int, detail: str) -> int:
             shared.append(m)
     if shared:
         _finish(group, shared, detail)
+    if ordered:
+        group.unstick()  # a key whose message out was skipped goes on
     return len(taken)  # the caller dispatches (not before the skip on disk has begun: no read may start between)

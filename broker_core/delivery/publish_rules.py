@@ -4,7 +4,8 @@ The topic exists in the cluster and is not retired, the app holds a grant to pub
 message is well-formed, within the topic's size limit, of a type the topic declares, and either every
 message is prepared (a transaction message, on a transactional topic) or none. A delayed message (its
 deliver-at field set) is due at most 30 days ahead, and only on a topic that is neither transactional nor
-ordered (`delay_not_supported`). The topic document is
+ordered (`delay_not_supported`). On an ordered topic every message has an order key (`key_required`) that maps
+to the partition it was sent to (`stale_mapping`). The topic document is
 read at each publish, so a change the control plane writes applies to the next publish.
 """
 
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 
 from broker_core import protocol as p
 from broker_core.cluster.state import ClusterState, TopicConfig
+from broker_core.layout import physical_partition
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,10 @@ def check_publish(state: ClusterState, cluster: str, topic: str, app_id: str, me
     placed = publish_partition(state, node_id, topic, partition)
     if isinstance(placed, Refusal):
         return placed
+    if config.ordered:
+        refusal = _order_refusal(config, messages, placed, len(state.placements.get(topic) or ()) or 1)
+        if refusal is not None:
+            return refusal
     return PublishPlan(size, bool(prepared), delayed, now_ms, placed)
 
 
@@ -95,6 +101,22 @@ def _delay_refusal(config: TopicConfig, message_id: str, delay_ms: int) -> Refus
     if delay_ms > p.MAX_DELAY_MS + DELAY_CLOCK_SLACK_MS:
         return Refusal(p.E_INVALID, f"message {message_id} is due in {delay_ms / 86_400_000:.1f} days; a message "
                                     "may be delayed by at most 30 days")
+    return None
+
+
+def _order_refusal(config: TopicConfig, messages: list, partition: int | None, partitions: int) -> Refusal | None:
+    """An ordered topic: every message has an order key, and each key maps (`layout.physical_partition`) to the
+    partition the publish was sent to."""
+    m_key = p.M_KEY
+    for fields in messages:
+        key = fields[m_key]
+        if not key:
+            return Refusal(p.E_KEY_REQUIRED, f"topic {config.name!r} is ordered: every message needs an order key "
+                                             f"(message {fields[p.M_ID]} has none); send it with key=...")
+        if partition is not None and physical_partition(key, partitions) != partition:
+            return Refusal(p.E_STALE_MAPPING, f"key {key!r} of ordered topic {config.name!r} maps to partition "
+                                              f"{physical_partition(key, partitions)} of {partitions}, not "
+                                              f"{partition}: read /placement/{config.name} again and send there")
     return None
 
 

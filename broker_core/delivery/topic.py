@@ -23,6 +23,7 @@ from broker_core.cluster.state import Binding, ClusterState
 from broker_core.delivery.backlog import WINDOW_BYTES, WINDOW_MESSAGES
 from broker_core.delivery.delayed import DelayedMessages
 from broker_core.delivery.group import Group
+from broker_core.delivery.ordered import OrderedGroup
 from broker_core.protocol import M_BODY, M_DELIVER_AT_MS, M_ID, M_TYPE
 from broker_core.storage.schedule import ScheduleStore
 from broker_core.storage.store import DeadLetter, StoredMessage, TopicStore, TxEntry
@@ -87,8 +88,10 @@ class Topic:
     def group(self, name: str) -> Group:
         group = self.groups.get(name)
         if group is None:
-            group = Group(self.name, name, self.store, self.state.binding(self.name, name), trace=self.trace,
-                          max_credit=self.max_credit, window=self.window)
+            config = self.state.topics.get(self.name)
+            kind = OrderedGroup if config is not None and config.ordered else Group
+            group = kind(self.name, name, self.store, self.state.binding(self.name, name), trace=self.trace,
+                         max_credit=self.max_credit, window=self.window)
             self.groups[name] = group
         return group
 

@@ -49,6 +49,12 @@ E_NOT_LEADER = "not_leader"  # the partition is not led by this broker: ask ZooK
 # a follower (broker to broker) holds seqs past the leader's epoch start that the leader never gave it: it may hold
 # messages of a deposed leader the new one never had, so it empties its copy and fetches the partition anew
 E_REPLICA_DIVERGED = "replica_diverged"
+# ordered topics (issue 21): a message without an order key; a key sent to another partition than the one its
+# logic partition maps to (the producer re-reads the placement); an ack from a consumer that no longer holds the
+# message's partition (its assignment's generation is over: the message went to the partition's new holder)
+E_KEY_REQUIRED = "key_required"
+E_STALE_MAPPING = "stale_mapping"
+E_STALE_GENERATION = "stale_generation"
 
 # --- messages ------------------------------------------------------------------------------
 

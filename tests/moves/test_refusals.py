@@ -80,7 +80,7 @@ def test_each_refusal_says_why_and_changes_nothing(moving, approved_topic, zk, z
 
     ordered = approved_topic(moving.cp_a, name=f"payments.ordered-{tag}", ordered=True)
     said = refusal(sre, ordered, moving.cp_b)["topic"][0]
-    assert "ordered delivery is not built yet" in said and "Ordered topics are not moved" in said
+    assert "drain barrier" in said and "is not built yet" in said and "Ordered topics are not moved" in said
 
     Topic.objects.filter(pk=topic.pk).update(status="retired")
     try:
