@@ -59,6 +59,7 @@ async def measure(args, zk: str, topics: dict) -> dict[str, dict[str, list[float
             if args.paced_seconds:
                 figures[topic].setdefault("paced", []).extend(
                     await bb.paced_latency(producer, kwargs, 2000, args.paced_seconds, f"{topic}-e2e", GROUP))
+    await producer.flush()  # the paced runs' last answers (close fails whatever is still awaited)
     links = producer.stats()
     await producer.close()
     print("producer:", links)
