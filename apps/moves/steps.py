@@ -89,9 +89,11 @@ class Ctx:
         """Keep the figures now (inside the caller's transaction when it has one: with the change they describe),
         and beat: the move's lease is extended for its task, which is still at work."""
         now = timezone.now()
-        MoveStep.objects.filter(pk=self.step.pk).update(progress=self.step.progress, updated_at=now)
+        # the move's row first, then its step's: the order every action locks them in (a rollback locks the move,
+        # then updates its steps); the other way round the two transactions deadlocked
         TopicMove.objects.filter(pk=self.move.pk, lease_owner=self.owner).update(
             heartbeat_at=now, lease_until=now + timedelta(seconds=self.lease_s))
+        MoveStep.objects.filter(pk=self.step.pk).update(progress=self.step.progress, updated_at=now)
 
     def since(self, key: str) -> float | None:
         value = self.progress.get(key)

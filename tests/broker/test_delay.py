@@ -151,10 +151,10 @@ def test_transactional_and_ordered_topics_refuse_delays_and_bad_delays_are_refus
     with Producer(**cluster.client_kwargs()) as producer:
         for topic in ("payments", "ledger"):
             with pytest.raises(BrokerError) as refused:
-                producer.send(topic, b"x", delay=5)
+                producer.send(topic, b"x", key="k1", delay=5)  # a key, which the ordered topic requires first
             assert refused.value.code == p.E_DELAY_NOT_SUPPORTED
             assert "delayed messages are refused" in refused.value.message
-            producer.send(topic, b"x")  # without a delay they are taken
+            producer.send(topic, b"x", key="k1")  # without a delay they are taken
         for bad, says in (({"delay": -1}, "0 or more"), ({"delay": 31 * 86400}, "at most 30 days"),
                           ({"delay": 5, "deliver_at": time.time() + 5}, "not both"), ({"delay": "5"}, "number"),
                           ({"delay": float("nan")}, "finite")):

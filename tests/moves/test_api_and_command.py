@@ -27,7 +27,7 @@ def test_web_form_refusals_show_under_their_field(moving, client):
     Topic.objects.filter(pk=moving.topic.pk).update(ordered=True)
     page = client.post("/moves/new/", {**form, "target": moving.cp_b.name})
     assert page.status_code == 400
-    assert 'data-testid="error-topic"' in page.content.decode() and "ordered delivery is not built" in page.content.decode()
+    assert 'data-testid="error-topic"' in page.content.decode() and "drain barrier" in page.content.decode()
     assert not TopicMove.objects.exists()
     client.logout()
     client.login(request=HttpRequest(), username=moving.people.dev.username, password=TEST_PASSWORD)

@@ -77,6 +77,15 @@ def test_a_rebalance_resumes_from_its_phase_after_its_worker_is_killed(cluster, 
     assert doc["epoch"] == before["epoch"] + 2, "the add written once, then the drop: no phase ran twice"
     replicas = doc["partitions"][step["partition"]]["replicas"]
     assert new.node_id in replicas and step["source"] not in replicas
-    leader = next(b for b in brokers if b.node_id == replicas[0])
-    followers = leader.stats()["topics"]["orders"]["replication"]["leading"][str(step["partition"])]["followers"]
-    assert followers[new.node_id]["in_sync"] is True
+    # the leader is the one elected in /partition-state (a leader the drop took off was replaced by an ISR replica)
+    state_path = cluster.chroot + LAYOUT.partition_state("orders", step["partition"])
+
+    def new_replica_in_sync() -> bool:
+        leader_id = json.loads(cluster.zk_client.get(state_path)[0])["leader"]
+        if leader_id not in replicas:
+            return False
+        leader = next(b for b in brokers + [new] if b.node_id == leader_id)
+        leading = leader.stats()["topics"]["orders"]["replication"]["leading"].get(str(step["partition"]))
+        return leading is not None and (leader_id == new.node_id or leading["followers"].get(new.node_id, {}).get("in_sync") is True)
+
+    wait_for(new_replica_in_sync, 15, "the new replica in sync with the elected leader")
