@@ -73,7 +73,7 @@ def binding_doc(binding: Binding) -> dict:
 
 # The binding's own fields its document carries (reconcile reads them as plain values, not models).
 BINDING_FIELDS = ("group", "selector_kind", "selector_pattern", "mode", "delivery_limit", "ttl_s",
-                  "backoff_initial_ms", "backoff_max_ms", "backoff_multiplier", "max_in_flight", "revision")
+                  "backoff_initial_ms", "backoff_max_ms", "backoff_multiplier", "max_in_flight", "on_failure", "revision")
 
 
 def _binding_doc(topic: str, app_id: str, f: dict) -> dict:
@@ -88,6 +88,7 @@ def _binding_doc(topic: str, app_id: str, f: dict) -> dict:
         "backoff": {"initial_ms": f["backoff_initial_ms"], "max_ms": f["backoff_max_ms"],
                     "multiplier": float(f["backoff_multiplier"])},
         "max_in_flight": f["max_in_flight"],
+        "on_failure": f["on_failure"],
         "revision": f["revision"],
     }
 
