@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from django.db.models import Q
 
-from apps.bindings.choices import BindingStatus
+from apps.bindings.choices import BindingStatus, OnFailure
 from apps.bindings.models import Binding, ProducerGrant
 from apps.provisioning.models import ObjectKind, Placement
 from apps.topics.choices import TopicStatus
@@ -77,7 +77,7 @@ BINDING_FIELDS = ("group", "selector_kind", "selector_pattern", "mode", "deliver
 
 
 def _binding_doc(topic: str, app_id: str, f: dict) -> dict:
-    return {
+    doc = {
         "topic": topic,
         "group": f["group"],
         "app_id": app_id,
@@ -88,9 +88,11 @@ def _binding_doc(topic: str, app_id: str, f: dict) -> dict:
         "backoff": {"initial_ms": f["backoff_initial_ms"], "max_ms": f["backoff_max_ms"],
                     "multiplier": float(f["backoff_multiplier"])},
         "max_in_flight": f["max_in_flight"],
-        "on_failure": f["on_failure"],
         "revision": f["revision"],
     }
+    if f["on_failure"] != OnFailure.BLOCK:  # absent means block (docs/zookeeper-layout.md): documents stay as before
+        doc["on_failure"] = f["on_failure"]
+    return doc
 
 
 def app_doc(app: App) -> dict:

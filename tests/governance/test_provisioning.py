@@ -72,7 +72,7 @@ def test_binding_and_grant_land_with_their_apps(celery_worker, people, api_for, 
                     "selector": {"kind": "regex", "pattern": "paid|created"}, "mode": "broadcast",
                     "delivery_limit": 5, "ttl_s": 3600,
                     "backoff": {"initial_ms": 500, "max_ms": 30000, "multiplier": 1.5}, "max_in_flight": 16,
-                    "on_failure": "block", "revision": 1}
+                    "revision": 1}  # no on_failure: block, the default, is left out
     app_node = read_node(zk, f"{root}/apps/shipping-worker")
     assert app_node == {"app_id": "shipping-worker", "team": "logistics", "active": True, "revision": 1,
                         "secrets": [{"hash": App.objects.get(app_id="shipping-worker").secret_hash,
