@@ -77,3 +77,18 @@ def test_the_form_asks_it_and_refuses_dead_letter_on_a_topic_not_ordered(people,
         assert response.status_code == 400
         assert response.context["form"].errors == {"on_failure": [error]}
     assert not BindingApplication.objects.exists()
+
+
+def test_a_binding_change_to_dead_letter_on_a_topic_not_ordered_is_refused(people, api_for, estate):
+    from apps.lifecycle.models import LifecycleApplication
+    from tests.governance.lifecycle_helpers import apply
+
+    e = estate()  # payments.order-paid, not ordered, bound by group shipping
+    for value, message in (("dead_letter", NOT_ORDERED), ("skip", "Value 'skip' is not a valid choice.")):
+        response = apply(api_for, people.consumer, operation="change", binding=e.binding.pk,
+                         changes={"on_failure": value})
+        assert response.status_code == 400, response.content
+        errors = response.json()
+        assert errors == {"on_failure": [message]}, errors
+    assert not LifecycleApplication.objects.exists()
+    assert Binding.objects.get().on_failure == "block"
