@@ -46,6 +46,7 @@ def materialize_binding(actor, application: BindingApplication) -> None:
                       mode=application.mode, delivery_limit=application.delivery_limit, ttl_s=application.ttl_s,
                       backoff_initial_ms=application.backoff_initial_ms, backoff_max_ms=application.backoff_max_ms,
                       backoff_multiplier=application.backoff_multiplier, max_in_flight=application.max_in_flight,
+                      on_failure=application.on_failure,
                       description=application.description)
     workflow.save_created(actor, application, binding)
     provisioning.schedule_application(application)

@@ -1,6 +1,7 @@
 from django import forms
 
 from apps.bindings.actions import BINDING_FIELDS, GRANT_FIELDS
+from apps.bindings.choices import OnFailure
 from apps.bindings.models import BindingApplication, GrantApplication
 from apps.governance.forms import ApplicationForm
 from apps.topics.choices import TopicStatus
@@ -38,6 +39,14 @@ class BindingApplicationForm(_UsesTopicAndApp):
                                 "regex: a Python regular expression matching the whole type.",
         }
         labels = {"app": "Consumer app"}
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # ordered topics only (policy rule on-failure-ordered): a form that leaves it out keeps the default
+        self.fields["on_failure"].required = False
+
+    def clean_on_failure(self):
+        return self.cleaned_data.get("on_failure") or OnFailure.BLOCK
 
 
 class GrantApplicationForm(_UsesTopicAndApp):

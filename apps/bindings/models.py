@@ -10,7 +10,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 from django.urls import reverse
 
-from apps.bindings.choices import BindingStatus, DeliveryMode, SelectorKind
+from apps.bindings.choices import BindingStatus, DeliveryMode, OnFailure, SelectorKind
 from apps.governance.workflow import ApplicationBase, DecisionBase
 from apps.topics.models import App, Topic
 
@@ -72,6 +72,10 @@ class SubscriptionSettings(models.Model):
     max_in_flight = models.PositiveIntegerField(
         "max in flight per consumer", default=32, validators=[MinValueValidator(1), MaxValueValidator(10_000)],
         help_text="Unacknowledged messages one consumer holds at most (flow control).")
+    on_failure = models.CharField(
+        "on failure (ordered topics)", max_length=16, choices=OnFailure.choices, default=OnFailure.BLOCK,
+        help_text="Ordered topics only: block the key until its message is acknowledged, or dead-letter the message "
+                  "at the delivery limit and let the key's next message go.")
 
     class Meta:
         abstract = True
@@ -138,8 +142,8 @@ class BindingApplication(SubscriptionSettings, AppOnTopicApplication):
     prefix = "B"
     approve_perm = "bindings.approve_bindingapplication"
     fields_asked = ("topic", "app", "group", "selector_kind", "selector_pattern", "mode", "delivery_limit", "ttl_s",
-                    "backoff_initial_ms", "backoff_max_ms", "backoff_multiplier", "max_in_flight", "description",
-                    "reason")
+                    "backoff_initial_ms", "backoff_max_ms", "backoff_multiplier", "max_in_flight", "on_failure",
+                    "description", "reason")
     materializer = "apps.bindings.actions.materialize_binding"
     url_name = "bindings:application"
 

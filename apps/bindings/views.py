@@ -64,7 +64,7 @@ class BindingApplicationDetailView(governance.ApplicationDetailView):
             ("Delivery mode", a.get_mode_display()), ("Delivery limit", a.delivery_limit),
             ("TTL", f"{a.ttl_s} s"),
             ("Retry backoff", f"{a.backoff_initial_ms} ms × {a.backoff_multiplier:g}, at most {a.backoff_max_ms} ms"),
-            ("Max in flight per consumer", a.max_in_flight),
+            ("Max in flight per consumer", a.max_in_flight), ("On failure", a.get_on_failure_display()),
             ("Description", a.description or "—"), ("Reason", a.reason),
         ]
 

@@ -25,7 +25,7 @@ from django.conf import settings
 from django.db.models import Sum
 
 from apps.accounts.roles import ADMIN, has_role
-from apps.bindings.choices import BindingStatus, DeliveryMode
+from apps.bindings.choices import BindingStatus, DeliveryMode, OnFailure
 from apps.bindings.models import Binding, ProducerGrant, selector_matches
 from apps.clusters.choices import ClusterStatus, Environment, StorageLevel
 from apps.governance.workflow import LIVE, Slot
@@ -69,6 +69,10 @@ RULES: dict[str, tuple[str, str]] = {
     "ordered-broadcast": ("No broadcast on ordered topics",
                           "Per-key order needs one consumer per message: an ordered topic is consumed in "
                           "clustering mode only."),
+    "on-failure-ordered": ("Dead-lettering is for ordered topics",
+                           "On failure: dead-letter says what a failing message does to its order key, so it is "
+                           "given on ordered topics only; elsewhere a message goes to the dead-letter queue at the "
+                           "delivery limit anyway (leave block, the default)."),
     "selector-matches": ("Selector matches the topic",
                          "The selector matches at least one of the topic's message types; otherwise the group "
                          "would never receive anything."),
@@ -83,7 +87,7 @@ RULES: dict[str, tuple[str, str]] = {
 TOPIC_RULES = ["team-member", "naming", "unique-name", "cluster", "storage", "transactional-durable",
                "tx-check", "quota-topics", "quota-mps", "prod-approval"]
 BINDING_RULES = ["team-member", "app-active", "topic-active", "unique-group", "group-owner", "ordered-broadcast",
-                 "selector-matches", "ttl-retention", "quota-bindings", "prod-approval"]
+                 "on-failure-ordered", "selector-matches", "ttl-retention", "quota-bindings", "prod-approval"]
 GRANT_RULES = ["team-member", "app-active", "topic-active", "unique-grant", "prod-approval"]
 RULES_BY_KIND = {"topic": TOPIC_RULES, "binding": BINDING_RULES, "grant": GRANT_RULES}
 
@@ -380,6 +384,13 @@ def _ordered_broadcast(topic, sub) -> Check:
     return Check("ordered-broadcast", True, "The delivery mode suits the topic.", "mode")
 
 
+def _on_failure_ordered(topic, sub) -> Check:
+    if not topic.ordered and sub.on_failure == OnFailure.DEAD_LETTER:
+        return Check("on-failure-ordered", False, f"Topic {topic.name} is not ordered: on failure dead-letter applies "
+                                                  "to ordered topics only; leave it at block.", "on_failure")
+    return Check("on-failure-ordered", True, "What a failing message does to its key suits the topic.", "on_failure")
+
+
 def _selector_matches(topic, sub) -> Check:
     matched = [t for t in topic.message_types if selector_matches(sub.selector_kind, sub.selector_pattern, t)]
     if matched:
@@ -395,7 +406,7 @@ def _ttl_retention(topic, sub) -> Check:
     return Check("ttl-retention", True, "The TTL fits within the topic's retention.", "ttl_s")
 
 
-SUBSCRIPTION_CHECKS = (_ordered_broadcast, _selector_matches, _ttl_retention)
+SUBSCRIPTION_CHECKS = (_ordered_broadcast, _on_failure_ordered, _selector_matches, _ttl_retention)
 
 
 def subscription_checks(topic, sub) -> list[Check]:

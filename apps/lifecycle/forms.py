@@ -70,6 +70,13 @@ class BindingChangeForm(_ChangeForm):
         fields = list(CHANGEABLE["binding"])
         widgets = {"description": forms.Textarea(attrs={"rows": 2})}
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["on_failure"].required = False  # left out: the binding keeps what it has
+
+    def clean_on_failure(self):
+        return self.cleaned_data.get("on_failure") or self.initial["on_failure"]
+
 
 class DropBacklogForm(forms.Form):
     confirm_backlog = forms.IntegerField(

@@ -18,7 +18,7 @@ CHANGEABLE: dict[str, tuple[str, ...]] = {
     Target.TOPIC: ("message_types", "retention_hours", "max_message_bytes", "tx_check_delay_s", "tx_check_interval_s",
                    "tx_check_max", "description", "team"),
     Target.BINDING: ("selector_kind", "selector_pattern", "mode", "delivery_limit", "ttl_s", "backoff_initial_ms",
-                     "backoff_max_ms", "backoff_multiplier", "max_in_flight", "description"),
+                     "backoff_max_ms", "backoff_multiplier", "max_in_flight", "on_failure", "description"),
 }
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from django.db.models import Q
 
-from apps.bindings.choices import BindingStatus
+from apps.bindings.choices import BindingStatus, OnFailure
 from apps.bindings.models import Binding, ProducerGrant
 from apps.provisioning.models import ObjectKind, Placement
 from apps.topics.choices import TopicStatus
@@ -73,11 +73,11 @@ def binding_doc(binding: Binding) -> dict:
 
 # The binding's own fields its document carries (reconcile reads them as plain values, not models).
 BINDING_FIELDS = ("group", "selector_kind", "selector_pattern", "mode", "delivery_limit", "ttl_s",
-                  "backoff_initial_ms", "backoff_max_ms", "backoff_multiplier", "max_in_flight", "revision")
+                  "backoff_initial_ms", "backoff_max_ms", "backoff_multiplier", "max_in_flight", "on_failure", "revision")
 
 
 def _binding_doc(topic: str, app_id: str, f: dict) -> dict:
-    return {
+    doc = {
         "topic": topic,
         "group": f["group"],
         "app_id": app_id,
@@ -90,6 +90,9 @@ def _binding_doc(topic: str, app_id: str, f: dict) -> dict:
         "max_in_flight": f["max_in_flight"],
         "revision": f["revision"],
     }
+    if f["on_failure"] != OnFailure.BLOCK:  # absent means block (docs/zookeeper-layout.md): documents stay as before
+        doc["on_failure"] = f["on_failure"]
+    return doc
 
 
 def app_doc(app: App) -> dict:

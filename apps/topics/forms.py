@@ -20,7 +20,11 @@ class TopicApplicationForm(ApplicationForm):
         model = TopicApplication
         fields = list(APPLICATION_FIELDS)
         widgets = {"description": forms.Textarea(attrs={"rows": 2}), "reason": forms.Textarea(attrs={"rows": 2})}
-        help_texts = {"name": "The owning team's name, a dot, then lowercase words: e.g. payments.order-paid."}
+        help_texts = {"name": "The owning team's name, a dot, then lowercase words: e.g. payments.order-paid.",
+                      "ordered": "Per-key order for every group: each message needs an order key (the broker refuses "
+                                 "one without, key_required), bindings consume in clustering mode (no broadcast), and "
+                                 "no delayed messages. Give it at least as many partitions as its busiest group's "
+                                 "consumers."}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

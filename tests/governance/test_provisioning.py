@@ -72,7 +72,7 @@ def test_binding_and_grant_land_with_their_apps(celery_worker, people, api_for, 
                     "selector": {"kind": "regex", "pattern": "paid|created"}, "mode": "broadcast",
                     "delivery_limit": 5, "ttl_s": 3600,
                     "backoff": {"initial_ms": 500, "max_ms": 30000, "multiplier": 1.5}, "max_in_flight": 16,
-                    "revision": 1}
+                    "revision": 1}  # no on_failure: block, the default, is left out
     app_node = read_node(zk, f"{root}/apps/shipping-worker")
     assert app_node == {"app_id": "shipping-worker", "team": "logistics", "active": True, "revision": 1,
                         "secrets": [{"hash": App.objects.get(app_id="shipping-worker").secret_hash,
@@ -91,6 +91,27 @@ def test_binding_and_grant_land_with_their_apps(celery_worker, people, api_for, 
     body = api_for(people.consumer).get(f"/api/v1/binding-applications/{application['id']}/").json()
     assert sorted((s["kind"], s["state"], s["landed_revision"]) for s in body["sync"]) == [
         ("app", "synced", 1), ("binding", "synced", 1)]
+
+
+def test_an_ordered_topics_binding_carries_on_failure_into_zookeeper(celery_worker, people, api_for, make_cluster, zk,
+                                                                     zk_chroot):
+    """Issue 21 item 1: the binding says what a failing message does to its key; the broker reads it there."""
+    from broker_core.cluster.state import Binding
+
+    make_cluster("dev-a", "dev")
+    approve_topic(api_for, people, {**TOPIC_BODY, "transactional": False, "ordered": True})
+    api_for(people.consumer).post("/api/v1/apps/", {"app_id": "shipping-worker", "team": "logistics"}, format="json")
+    body = {"topic": "payments.order-paid@dev", "app": "shipping-worker", "group": "shipping",
+            "selector_kind": "wildcard", "selector_pattern": "*", "mode": "clustering", "delivery_limit": 3,
+            "ttl_s": 3600, "backoff_initial_ms": 500, "backoff_max_ms": 30000, "backoff_multiplier": 2.0,
+            "max_in_flight": 16, "on_failure": "dead_letter", "reason": "Ship paid orders"}
+    application = api_for(people.consumer).post("/api/v1/binding-applications/", body, format="json").json()
+    assert api_for(people.lead).post(f"/api/v1/binding-applications/{application['id']}/approve/",
+                                     format="json").status_code == 200
+    path = f"{zk_chroot}/dev-a/bindings/payments.order-paid/shipping"
+    node = wait_for(lambda: read_node(zk, path), what="the binding")
+    assert (node["on_failure"], node["delivery_limit"]) == ("dead_letter", 3)
+    assert Binding.from_doc("payments.order-paid", "shipping", node).on_failure == "dead_letter"  # as a broker does
 
 
 def test_rotated_secret_replaces_the_hash_in_zookeeper(celery_worker, people, api_for, make_cluster, zk, zk_chroot):

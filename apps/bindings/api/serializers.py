@@ -34,7 +34,7 @@ class BindingSerializer(RecordedSyncMixin, serializers.ModelSerializer):
         model = Binding
         fields = ["id", "topic", "environment", "cluster", "app", "group", "selector_kind", "selector_pattern",
                   "mode", "delivery_limit", "ttl_s", "backoff_initial_ms", "backoff_max_ms", "backoff_multiplier",
-                  "max_in_flight", "description", "revision", "status", "sync", "created_at", "updated_at"]
+                  "max_in_flight", "on_failure", "description", "revision", "status", "sync", "created_at", "updated_at"]
 
 
 class ProducerGrantSerializer(RecordedSyncMixin, serializers.ModelSerializer):
