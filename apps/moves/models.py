@@ -12,11 +12,12 @@ from django.urls import reverse
 from apps.clusters.models import Cluster
 from apps.moves.choices import ACTIVE_STATES, OPEN_STATES, DeadLetters, MoveState, Step, StepState
 from apps.topics.models import Topic
+from control_plane.leases import LeasedRow
 
 FOLLOW_S_RANGE = (1, 60)
 
 
-class TopicMove(models.Model):
+class TopicMove(LeasedRow):
     """Move `topic` from `source` to `target` while its clients keep running; or roll that back."""
 
     topic = models.ForeignKey(Topic, on_delete=models.PROTECT, related_name="moves")
@@ -39,11 +40,6 @@ class TopicMove(models.Model):
     rollback_requested_by = models.CharField(max_length=150, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
-    # the worker that advanced it last was alive then; an old one (and no lease) means it needs a kick
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
-    # a task holds the move until then (one conditional UPDATE takes it): never two at once
-    lease_until = models.DateTimeField(null=True, blank=True)
-    lease_owner = models.CharField(max_length=64, blank=True)
 
     class Meta:
         ordering = ["-id"]

@@ -9,9 +9,10 @@ from django.db.models import Q
 
 from apps.clusters.models import Cluster
 from apps.rebalancing.choices import ACTIVE_STATES, OPEN_STATES, Phase, RebalanceState
+from control_plane.leases import LeasedRow
 
 
-class Rebalance(models.Model):
+class Rebalance(LeasedRow):
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="rebalances")
     state = models.CharField(max_length=16, choices=RebalanceState.choices, default=RebalanceState.RUNNING,
                              db_index=True)
@@ -30,9 +31,6 @@ class Rebalance(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
-    lease_until = models.DateTimeField(null=True, blank=True)
-    lease_owner = models.CharField(max_length=64, blank=True)
 
     class Meta:
         ordering = ["-id"]
