@@ -42,6 +42,7 @@ class Layout:
     ROUTES: str = "/routes"  # where a topic's clients send and subscribe (docs/routing.md); readable by anyone
     PLACEMENT: str = "/placement"  # which brokers hold each partition of a topic (control plane; world: read)
     PARTITION_STATE: str = "/partition-state"  # each partition's leader, epoch and ISR (brokers; world: read)
+    DRAINED: str = "/drained"  # an ordered topic's rescale: which old partitions each group finished (brokers)
 
     def broker(self, node_id: str) -> str:
         return f"{self.BROKERS}/{node_id}"
@@ -72,6 +73,10 @@ class Layout:
 
     def partition_state(self, topic: str, partition: int) -> str:
         return f"{self.PARTITION_STATE}/{topic}/{partition}"
+
+    def drained(self, topic: str, version: int) -> str:
+        """The markers of mapping version `version` of an ordered topic (see `drain_marker`)."""
+        return f"{self.DRAINED}/{topic}/v{version}"
 
 
 LAYOUT = Layout()
@@ -137,6 +142,89 @@ def placement_replicas(doc: dict) -> dict[int, tuple[str, ...]]:
             raise ValueError(f"partition {pid}: id out of range or no replica")
         parts[pid] = replicas
     return parts
+
+
+# -- the key mapping (layout 3): how many of the placed partitions keys map to, and the drain barrier ----------
+#
+# A placement's partitions are the physical ones (never fewer than before: a merged-away partition keeps what it
+# holds until its groups finish it). `mapping` says how many of them keys map to now (`partitions`), which
+# version of the mapping that is, and how many they mapped to before (`previous`). A placement without `mapping`
+# maps keys to all of its partitions (version 0). On an ordered topic, a key whose partition changed at version v
+# (`Mapping.old_partition`) is not delivered to a group from its new partition before the broker leading its old
+# one wrote `/drained/<topic>/v<v>/<old partition>-<group>` (`drain_marker`): that group finished everything its
+# old partition stored before the broker applied version v. The control plane writes version v+1 only once every
+# bound group's markers of version v are there (docs/ordered-topics.md).
+
+
+@dataclass(frozen=True)
+class Mapping:
+    version: int
+    partitions: int  # the partitions keys map to now: 0 .. partitions-1
+    previous: int  # those they mapped to before this version
+
+    def old_partition(self, key: str) -> int | None:
+        """The partition the key mapped to before this version, when that is another one than now (None: the
+        same, or no rescale)."""
+        if self.previous == self.partitions:
+            return None
+        logic = logic_partition(key)
+        old = logic % self.previous
+        return old if old != logic % self.partitions else None
+
+    def losing(self) -> list[int]:
+        """The old partitions some of whose keys map elsewhere now: their groups' drain markers are awaited."""
+        return partitions_losing_keys(self.previous, self.partitions)
+
+
+def partitions_losing_keys(previous: int, partitions: int) -> list[int]:
+    """The partitions of `previous` some of whose logic partitions map to another partition under `partitions`."""
+    if previous == partitions:
+        return []
+    return sorted({lp % previous for lp in range(LOGIC_PARTITIONS) if lp % previous != lp % partitions})
+
+
+def drain_marker(partition: int, group: str) -> str:
+    """The name of a drain marker under `Layout.drained(topic, version)`: `<old partition>-<group>`."""
+    return f"{partition}-{group}"
+
+
+def mapping_of(doc: dict) -> Mapping:
+    """The key mapping of a `/placement/<topic>` document. Raises ValueError (or KeyError, TypeError) for a
+    malformed one."""
+    placed = len(doc["partitions"])
+    m = doc.get("mapping")
+    if not m:
+        return Mapping(0, placed, placed)
+    mapping = Mapping(int(m["version"]), int(m["partitions"]), int(m["previous"]))
+    if not (mapping.version >= 1 and 1 <= mapping.partitions <= placed and 1 <= mapping.previous <= placed):
+        raise ValueError(f"mapping {m!r} does not fit {placed} placed partitions")
+    return mapping
+
+
+def rescale(topic: str, partitions: int, replication_factor: int, brokers: list[str], *,
+            previous: dict | None = None) -> dict:
+    """The placement of a topic whose keys map to `partitions` partitions: `place` over at least as many
+    physical partitions as `previous` had (a partition merged away stays placed until it is empty), with the
+    mapping's next version when the number keys map to changes, else the previous mapping kept."""
+    placed = max(partitions, len(previous["partitions"]) if previous else 0)
+    doc = place(topic, placed, replication_factor, brokers,
+                epoch=int(previous.get("epoch", 0)) + 1 if previous else 1, previous=previous)
+    before = mapping_of(previous) if previous else Mapping(0, partitions, partitions)
+    if before.partitions != partitions:
+        doc["mapping"] = {"version": before.version + 1, "partitions": partitions, "previous": before.partitions}
+    elif before.version:
+        doc["mapping"] = dict(previous["mapping"])
+    return doc
+
+
+def fits(doc: dict, partitions: int, replication_factor: int) -> bool:
+    """Whether a placement maps keys to `partitions` partitions, each with `replication_factor` replicas."""
+    parts = doc.get("partitions") or []
+    try:
+        mapped = mapping_of(doc).partitions
+    except (ValueError, KeyError, TypeError):
+        return False
+    return mapped == partitions and all(len(p.get("replicas") or []) == replication_factor for p in parts)
 
 
 # -- partition state (layout 3): each replicated partition's leader, leader epoch and in-sync replicas -------------

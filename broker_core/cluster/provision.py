@@ -18,7 +18,7 @@ from kazoo.security import OPEN_ACL_UNSAFE
 
 from broker_core.auth import hash_secret
 from broker_core.cluster.zk_acl import AclPolicy
-from broker_core.layout import LAYOUT, LAYOUT_VERSION, encode, initial_partition_state, place
+from broker_core.layout import LAYOUT, LAYOUT_VERSION, encode, initial_partition_state, rescale
 
 
 class Provisioner:
@@ -126,14 +126,19 @@ class Provisioner:
     def placement(self, topic: str, partitions: int, replication_factor: int = 1, brokers: list[str] | None = None,
                   *, epoch: int | None = None) -> dict:
         """The topic's `/placement/<topic>` over `brokers` (default: the brokers registered now), as the control
-        plane computes it (`layout.place`: a previous placement's replicas stay); returns the document."""
+        plane computes it (`layout.rescale`: a previous placement's replicas stay, and its partitions; keys map to
+        `partitions` of them); returns the document."""
         if brokers is None:
             brokers = self.zk.get_children(self.root + LAYOUT.BROKERS)
         previous = None
         if self.exists(LAYOUT.placement(topic)):
             previous = json.loads(self.zk.get(self.root + LAYOUT.placement(topic))[0])
-        doc = place(topic, partitions, replication_factor, brokers,
-                    epoch=epoch or (previous["epoch"] + 1 if previous else 1), previous=previous)
+        doc = rescale(topic, partitions, replication_factor, brokers, previous=previous)
+        if epoch:
+            doc["epoch"] = epoch
+        version = (doc.get("mapping") or {}).get("version")
+        if version and not self.exists(LAYOUT.drained(topic, version)):  # where the brokers mark what drained
+            self._put(LAYOUT.drained(topic, version), {})
         for part in doc["partitions"]:  # before the placement, like the control plane; never over a broker's
             if len(part["replicas"]) > 1 and not self.exists(LAYOUT.partition_state(topic, part["id"])):
                 self._put(LAYOUT.partition_state(topic, part["id"]), initial_partition_state(part["replicas"]))

@@ -147,7 +147,7 @@ class AclPolicy:
     def _acl(self, category: str) -> tuple[ACL, ...]:
         if category == "discovery":  # the chroot, /meta, /routes, /placement and their children
             return (self._control(), ACL(READ, ANYONE_ID_UNSAFE))
-        if category == "partition-state":  # /partition-state and below: the brokers elect leaders there
+        if category == "partition-state":  # /partition-state, /drained and below: the brokers write there
             return (self._control(), *self._broker(ALL), ACL(READ, ANYONE_ID_UNSAFE))
         if category == "registry":  # /brokers
             return (self._control(), *self._broker(BROKER_REGISTRY), ACL(READ, ANYONE_ID_UNSAFE))
@@ -165,7 +165,8 @@ def _category(relative: str) -> str:
     if relative in ("", LAYOUT.META, LAYOUT.ROUTES, LAYOUT.PLACEMENT) or relative.startswith(
             (LAYOUT.ROUTES + "/", LAYOUT.PLACEMENT + "/")):
         return "discovery"
-    if relative == LAYOUT.PARTITION_STATE or relative.startswith(LAYOUT.PARTITION_STATE + "/"):
+    if relative in (LAYOUT.PARTITION_STATE, LAYOUT.DRAINED) or relative.startswith(
+            (LAYOUT.PARTITION_STATE + "/", LAYOUT.DRAINED + "/")):
         return "partition-state"
     if relative == LAYOUT.BROKERS:
         return "registry"
