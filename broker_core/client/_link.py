@@ -33,6 +33,8 @@ from broker_core.protocol import M_BODY, M_KEY
 
 log = logging.getLogger("broker_core.client.producer")
 
+REFUSED_WAIT_S = 0.05  # a batch refused `stale_mapping` is sent again after this (the new placement is read by then)
+
 
 class LinkOwner(Protocol):
     """What a link reads of, and hands back to, its producer (`producer.AsyncProducer` is one): the link never
@@ -72,6 +74,14 @@ class _Link:
         self._numbers = itertools.count(1)
         self.placements: dict[str, dict[int, str]] = {}  # placed topic -> partition -> its leader's node id
         self.mapped: dict[str, int] = {}  # placed topic -> how many of its partitions keys map to (layout.Mapping)
+        # topics whose mapping changed: nothing of them is sent until what is in flight under the old one is answered
+        # (stored, or refused and queued again), then what waits is queued again by the new mapping (`_remap`)
+        self.remapping: set[str] = set()
+        self._next_mapped: dict[str, int] = {}  # a remapping topic -> what its keys map to once it is done
+        # topic -> batches refused `stale_mapping` (with their send numbers), and when the last one was: nothing
+        # of the topic is sent until every batch of it in flight is answered; then they are queued again, first
+        self._refused: dict[str, list[tuple[int, _Batch]]] = {}
+        self._refused_at: dict[str, float] = {}
         self._elected: dict[tuple[str, int], str] = {}  # (topic, partition) -> the leader its partition state names
         self._placement_read: dict[str, asyncio.Future] = {}
         self.leaders: dict[str, BrokerConnection] = {}  # node id -> the connection to that partition leader
@@ -109,7 +119,10 @@ class _Link:
         if doc:
             try:
                 leaders = {int(part["id"]): str(part["replicas"][0]) for part in doc["partitions"]}
-                self.mapped[topic] = mapping_of(doc).partitions
+                mapped = mapping_of(doc).partitions
+                if self.mapped.setdefault(topic, mapped) != mapped or topic in self.remapping:
+                    self._next_mapped[topic] = mapped  # (until then, keys are queued by the mapping before)
+                    self.remapping.add(topic)
             except (KeyError, TypeError, ValueError, IndexError):
                 log.warning("producer: the placement of %s is unreadable; sending to any broker", topic)
         if leaders and sorted(leaders) == list(range(len(leaders))):
@@ -187,11 +200,16 @@ class _Link:
 
     def _flush(self) -> None:
         self._flush_scheduled = False
+        for topic in list(self._refused):
+            self._settle_refused(topic)
+        for topic in list(self.remapping):
+            self._remap(topic)
+        held = self.remapping | self._refused.keys()
         window = self.producer.window
         waiting: deque[_Batch] = deque()
         while self.retry and len(self.in_flight) < window:
             batch = self.retry.popleft()
-            conn = self._conn_for(batch.topic, batch.partition)
+            conn = self._conn_for(batch.topic, batch.partition) if batch.topic not in held else None
             if conn is None:
                 waiting.append(batch)
             else:
@@ -200,7 +218,7 @@ class _Link:
         max_batch, max_bytes = self.producer.max_batch, self.producer.max_batch_bytes
         for key, q in list(self.queued.items()):
             topic, partition = (key, None) if type(key) is str else key
-            conn = self._conn_for(topic, partition)
+            conn = self._conn_for(topic, partition) if topic not in held else None
             if conn is None:
                 continue
             while q.messages and len(self.in_flight) < window:
@@ -208,6 +226,29 @@ class _Link:
             if not q.messages:
                 del self.queued[key]
         self._turn += 1
+
+    def _remap(self, topic: str) -> None:
+        """The topic's key mapping changed (a rescale): once nothing of it is in flight or refused and not queued
+        again, what waits (batches to send again first, then each queue in its order) is queued by the new mapping,
+        so one key's messages are stored in the order they were sent."""
+        if topic in self._refused or any(b.topic == topic for b in self.in_flight.values()):
+            return
+        self.remapping.discard(topic)
+        self.mapped[topic] = self._next_mapped.pop(topic)
+        retries = [b for b in self.retry if b.topic == topic]
+        self.retry = deque(b for b in self.retry if b.topic != topic)
+        olds = [(k, self.queued.pop(k)) for k in [k for k in self.queued if type(k) is tuple and k[0] == topic]]
+        items = [(m, w, b.deadline) for b in retries for m, w in zip(b.messages, b.waiters, strict=True)]
+        for _, q in olds:
+            items += zip(q.messages, q.waiters, q.deadlines, strict=True)
+        for m, w, deadline in items:
+            q = self.queued.get(key := self._key(topic, m[M_KEY])) or self.queued.setdefault(key, _Queued())
+            q.messages.append(m)
+            q.waiters.append(w)
+            q.deadlines.append(deadline)
+            q.bytes += len(m[M_BODY]) + 64
+        if items:
+            log.info("producer: %d messages of %s queued again by its new key mapping", len(items), topic)
 
     def _conn_for(self, topic: str, partition: int | None) -> BrokerConnection | None:
         """The open connection a batch goes through now (None: one is being opened; the flush comes again)."""
@@ -272,7 +313,9 @@ class _Link:
             return
         elif isinstance(exc, BrokerError) and exc.code == p.E_STALE_MAPPING:
             self.stale_mapping += 1  # an ordered topic's partitions changed: each message's partition chosen again
-            self.loop.call_later(0.05, self._requeue, batch)
+            self._refused.setdefault(batch.topic, []).append((number, batch))
+            self._refused_at[batch.topic] = self.loop.time()
+            self.loop.call_later(REFUSED_WAIT_S, self._schedule)  # (time for the new placement to be read)
             return
         elif isinstance(exc, ConnectionLost) or (isinstance(exc, BrokerError) and exc.code == p.E_UNKNOWN_TOPIC
                                                  and self.producer.moved_away(self, batch.topic)):
@@ -280,8 +323,21 @@ class _Link:
         else:
             for w in batch.waiters:
                 _reject(w, exc)
-        if self.queued or self.retry:
+        if self.queued or self.retry or self._refused or self.remapping:
             self._schedule()
+
+    def _settle_refused(self, topic: str) -> None:
+        """Batches of the topic refused `stale_mapping` are queued again in the order they were first sent (ahead of
+        what was queued since), once nothing else of the topic is in flight and the placement had time to be read."""
+        if any(b.topic == topic for b in self.in_flight.values()):
+            return
+        wait = self._refused_at[topic] + REFUSED_WAIT_S - self.loop.time()
+        if wait > 0:
+            self.loop.call_later(wait, self._schedule)
+            return
+        del self._refused_at[topic]
+        for _, batch in sorted(self._refused.pop(topic), key=lambda nb: nb[0], reverse=True):
+            self._requeue(batch)
 
     def _requeue(self, batch: _Batch) -> None:
         """A batch refused with `stale_mapping`: its messages queued again, each to the partition its key maps to

@@ -25,6 +25,7 @@ from broker_core.delivery.delayed import DelayedMessages
 from broker_core.delivery.group import Group
 from broker_core.delivery.ordered import OrderedGroup
 from broker_core.protocol import M_BODY, M_DELIVER_AT_MS, M_ID, M_TYPE
+from broker_core.storage.partitions import partition_of
 from broker_core.storage.schedule import ScheduleStore
 from broker_core.storage.store import DeadLetter, StoredMessage, TopicStore, TxEntry
 from broker_core.tracing.sink import TraceSink
@@ -47,6 +48,7 @@ class Topic:
         self.window = window  # a group's window of messages in memory (messages, bytes): delivery/backlog.py
         self.groups: dict[str, Group] = {}
         self.group_made: Callable[[Group], None] | None = None  # told of each group made (node/drain.py)
+        self.stored_end: dict[int, int] = {}  # partition -> the seq after the last message stored and given to groups
         # partition -> its replication leader on this broker (broker_core.replication.leader): admit, wrap, published
         self.leaders: dict[int, object] = {}
         self.dropped: set[str] = set()  # groups whose binding was removed: what still arrives for them is finished
@@ -237,6 +239,9 @@ class Topic:
             return
         self.published += len(messages)
         self.published_bytes += size
+        end = messages[-1].seq + 1
+        if end > self.stored_end.get(part := partition_of(end - 1), 0):
+            self.stored_end[part] = end
         reply(None, messages[0].seq, len(messages))
         self.trace.emit_messages("stored", self.name, messages, app_id=messages[0].app_id, client_host=client_host,
                                  same_as=traced)

@@ -225,6 +225,7 @@ class Broker(ReplicaHooks):
         topic = self.topics.get(name)
         if topic is None:
             if self.state.partitions_of(name, self.node_id):
+                self.drain.placement_changed(name)  # (its groups are made with a rescale's barrier)
                 self.topic(name)  # held here from now on (a follower replicates it before any client comes)
             return
         for pid in self.state.partitions_of(name, self.node_id):

@@ -7,8 +7,8 @@ old partition stored under the old mapping:
   all old partitions that lost keys undrained);
 - the broker leading such an old partition notes where its log ends then (`cuts`: a publish it had taken and
   not stored yet is below it; a publish of a moved key that comes later is refused with `stale_mapping`), and
-  writes `/drained/<topic>/v<v>/<partition>-<group>` once the group owes nothing below that point; its store must
-  have been seen idle once after the cut, so what it was storing then has reached the groups;
+  writes `/drained/<topic>/v<v>/<partition>-<group>` once the group owes nothing below that point; what the store was
+  storing then must have reached the groups first (a later publish was stored, or the store was seen idle);
 - every broker reads the markers every POLL_S and lets the keys of drained old partitions go on.
 ZooKeeper's calls block: they run off the event loop. A marker that cannot be read keeps its keys waiting.
 """
@@ -110,7 +110,9 @@ class DrainBarriers:
         for p in set(pending.cuts) - led:
             del pending.cuts[p]
             pending.idle_seen.discard(p)
-        settled = set(pending.idle_seen)
+        # below its cut, a partition's messages have all reached the groups once one stored at or after the cut did
+        # (stores answer in order), or once its store was seen idle at an earlier poll
+        settled = set(pending.idle_seen) | {p for p, cut in pending.cuts.items() if topic.stored_end.get(p, 0) >= cut}
         pending.idle_seen |= {p for p in pending.cuts if getattr(stores[p], "idle", True)}
         groups = [g for g in topic.groups.values() if isinstance(g, OrderedGroup) and g.mode == "clustering"]
         wanted = [drain_marker(p, g.name) for g in groups for p in sorted(settled)
