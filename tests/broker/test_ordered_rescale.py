@@ -51,6 +51,15 @@ class ConsumerProc:
             self.proc.wait(10)
 
 
+def wait_handled(done, nodes) -> None:
+    """Wait until every message was handled; else fail with what each broker's group says (its barrier, too)."""
+    try:
+        wait_for(done, 90, "every message handled")
+    except AssertionError as exc:
+        groups = {b.node_id: b.group_stats("orders", "billing") for b in nodes if b.proc.poll() is None}
+        raise AssertionError(f"{exc}; the group on each broker: {groups}") from None
+
+
 def per_consumer_repeats(seen: list) -> int:
     """Per consumer and key, in the order the consumer handled them, each index is higher than the one before or the
     same (a repeat: it was delivered again); returns the repeats."""
@@ -127,7 +136,7 @@ def test_order_survives_a_split_a_merge_a_killed_consumer_and_a_restarted_broker
             with lock:
                 return len({(key, index) for _, _, key, index in seen})
 
-        wait_for(lambda: handled() == len(KEYS) * PER_KEY, 120, "every message handled")
+        wait_handled(lambda: handled() == len(KEYS) * PER_KEY, nodes)
         wait_for(lambda: {"2-billing", "3-billing"} <= set(
             cluster.zk_client.get_children(cluster.chroot + LAYOUT.drained("orders", 2))), 30, "the merge drained")
         elapsed = time.monotonic() - started
@@ -182,7 +191,7 @@ def test_a_pipelining_producer_keeps_each_key_in_order_across_a_split(cluster):
             for f in futures:
                 f.result(60)
             stale = sum(link["stale_mapping"] for link in producer.stats().values())
-        wait_for(lambda: len({(k, i) for _, k, i in seen}) == len(keys) * per_key, 60, "every message handled")
+        wait_handled(lambda: len({(k, i) for _, k, i in seen}) == len(keys) * per_key, nodes)
     finally:
         consumer.stop()
     with lock:
