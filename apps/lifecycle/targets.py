@@ -46,13 +46,26 @@ def _coerce(target, field: str, value):
         if team is None:
             raise ValidationError({"team": f"No team named {name!r}."})
         return team
-    if field == "partitions" and (value is None or value == "" or isinstance(value, bool)):
-        raise ValidationError({"partitions": f"Give the number of partitions keys map to, 1 to {MAX_PARTITIONS}."})
+    if field == "partitions":
+        return _partitions(value)
     model_field = target._meta.get_field(field)
     try:
         return model_field.to_python(value)
     except ValidationError as exc:
         raise ValidationError({field: exc.messages}) from None
+
+
+def _partitions(value) -> int:
+    """A partition count: a whole number from 1 to MAX_PARTITIONS (what `layout.rescale` places)."""
+    number = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        number = int(value)
+    if number is None or not 1 <= number <= MAX_PARTITIONS:
+        raise ValidationError({"partitions": f"Give the number of partitions keys map to, a whole number from 1 to "
+                                             f"{MAX_PARTITIONS} (not {value!r})."})
+    return number
 
 
 def would_be(target, changes: dict, errors: dict | None = None):
