@@ -51,7 +51,7 @@ class TopicChangeForm(_ChangeForm):
     team = forms.ModelChoiceField(queryset=Team.objects.all(), to_field_name="name", label="Owning team",
                                   help_text="Hand the topic to another team (its approvers decide from then on).")
     partitions = forms.IntegerField(
-        min_value=1, max_value=MAX_PARTITIONS, label="Partitions",
+        min_value=1, max_value=MAX_PARTITIONS, label="Partitions", required=False,
         help_text="How many partitions keys map to. A split adds partitions; a merge keeps the merged-away ones "
                   "placed until they are empty. On an ordered topic the keys that move are delivered from their new "
                   "partition only once their groups finished them on the old one, and a further change waits until "
@@ -69,6 +69,10 @@ class TopicChangeForm(_ChangeForm):
 
     def clean_message_types(self):
         return [part.strip() for part in self.cleaned_data["message_types"].split(",") if part.strip()]
+
+    def clean_partitions(self):  # left out: the topic keeps what it has
+        value = self.cleaned_data.get("partitions")
+        return self.initial["partitions"] if value is None else value
 
 
 class BindingChangeForm(_ChangeForm):

@@ -92,8 +92,9 @@ def shown(client, people, topic) -> tuple[str, dict]:
     return page, answer.json()["mapping"]
 
 
-def test_an_ordered_topic_splits_then_merges_only_once_its_groups_drained(placed, people, api_for, zk, client):
-    topic, _, root = placed(ordered=True)
+def test_an_ordered_topic_splits_then_merges_only_once_its_groups_drained(placed, people, api_for, zk, client,
+                                                                        paused_worker):
+    topic, binding, root = placed(ordered=True)
 
     split = change_partitions(api_for, people, 4)
     doc = mapping_landed(zk, root, {"version": 1, "partitions": 4, "previous": 2})
@@ -112,23 +113,37 @@ def test_an_ordered_topic_splits_then_merges_only_once_its_groups_drained(placed
                                                                                                         False)
     assert rest["groups"] == [{"group": "shipping", "drained": [], "owed": [0, 1]}]
 
-    merge = change_partitions(api_for, people, 2)  # approved while version 1 still drains: the push waits
-    state = wait_for(lambda: (s := SyncState.objects.get(kind="topic", object_id=topic.pk)) and "draining" in s.error
-                     and s, what="the push to wait for the drain")
-    assert "group shipping owes old partitions 0, 1" in state.error, state.error
-    assert read_node(zk, root + LAYOUT.placement(TOPIC))["mapping"]["version"] == 1, "nothing written meanwhile"
+    refused = apply(api_for, people.dev, operation="change", topic=f"{TOPIC}@dev", changes={"partitions": 2})
+    assert refused.status_code == 400, refused.content
+    assert "has not drained on cluster dev-a: group shipping owes old partitions 0, 1" in refused.json()[
+        "partitions"][0]
+    assert LifecycleApplication.objects.filter(state="pending").count() == 0, "nothing saved"
     marker(zk, root, 1, 0)
     page, rest = shown(client, people, topic)
     assert '<tr data-testid="drain-shipping"><td>shipping</td><td>0</td><td>1</td></tr>' in page
     assert rest["groups"] == [{"group": "shipping", "drained": [0], "owed": [1]}]
     marker(zk, root, 1, 1)
 
+    # a group bound while the merge awaits approval: the policy passed without it, the push waits for it
+    pause, resume = paused_worker
+    pause()
+    bind(people, topic, binding.app, group="audit")
+    merge = change_partitions(api_for, people, 2)
+    resume()
+    state = wait_for(lambda: (s := SyncState.objects.get(kind="topic", object_id=topic.pk)) and "draining" in s.error
+                     and s, what="the push to wait for the drain")
+    assert "group audit owes old partitions 0, 1" in state.error and "shipping" not in state.error, state.error
+    assert read_node(zk, root + LAYOUT.placement(TOPIC))["mapping"]["version"] == 1, "nothing written meanwhile"
+    marker(zk, root, 1, 0, "audit")
+    marker(zk, root, 1, 1, "audit")
+
     doc = mapping_landed(zk, root, {"version": 2, "partitions": 2, "previous": 4})
     assert len(doc["partitions"]) == 4, "merged-away partitions stay placed until they are empty"
     assert zk.exists(root + LAYOUT.drained(TOPIC, 2))
     wait_active(merge["id"])
-    marker(zk, root, 2, 2)
-    marker(zk, root, 2, 3)
+    for group in ("shipping", "audit"):
+        marker(zk, root, 2, 2, group)
+        marker(zk, root, 2, 3, group)
     page, rest = shown(client, people, topic)
     assert "Key mapping version 2: keys map to 2 of 4 placed partitions, before: 4." in page
     assert 'data-testid="rescale-drained">rescale drained<' in page
@@ -168,9 +183,37 @@ def test_a_bad_partition_count_is_a_field_error_and_nothing_is_saved(bad, people
     assert answer.json() == {"partitions": [f"Give the number of partitions keys map to, a whole number from 1 to "
                                             f"64 (not {bad!r})."]}
     assert not LifecycleApplication.objects.exists()
+    if bad is None:
+        return  # the form takes an empty count as "unchanged"
     client.force_login(people.dev)
     url = f"/topics/{topic.pk}/change/"
     initial = {k: v for k, v in client.get(url).context["form"].initial.items() if v is not None}
-    form = client.post(url, {**initial, "partitions": "" if bad is None else bad, "reason": "More"})
+    form = client.post(url, {**initial, "partitions": bad, "reason": "More"})
     assert form.status_code == 400 and list(form.context["form"].errors) == ["partitions"], form.context["form"].errors
     assert not LifecycleApplication.objects.exists() and Topic.objects.get(pk=topic.pk).revision == 1
+
+
+def test_a_partition_change_of_an_ordered_topic_is_refused_while_zookeeper_cannot_be_read(people, make_cluster,
+                                                                                         approved_topic, api_for):
+    approved_topic(make_cluster("dev-a", "dev", connect="127.0.0.1:1"), ordered=True)  # nothing answers there
+    answer = apply(api_for, people.dev, operation="change", topic=f"{TOPIC}@dev", changes={"partitions": 3})
+    assert answer.status_code == 400, answer.content
+    assert "cannot be read: the ZooKeeper of cluster dev-a does not answer" in answer.json()["partitions"][0]
+    assert not LifecycleApplication.objects.exists()
+
+
+def test_the_change_form_offers_the_partition_count_and_the_approver_sees_it_change(people, make_cluster,
+                                                                                    approved_topic, client):
+    topic = approved_topic(make_cluster("dev-a", "dev"))
+    client.force_login(people.dev)
+    url = f"/topics/{topic.pk}/change/"
+    form = client.get(url)
+    assert 'name="partitions" value="1"' in form.content.decode()
+    initial = {k: v for k, v in form.context["form"].initial.items() if v is not None}
+    response = client.post(url, {**initial, "message_types": "created, paid", "partitions": "3", "reason": "More"})
+    assert response.status_code == 302, response.context["form"].errors
+    application = LifecycleApplication.objects.get()
+    assert application.changes == {"partitions": 3}
+    client.force_login(people.lead)
+    detail = client.get(f"/applications/lifecycle/{application.pk}/").content.decode()
+    assert '<td class="before">1</td><td>→</td><td class="after">3</td>' in detail
