@@ -2,8 +2,12 @@
 
 `/placement/<topic>` says how many of its placed partitions keys map to (`mapping`: version, partitions, previous;
 `broker_core.layout`). On an ordered topic, version v waits for the brokers' drain markers
-`/drained/<topic>/v<v>/<old partition>-<group>`: one per group bound to the topic (`/bindings/<topic>/<group>`) and
-per old partition some of whose keys map elsewhere now (`Mapping.losing()`). `progress` is pure (it is given what
+`/drained/<topic>/v<v>/<old partition>-<group>`: one per old partition some of whose keys map elsewhere now
+(`Mapping.losing()`) and per group that was bound when the control plane wrote version v (it records them in
+`/drained/<topic>/v<v>`, `{"groups": [..]}`) and still is (`/bindings/<topic>/<group>`). A group bound later
+starts empty, so it owes nothing of the old mapping and is not awaited (the brokers stop marking once every group
+they hold drained); a group unbound since gets no marker and is not awaited either. A version node without
+`groups` awaits every group bound now. `progress` is pure (it is given what
 was read); `read_rescale` reads it from a cluster's ZooKeeper now, for the topic page and REST. Provisioning reads
 through its own session (apps/provisioning/partitions.py) and judges with the same `progress`.
 """
@@ -51,10 +55,19 @@ class Rescale:
                 "groups": [{"group": g.group, "drained": g.drained, "owed": g.owed} for g in self.groups]}
 
 
+def awaited(bound: list[str], version_doc: dict | None) -> list[str]:
+    """The groups whose markers a version waits for: those bound now that its node recorded (all bound now when
+    it recorded none)."""
+    recorded = (version_doc or {}).get("groups")
+    if not isinstance(recorded, list):
+        return sorted(bound)
+    return sorted(set(bound) & {str(g) for g in recorded})
+
+
 def progress(placement: dict, *, ordered: bool, groups: list[str], markers: list[str]) -> Rescale:
     """The mapping of `placement` (a `/placement/<topic>` document) and, for an ordered topic, per group of
-    `groups` which losing old partitions have a marker among `markers` (the children of its version's node).
-    Raises ValueError (or KeyError, TypeError) for a malformed placement."""
+    `groups` (`awaited`) which losing old partitions have a marker among `markers` (the children of its version's
+    node). Raises ValueError (or KeyError, TypeError) for a malformed placement."""
     mapping = mapping_of(placement)
     losing = mapping.losing() if mapping.version else []
     have = set(markers)
@@ -78,8 +91,11 @@ def read_rescale(cluster, topic: str, *, ordered: bool, timeout: float | None = 
             version = mapping_of(placement).version
         except (ValueError, KeyError, TypeError):
             return None
-        groups = _children(zk, chroot + LAYOUT.topic_bindings(topic)) if ordered and version else []
-        markers = _children(zk, chroot + LAYOUT.drained(topic, version)) if groups else []
+        groups = markers = []
+        if ordered and version:
+            groups = awaited(_children(zk, chroot + LAYOUT.topic_bindings(topic)),
+                             _doc(zk, chroot + LAYOUT.drained(topic, version)))
+            markers = _children(zk, chroot + LAYOUT.drained(topic, version)) if groups else []
     return progress(placement, ordered=ordered, groups=groups, markers=markers)
 
 
@@ -88,6 +104,22 @@ def read_rescale_or_none(cluster, topic: str, *, ordered: bool) -> Rescale | Non
     try:
         return read_rescale(cluster, topic, ordered=ordered)
     except ZooKeeperUnreachable:
+        return None
+
+
+def version_doc(data: bytes | None) -> dict | None:
+    """A `/drained/<topic>/v<version>` node's document (None: unreadable, or no node)."""
+    try:
+        doc = decode(data)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _doc(zk, path: str) -> dict | None:
+    try:
+        return version_doc(zk.get(path)[0])
+    except NoNodeError:
         return None
 
 

@@ -11,15 +11,15 @@ once before the placement: from then on the brokers elect its leader there by co
 
 A change of the partition count (issue 21 item 2) never removes a placed partition: the placement's `mapping`
 says how many of them keys map to, and its version goes up (`layout.rescale`). `/drained/<topic>/v<version>` is
-created before a placement of that version, so the brokers can write their drain markers under it. On an ordered
-topic a new version is written only once the current one is drained (every group bound in `/bindings/<topic>` has
-the marker of every old partition losing keys, apps/clusters/rescale.py); until then nothing is written and the
-push is retried (`StillDraining`).
+created before a placement of that version, so the brokers can write their drain markers under it; it records the
+groups bound then (`{"groups": [..]}`), those the version waits for. On an ordered topic a new version is written
+only once the current one is drained (each of those groups still bound has the marker of every old partition
+losing keys, apps/clusters/rescale.py); until then nothing is written and the push is retried (`StillDraining`).
 """
 
 from __future__ import annotations
 
-from apps.clusters.rescale import progress
+from apps.clusters.rescale import awaited, progress, version_doc
 from broker_core.layout import LAYOUT, decode, encode, fits, initial_partition_state, mapping_of, rescale
 
 
@@ -57,10 +57,13 @@ def _placement(session, topic) -> tuple[dict | None, dict | None]:
 
 
 def _require_drained(session, name: str, current: dict) -> None:
-    """Raise StillDraining unless every group bound to the topic here finished the current mapping's moves."""
+    """Raise StillDraining unless every group the current mapping waits for (`awaited`) finished its moves."""
     version = mapping_of(current).version
-    groups = session.children(LAYOUT.topic_bindings(name)) if version else []
-    markers = session.children(LAYOUT.drained(name, version)) if groups else []
+    groups = markers = []
+    if version:
+        node = session.read(LAYOUT.drained(name, version))
+        groups = awaited(session.children(LAYOUT.topic_bindings(name)), version_doc(node.data) if node else None)
+        markers = session.children(LAYOUT.drained(name, version)) if groups else []
     state = progress(current, ordered=True, groups=groups, markers=markers)
     if not state.drained:
         raise StillDraining(f"topic {name} is still draining mapping version {version} ({state.mapping.previous} → "
@@ -78,7 +81,8 @@ def write(session, topic) -> dict | None:
             session.put(path, encode(initial_partition_state(part["replicas"])))
     version = int(((placed or {}).get("mapping") or {}).get("version") or 0)
     if version and session.read(LAYOUT.drained(topic.name, version)) is None:  # where brokers mark what drained
-        session.put(LAYOUT.drained(topic.name, version), encode({}))
+        groups = session.children(LAYOUT.topic_bindings(topic.name))  # what this version waits for
+        session.put(LAYOUT.drained(topic.name, version), encode({"groups": groups}))
     if doc is not None:
         session.put(LAYOUT.placement(topic.name), encode(doc))
     return doc
