@@ -28,6 +28,7 @@ from broker_core.client.connection import BrokerConnection
 from broker_core.client.discovery import Discovery
 from broker_core.client.errors import AuthError, BrokerError, ConnectionLost, SendTimeout, SwitchyardError
 from broker_core.client.options import ClientOptions
+from broker_core.layout import mapping_of
 from broker_core.protocol import M_BODY, M_KEY
 
 log = logging.getLogger("broker_core.client.producer")
@@ -70,6 +71,7 @@ class _Link:
         self.in_flight: dict[int, _Batch] = {}  # by a number of this link (refs are per connection)
         self._numbers = itertools.count(1)
         self.placements: dict[str, dict[int, str]] = {}  # placed topic -> partition -> its leader's node id
+        self.mapped: dict[str, int] = {}  # placed topic -> how many of its partitions keys map to (layout.Mapping)
         self._elected: dict[tuple[str, int], str] = {}  # (topic, partition) -> the leader its partition state names
         self._placement_read: dict[str, asyncio.Future] = {}
         self.leaders: dict[str, BrokerConnection] = {}  # node id -> the connection to that partition leader
@@ -107,6 +109,7 @@ class _Link:
         if doc:
             try:
                 leaders = {int(part["id"]): str(part["replicas"][0]) for part in doc["partitions"]}
+                self.mapped[topic] = mapping_of(doc).partitions
             except (KeyError, TypeError, ValueError, IndexError):
                 log.warning("producer: the placement of %s is unreadable; sending to any broker", topic)
         if leaders and sorted(leaders) == list(range(len(leaders))):
@@ -137,7 +140,7 @@ class _Link:
         leaders = self.placements.get(topic)
         if leaders is None:
             return topic
-        return topic, choose_partition(key, len(leaders), self._turn)
+        return topic, choose_partition(key, self.mapped.get(topic) or len(leaders), self._turn)
 
     # -- queueing -----------------------------------------------------------------------------
 

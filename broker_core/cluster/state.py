@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from broker_core.auth import SecretHash
 from broker_core.cluster.selector import compile_selector
-from broker_core.layout import placement_replicas
+from broker_core.layout import Mapping, mapping_of, placement_replicas
 
 log = logging.getLogger("broker_core.cluster_state")
 
@@ -158,6 +158,7 @@ class ClusterState:
         self.grants: dict[str, set[str]] = {}
         # topic -> partition id -> replicas (first: preferred leader), from /placement/<topic> (layout 3)
         self.placements: dict[str, dict[int, tuple[str, ...]]] = {}
+        self.mappings: dict[str, Mapping] = {}  # topic -> how many of its partitions keys map to (layout.Mapping)
         self.brokers: dict[str, dict] = {}  # node id -> its /brokers document (where a partition's leader listens)
         # (topic, partition) -> its /partition-state document (leader, leader_epoch, isr; "version": the node's)
         self.partition_states: dict[tuple[str, int], dict] = {}
@@ -211,6 +212,11 @@ class ClusterState:
 
     def partition_state(self, topic: str, partition: int) -> dict | None:
         return self.partition_states.get((topic, partition))
+
+    def mapped_partitions(self, topic: str) -> int:
+        """How many partitions the topic's keys map to now (a placed topic's merged-away partitions are not)."""
+        mapping = self.mappings.get(topic)
+        return mapping.partitions if mapping is not None else len(self.placements.get(topic) or ()) or 1
 
     # -- writes (from the ZooKeeper watcher, on the loop thread)
 
@@ -269,12 +275,14 @@ class ClusterState:
 
     def _apply_placement(self, topic: str, doc: dict | None) -> None:
         placed = placement_replicas(doc) if doc is not None else None
-        if placed == self.placements.get(topic):
+        mapping = mapping_of(doc) if doc is not None else None
+        if placed == self.placements.get(topic) and mapping == self.mappings.get(topic):
             return
         if placed is None:
             self.placements.pop(topic, None)
+            self.mappings.pop(topic, None)
         else:
-            self.placements[topic] = placed
+            self.placements[topic], self.mappings[topic] = placed, mapping
         for listener in self.on_placement:
             listener(topic)
 
@@ -314,7 +322,8 @@ class ClusterState:
             "bindings": {t: {g: _binding_doc(b) for g, b in gs.items()} for t, gs in self.bindings.items()},
             "apps": {a: app.doc() for a, app in self.apps.items()},
             "grants": {t: sorted(apps) for t, apps in self.grants.items()},
-            "placements": {t: {"partitions": [{"id": pid, "replicas": list(r)} for pid, r in placed.items()]}
+            "placements": {t: {"partitions": [{"id": pid, "replicas": list(r)} for pid, r in placed.items()],
+                               **_mapping_doc(self.mappings.get(t))}
                            for t, placed in self.placements.items()},
         }
 
@@ -352,3 +361,9 @@ def _binding_doc(b: Binding) -> dict:
                     "multiplier": b.backoff.multiplier},
         "max_in_flight": b.max_in_flight, "revision": b.revision,
     }
+
+
+def _mapping_doc(mapping: Mapping | None) -> dict:
+    if mapping is None or not mapping.version:
+        return {}
+    return {"mapping": {"version": mapping.version, "partitions": mapping.partitions, "previous": mapping.previous}}

@@ -29,6 +29,7 @@ from collections import Counter, deque
 
 from broker_core.delivery.group import ITEM_OVERHEAD, Group
 from broker_core.delivery.lanes import Lane, Subscription
+from broker_core.layout import Mapping
 from broker_core.protocol import E_STALE_GENERATION, M_BODY, M_TTL_MS
 from broker_core.storage.partitions import PARTITION_BITS
 from broker_core.storage.store import StoredMessage
@@ -50,6 +51,11 @@ class OrderedGroup(Group):
         self.stale: dict[int, Subscription] = {}  # seq -> the subscription it was taken from
         self.revoked: dict[Subscription, float] = {}  # subscription -> when a partition was last taken from it
         self.reassigned = self.stale_acks = 0
+        # a rescale's drain barrier (docs/ordered-topics.md): the mapping version whose moved keys wait, the old
+        # partitions whose drain marker for this group is missing, and the keys parked by old partition
+        self.barrier: Mapping | None = None
+        self.undrained: frozenset[int] = frozenset()
+        self.parked: dict[int, list[str]] = {}
         super().__init__(*args, **kwargs)
 
     def _ordered(self, lane: Lane | None = None) -> bool:
@@ -73,10 +79,54 @@ class OrderedGroup(Group):
                 del busy[key]
                 q.appendleft(m)
                 self._runnable(m.seq >> PARTITION_BITS, key)
+            elif self.barrier is not None and q and self._before_moved(key, q, m):
+                pass
             else:
                 q.append(m)
                 if len(q) == 1 and key not in busy:
                     self._runnable(m.seq >> PARTITION_BITS, key)
+
+    def _before_moved(self, key: str, q: deque[StoredMessage], m: StoredMessage) -> bool:
+        """While a rescale drains: a message of the key's old partition that reaches memory after messages of
+        its new one (a backlog read from disk comes after live messages) goes before them, as it was published.
+        Returns whether it was placed so."""
+        old = self.barrier.old_partition(key)
+        if old is None or m.seq >> PARTITION_BITS != old or q[-1].seq >> PARTITION_BITS == old:
+            return False
+        at = next(i for i, other in enumerate(q) if other.seq >> PARTITION_BITS != old)
+        q.insert(at, m)
+        if at == 0 and key not in self.busy:
+            self._runnable(old, key)
+        return True
+
+    def set_barrier(self, mapping: Mapping | None, undrained: set[int] | frozenset[int]) -> None:
+        """The drain barrier of a rescale: a key that mapping moved waits on its new partition until its old one
+        is drained for this group (`undrained`: the old partitions whose marker is missing). Keys whose old
+        partition is drained now go on."""
+        undrained = frozenset(undrained) if mapping is not None else frozenset()
+        released = self.undrained - undrained
+        self.barrier, self.undrained = (mapping if undrained else None), undrained
+        for old in released:
+            for key in self.parked.pop(old, ()):
+                q = self.keys.get(key)
+                if q and key not in self.busy:
+                    self._runnable(q[0].seq >> PARTITION_BITS, key)
+        if released:
+            log.info("group %s/%s: old partitions %s drained, their moved keys go on", self.topic, self.name,
+                     sorted(released))
+            self.dispatch()
+
+    def owes_below(self, partition: int, end: int) -> bool:
+        """Whether the group still owes a message of `partition` stored before seq `end` (waiting, in flight, or
+        in its backlog on disk)."""
+        low = partition << PARTITION_BITS
+        backlog = self.backlog
+        part = getattr(backlog, "parts", {}).get(partition) if backlog is not None else None
+        if part is not None and part.on_disk and part.cursor < end:
+            return True
+        if any(low <= seq < end for seq in self.main.waiting):
+            return True
+        return any(low <= seq < end for sub in self.subs for seq in sub.in_flight)
 
     def _runnable(self, partition: int, key: str) -> None:
         q = self.runnable.get(partition)
@@ -189,6 +239,7 @@ class OrderedGroup(Group):
         super().unsubscribe(sub, reason)
 
     def release(self, reason: str) -> list[StoredMessage]:
+        self.parked.clear()
         for q in self.keys.values():
             self.main.ready.extend(q)  # still in `waiting`: drained with the lane
         self.keys.clear()
@@ -262,6 +313,7 @@ class OrderedGroup(Group):
             self.main.ready.extend(q)
         self.keys.clear()
         self.runnable.clear()
+        self.parked.clear()
 
     def unstick(self) -> None:
         """A key whose message out was finished by something else than an ack (a position reset takes messages
@@ -289,6 +341,7 @@ class OrderedGroup(Group):
         bound_ttl = self.binding.ttl_s
         waiting, attempts, keys, busy = lane.waiting, lane.attempts, self.keys, self.busy
         emit_group = self.trace.emit_group
+        barrier, undrained, parked = self.barrier, self.undrained, self.parked
         for partition, runnable in list(self.runnable.items()):
             if not runnable:
                 del self.runnable[partition]
@@ -303,6 +356,8 @@ class OrderedGroup(Group):
             items = []
             while runnable and n > 0 and budget > 0:
                 key = runnable.popleft()
+                if key in busy:
+                    continue  # queued twice (a rescale moved it): its message out goes first
                 q = keys.get(key)
                 m = None
                 while q:
@@ -321,6 +376,15 @@ class OrderedGroup(Group):
                 if m is None:
                     if not q and key not in busy:
                         keys.pop(key, None)
+                    continue
+                home = m.seq >> PARTITION_BITS
+                if home != partition:  # its head is of another partition now (a rescale): queued there
+                    q.appendleft(m)
+                    self._runnable(home, key)
+                    continue
+                if barrier is not None and (old := barrier.old_partition(key)) in undrained and old != home:
+                    q.appendleft(m)  # moved by a rescale: waits until its old partition is drained
+                    parked.setdefault(old, []).append(key)
                     continue
                 seq = m.seq
                 waiting.discard(seq)
@@ -353,5 +417,8 @@ class OrderedGroup(Group):
                                                            "generation": self.generations.get(p)}
                                                   for p, s in sorted(self.holders.items())},
                               "keys_waiting": len(self.keys), "keys_out": len(self.busy),
-                              "reassigned": self.reassigned, "stale_acks": self.stale_acks}
+                              "reassigned": self.reassigned, "stale_acks": self.stale_acks,
+                              "barrier": {"version": self.barrier.version, "waiting_for": sorted(self.undrained),
+                                          "keys_parked": sum(len(k) for k in self.parked.values())}
+                              if self.barrier is not None else None}
         return out

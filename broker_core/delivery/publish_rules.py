@@ -82,7 +82,7 @@ def check_publish(state: ClusterState, cluster: str, topic: str, app_id: str, me
     if isinstance(placed, Refusal):
         return placed
     if config.ordered:
-        refusal = _order_refusal(config, messages, placed, len(state.placements.get(topic) or ()) or 1)
+        refusal = _order_refusal(config, messages, placed, state.mapped_partitions(topic))
         if refusal is not None:
             return refusal
     return PublishPlan(size, bool(prepared), delayed, now_ms, placed)

@@ -46,6 +46,7 @@ class Topic:
         self.max_credit = max_credit
         self.window = window  # a group's window of messages in memory (messages, bytes): delivery/backlog.py
         self.groups: dict[str, Group] = {}
+        self.group_made: Callable[[Group], None] | None = None  # told of each group made (node/drain.py)
         # partition -> its replication leader on this broker (broker_core.replication.leader): admit, wrap, published
         self.leaders: dict[int, object] = {}
         self.dropped: set[str] = set()  # groups whose binding was removed: what still arrives for them is finished
@@ -93,6 +94,8 @@ class Topic:
             group = kind(self.name, name, self.store, self.state.binding(self.name, name), trace=self.trace,
                          max_credit=self.max_credit, window=self.window)
             self.groups[name] = group
+            if self.group_made is not None:
+                self.group_made(group)
         return group
 
     def binding_changed(self, group: str, binding: Binding | None) -> None:

@@ -23,6 +23,7 @@ from urllib.parse import unquote
 from broker_core import __version__
 from broker_core.admin.http import start_http
 from broker_core.auth import VerifiedCache
+from broker_core.cluster.drain_marks import DrainMarks
 from broker_core.cluster.membership import ZkMembership
 from broker_core.cluster.state import App, Binding, ClusterState, TopicConfig
 from broker_core.cluster.zk_acl import broker_credential
@@ -30,6 +31,7 @@ from broker_core.delivery.lifecycle import STORAGE_CHECK_S, Lifecycle
 from broker_core.delivery.topic import Topic
 from broker_core.delivery.transactions import TxService
 from broker_core.node.counters import SAVE_S, CarriedCounters, live_counts
+from broker_core.node.drain import DrainBarriers
 from broker_core.node.options import Options
 from broker_core.node.replicas import ReplicaHooks
 from broker_core.node.server import ClientConnection
@@ -84,6 +86,7 @@ class Broker(ReplicaHooks):
         self.store_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="store")
         self.auth_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="auth")
         self.membership: ZkMembership | None = None
+        self.drain = DrainBarriers(self)  # ordered topics' rescales (node/drain.py)
         self.server: asyncio.base_events.Server | None = None
         self.http = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -118,6 +121,7 @@ class Broker(ReplicaHooks):
                                        on_synced=self._zk_synced, on_meta=self.state.set_meta,
                                        session_timeout=opts.zk_session_timeout_s, credential=broker_credential())
         self.replication.writer = StateWriter(self.membership.client, opts.zk_chroot, self.loop.call_soon_threadsafe)
+        self.drain.marks = DrainMarks(self.membership.client, self.membership.root, self.membership.node_acl)
         synced = await self.loop.run_in_executor(None, self.membership.start, opts.zk_start_timeout_s)
         await asyncio.sleep(0)  # let the state changes handed over by kazoo run
         if synced:
@@ -138,7 +142,8 @@ class Broker(ReplicaHooks):
                                          opts.max_http_connections)
         await self.loop.run_in_executor(None, self.membership.register)
         self._tasks = [asyncio.create_task(self._tick_loop(), name="tick"),
-                       asyncio.create_task(self._zk_check_loop(), name="zk-check")]
+                       asyncio.create_task(self._zk_check_loop(), name="zk-check"),
+                       asyncio.create_task(self.drain.run(), name="drain")]
         log.info("broker %s of cluster %s serving on %s:%s (storage %s, fsync %s)", self.node_id, opts.cluster,
                  opts.host, opts.port, opts.storage, opts.fsync)
 
@@ -177,6 +182,7 @@ class Broker(ReplicaHooks):
                       window=(self.options.backlog_window_messages, self.options.backlog_window_bytes),
                       schedule=self.open_schedule(name, level), call_later=self.loop.call_later)
         self.topics[name] = topic
+        topic.group_made = self.drain.group_made
         topic.recover()
         self.replication.refresh(name, topic)
         return topic
@@ -231,6 +237,7 @@ class Broker(ReplicaHooks):
                     topic.take_owed(owed)
                 log.info("topic %s: partition %d placed on this broker", name, pid)
         self.replication.refresh(name, topic)
+        self.drain.placement_changed(name)
 
     def open_schedule(self, name: str, storage: str) -> ScheduleStore:
         """A topic's schedule store (delayed messages) at that level (not recovered yet): the file level's lives in
