@@ -7,9 +7,9 @@
 `/drained/<topic>/v<v>`, `{"groups": [..]}`) and still is (`/bindings/<topic>/<group>`). A group bound later
 starts empty, so it owes nothing of the old mapping and is not awaited (the brokers stop marking once every group
 they hold drained); a group unbound since gets no marker and is not awaited either. A version node without
-`groups` awaits every group bound now. `progress` is pure (it is given what
-was read); `read_rescale` reads it from a cluster's ZooKeeper now, for the topic page and REST. Provisioning reads
-through its own session (apps/provisioning/partitions.py) and judges with the same `progress`.
+`groups` awaits every group bound now. `progress` is pure (it is given what was read); `read_rescale` reads it
+from a cluster's ZooKeeper now, for the topic page, REST and the policy (rule `rescale-drained`). Provisioning
+reads through its own session (apps/provisioning/partitions.py) and judges with the same `progress`.
 """
 
 from __future__ import annotations
