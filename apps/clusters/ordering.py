@@ -2,7 +2,9 @@
 partitions to physical ones, each physical partition's leader, and per consumer group which consumer holds each
 partition now and under which generation.
 
-The mapping is `broker_core.layout`'s (`logic % partitions`, the one the SDK and the brokers use); the leaders come
+The mapping is `broker_core.layout`'s (`logic % partitions`, the one the SDK and the brokers use, `partitions` being
+those the placement's key mapping names: a merged-away partition stays placed, with no logic partition, until it is
+empty; apps/clusters/rescale.py gives the mapping's version and drain progress); the leaders come
 from the cluster's placement as ZooKeeper holds it now (`apps.clusters.partitions`); the holders from each broker's
 `/stats` (`ordered.partitions_held` of the groups it leads partitions of, `delivery/ordered.py`), read just before.
 Nothing here reads or writes anything itself.
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 
 from apps.clusters.broker_stats import ClusterStats
 from apps.clusters.partitions import TopicPartitions
+from apps.clusters.rescale import Rescale
 from broker_core.layout import LOGIC_PARTITIONS
 
 ORDERED_FIGURES = ("keys_waiting", "keys_out", "reassigned", "stale_acks")
@@ -48,14 +51,16 @@ class Ordering:
     partitions: int
     mapping: list[MappedPartition]
     groups: list[GroupAssignment]
+    rescale: Rescale | None = None  # the key mapping's version and its drain progress (None: no placement read)
 
 
-def mapping(partitions: int, placed: TopicPartitions | None) -> list[MappedPartition]:
-    """Each physical partition with the count of logic partitions `l` for which `l % partitions` is it."""
+def mapping(partitions: int, placed: TopicPartitions | None, physical: int | None = None) -> list[MappedPartition]:
+    """Each physical partition (`physical` of them, at least `partitions`) with the count of logic partitions `l`
+    for which `l % partitions` is it (none for one merged away)."""
     leaders = {p.partition: p.leader for p in placed.partitions} if placed is not None else {}
-    return [MappedPartition(p, len(range(p, LOGIC_PARTITIONS, partitions)),
+    return [MappedPartition(p, len(range(p, LOGIC_PARTITIONS, partitions)) if p < partitions else 0,
                             leaders.get(p, EVERY_BROKER if placed is None else "?"))
-            for p in range(partitions)]
+            for p in range(max(partitions, physical or 0))]
 
 
 def assignments(topic: str, live: ClusterStats | None) -> list[GroupAssignment]:
@@ -77,7 +82,11 @@ def assignments(topic: str, live: ClusterStats | None) -> list[GroupAssignment]:
     return [groups[k] for k in sorted(groups)]
 
 
-def ordering_of(topic: str, placed: TopicPartitions | None, live: ClusterStats | None) -> Ordering:
-    """`placed`: the topic's placement as read now (None: it has none, so one partition)."""
-    partitions = len(placed.partitions) if placed is not None and placed.partitions else 1
-    return Ordering(LOGIC_PARTITIONS, partitions, mapping(partitions, placed), assignments(topic, live))
+def ordering_of(topic: str, placed: TopicPartitions | None, live: ClusterStats | None,
+                rescale: Rescale | None = None) -> Ordering:
+    """`placed`: the topic's placement as read now (None: it has none, so one partition); `rescale`: its key
+    mapping read now (keys map to all placed partitions without one)."""
+    physical = len(placed.partitions) if placed is not None and placed.partitions else 1
+    partitions = rescale.mapping.partitions if rescale is not None else physical
+    return Ordering(LOGIC_PARTITIONS, partitions, mapping(partitions, placed, physical), assignments(topic, live),
+                    rescale)

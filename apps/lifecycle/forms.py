@@ -11,6 +11,7 @@ from apps.accounts.models import Team
 from apps.bindings.models import Binding
 from apps.lifecycle.targets import CHANGEABLE, plain
 from apps.topics.models import Topic
+from broker_core.layout import MAX_PARTITIONS
 
 REASON_HELP = "Why; the approver reads it."
 
@@ -49,6 +50,12 @@ class TopicChangeForm(_ChangeForm):
     message_types = forms.CharField(help_text="Comma-separated. A type a binding receives cannot be removed.")
     team = forms.ModelChoiceField(queryset=Team.objects.all(), to_field_name="name", label="Owning team",
                                   help_text="Hand the topic to another team (its approvers decide from then on).")
+    partitions = forms.IntegerField(
+        min_value=1, max_value=MAX_PARTITIONS, label="Partitions", required=False,
+        help_text="How many partitions keys map to. A split adds partitions; a merge keeps the merged-away ones "
+                  "placed until they are empty. On an ordered topic the keys that move are delivered from their new "
+                  "partition only once their groups finished them on the old one, and a further change waits until "
+                  "the previous one drained (the topic page shows the progress).")
 
     class Meta:
         model = Topic
@@ -62,6 +69,10 @@ class TopicChangeForm(_ChangeForm):
 
     def clean_message_types(self):
         return [part.strip() for part in self.cleaned_data["message_types"].split(",") if part.strip()]
+
+    def clean_partitions(self):  # left out: the topic keeps what it has
+        value = self.cleaned_data.get("partitions")
+        return self.initial["partitions"] if value is None else value
 
 
 class BindingChangeForm(_ChangeForm):

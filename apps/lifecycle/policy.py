@@ -10,6 +10,8 @@ from apps.bindings.choices import BindingStatus, SelectorKind
 from apps.bindings.models import Binding, selector_matches
 from apps.clusters.choices import Environment
 from apps.clusters.models import Cluster
+from apps.clusters.rescale import read_rescale
+from apps.clusters.zookeeper import ZooKeeperUnreachable
 from apps.governance import policy
 from apps.governance.policy import Check, Report
 from apps.governance.workflow import Slot, State
@@ -41,6 +43,11 @@ TEXTS: dict[str, tuple[str, str]] = {
                      "be left matching no remaining type."),
     "retention-ttl": ("Retention covers the bindings' TTL",
                       "A topic keeps messages at least as long as the TTL of every active binding."),
+    "rescale-drained": ("The previous rescale drained",
+                        "An ordered topic's partition count changes again only once the keys its previous change moved "
+                        "are finished on their old partitions by every bound group (the brokers' drain markers in "
+                        "each holding cluster's ZooKeeper; the topic page shows them). Refused while ZooKeeper cannot "
+                        "be read."),
     "drain": ("What retiring does",
               "New publishes are refused at once; each binding stays until its backlog is consumed or an SRE drops "
               "it; once no binding is left, the topic's data is deleted retention_hours after retirement and its "
@@ -54,7 +61,7 @@ TEXTS: dict[str, tuple[str, str]] = {
 COMMON = ["applicant-team", "target-state", "one-open"]
 RULE_SETS = {
     "topic-change": [*COMMON, "not-stale", "types-in-use", "retention-ttl", "tx-check", "quota-topics",
-                     "prod-approval"],
+                     "rescale-drained", "prod-approval"],
     "topic-retire": [*COMMON, "drain", "prod-approval"],
     "binding-change": [*COMMON, "not-stale", "ordered-broadcast", "selector-matches", "ttl-retention",
                        "prod-approval"],
@@ -190,7 +197,38 @@ def _topic_change(application, topic, changed) -> list[Check]:
                                                 f"{lim['topics_per_team']} topics." if ok else
                             f"Team {changed.team.name} already owns {owned} topics; the limit is "
                             f"{lim['topics_per_team']}.", "team"))
+    if changed.partition_count != topic.partition_count:
+        checks.append(_rescale_drained(topic, changed.partition_count))
     return checks
+
+
+def _rescale_drained(topic, partitions: int) -> Check:
+    """An ordered topic's new partition count waits until its previous rescale drained in every holding cluster
+    (read there now; refused when a cluster's ZooKeeper does not answer)."""
+    change = f"{topic.partition_count} → {partitions} partitions"
+    if not topic.ordered:
+        return Check("rescale-drained", True, f"{change}: not ordered, so no key waits; the new mapping is written "
+                                              "when approved.", "partitions")
+    drained = []
+    for cluster in holders(topic):
+        try:
+            state = read_rescale(cluster, topic.name, ordered=True)
+        except ZooKeeperUnreachable as exc:
+            return Check("rescale-drained", False, f"Whether the previous rescale of {topic.name} drained cannot be "
+                                                   f"read: the ZooKeeper of cluster {cluster.name} does not answer "
+                                                   f"({exc}). A partition change of an ordered topic is refused until "
+                                                   "it can be read; try again later.", "partitions")
+        if state is not None and not state.drained:
+            return Check("rescale-drained", False, f"The previous rescale of {topic.name} (mapping version "
+                                                   f"{state.mapping.version}, {state.mapping.previous} → "
+                                                   f"{state.mapping.partitions} partitions) has not drained on "
+                                                   f"cluster {cluster.name}: {state.owed_text()}. Apply again once "
+                                                   "the topic page shows it drained.", "partitions")
+        if state is not None and state.mapping.version:
+            drained.append(f"version {state.mapping.version} on {cluster.name}")
+    done = f"the previous rescale drained ({', '.join(drained)})" if drained else "never rescaled before"
+    return Check("rescale-drained", True, f"{change}: {done}; keys that move are delivered from their new "
+                                          "partition once their groups finished them on the old one.", "partitions")
 
 
 def _drain(topic) -> Check:

@@ -13,17 +13,21 @@ from django.core.exceptions import ValidationError
 
 from apps.accounts.models import Team
 from apps.lifecycle.choices import Target
+from broker_core.layout import MAX_PARTITIONS
 
 CHANGEABLE: dict[str, tuple[str, ...]] = {
     Target.TOPIC: ("message_types", "retention_hours", "max_message_bytes", "tx_check_delay_s", "tx_check_interval_s",
-                   "tx_check_max", "description", "team"),
+                   "tx_check_max", "partitions", "description", "team"),
     Target.BINDING: ("selector_kind", "selector_pattern", "mode", "delivery_limit", "ttl_s", "backoff_initial_ms",
                      "backoff_max_ms", "backoff_multiplier", "max_in_flight", "on_failure", "description"),
 }
 
 
 def plain(target, field: str):
-    """The field's value on `target` as JSON (a team by name)."""
+    """The field's value on `target` as JSON (a team by name; a topic's partitions as it has them, its cluster's
+    default when it has none of its own)."""
+    if field == "partitions":
+        return target.partition_count
     value = getattr(target, field)
     if field == "team":
         return value.name
@@ -42,11 +46,26 @@ def _coerce(target, field: str, value):
         if team is None:
             raise ValidationError({"team": f"No team named {name!r}."})
         return team
+    if field == "partitions":
+        return _partitions(value)
     model_field = target._meta.get_field(field)
     try:
         return model_field.to_python(value)
     except ValidationError as exc:
         raise ValidationError({field: exc.messages}) from None
+
+
+def _partitions(value) -> int:
+    """A partition count: a whole number from 1 to MAX_PARTITIONS (what `layout.rescale` places)."""
+    number = None
+    if isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    elif isinstance(value, str) and value.strip().isdigit():
+        number = int(value)
+    if number is None or not 1 <= number <= MAX_PARTITIONS:
+        raise ValidationError({"partitions": f"Give the number of partitions keys map to, a whole number from 1 to "
+                                             f"{MAX_PARTITIONS} (not {value!r})."})
+    return number
 
 
 def would_be(target, changes: dict, errors: dict | None = None):

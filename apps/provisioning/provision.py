@@ -88,8 +88,8 @@ def push(cluster: Cluster, units: list[tuple[str, int]]) -> list:
             if kind == ObjectKind.TOPIC:
                 partitions.remove(session, path.rsplit("/", 1)[-1])
         session.delete_empty(_containers(removed))
-    except (WriteConflict, KazooException, partitions.TooFewBrokers) as exc:
-        if isinstance(exc, WriteConflict | partitions.TooFewBrokers):
+    except (WriteConflict, KazooException, partitions.TooFewBrokers, partitions.StillDraining) as exc:
+        if isinstance(exc, WriteConflict | partitions.TooFewBrokers | partitions.StillDraining):
             raise ZooKeeperUnreachable(str(exc)) from exc  # retry later, like an outage
         raise ProvisioningError(f"ZooKeeper refused the write: {type(exc).__name__} {exc}") from exc
     records = {(r.kind, r.object_id): r for r in SyncState.objects.filter(cluster=cluster)

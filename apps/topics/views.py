@@ -10,6 +10,7 @@ from apps.accounts.roles import ADMIN, has_role
 from apps.bindings.models import Binding, ProducerGrant
 from apps.clusters.broker_stats import read_cluster_stats, topic_figures
 from apps.clusters.ordering import ordering_of
+from apps.clusters.rescale import read_rescale_or_none
 from apps.clusters.zookeeper import read_health
 from apps.governance import views as governance
 from apps.governance.policy import is_member
@@ -47,8 +48,8 @@ class TopicListView(LoginRequiredMixin, PermissionRequiredMixin, ListView):
 
 class TopicDetailView(LoginRequiredMixin, PermissionRequiredMixin, View):
     """The topic, its route, its node as read from ZooKeeper now, its live figures as its cluster's brokers give them
-    now (once it was provisioned there), for an ordered topic its mapping and its groups' partition assignments,
-    and its bindings and grants."""
+    now (once it was provisioned there), its key mapping (for an ordered topic with the drain progress of its last
+    rescale and its groups' partition assignments), and its bindings and grants."""
 
     permission_required = "topics.view_topic"
 
@@ -60,10 +61,13 @@ class TopicDetailView(LoginRequiredMixin, PermissionRequiredMixin, View):
         sync = live_status_of("topic", topic)
         health = read_health(topic.cluster) if sync and topic.status != "deleted" else None
         live = read_cluster_stats(health) if health is not None else None
-        ordering = None
-        if topic.ordered and health is not None and health.reachable:
-            ordering = ordering_of(topic.name, next((t for t in health.partitions if t.topic == topic.name), None),
-                                   live)
+        ordering = rescale = None
+        if health is not None and health.reachable:
+            placed = next((t for t in health.partitions if t.topic == topic.name), None)
+            if placed is not None:  # its key mapping and, when ordered, the drain progress of its last rescale
+                rescale = read_rescale_or_none(topic.cluster, topic.name, ordered=topic.ordered)
+            if topic.ordered:
+                ordering = ordering_of(topic.name, placed, live, rescale)
         return render(request, "topics/topic_detail.html", {
             "object": topic,
             "route": route_of(topic),
@@ -71,6 +75,7 @@ class TopicDetailView(LoginRequiredMixin, PermissionRequiredMixin, View):
             "live": live,
             "live_topic": topic_figures(live, topic.name) if live is not None else None,
             "ordering": ordering,
+            "rescale": rescale,
             "bindings": [(b, bsync.get(b.pk)) for b in bindings],
             "grants": [(g, gsync.get(g.pk)) for g in grants],
             "open_applications": topic.lifecycle_applications.filter(state=State.PENDING),

@@ -22,7 +22,7 @@ def test_partition_states_are_created_with_the_placement_and_then_left_to_the_br
     try:
         for node in ("b1", "b2", "b3"):
             zk.create(chroot + LAYOUT.broker(node), encode({"host": "127.0.0.1", "port": 1}), ephemeral=True)
-        topic = SimpleNamespace(name="orders", partition_count=2, replicas=2)
+        topic = SimpleNamespace(name="orders", partition_count=2, replicas=2, ordered=False)
         doc = partitions.write(session, topic)
         paths = [chroot + LAYOUT.partition_state("orders", pid) for pid in (0, 1)]
         for part, path in zip(doc["partitions"], paths, strict=True):
@@ -38,7 +38,7 @@ def test_partition_states_are_created_with_the_placement_and_then_left_to_the_br
         assert json.loads(zk.get(paths[0])[0]) == elected, "the brokers' state is never overwritten"
         assert json.loads(zk.get(paths[1])[0])["leader_epoch"] == 0, "a missing one is created again"
 
-        partitions.write(session, SimpleNamespace(name="single", partition_count=2, replicas=1))
+        partitions.write(session, SimpleNamespace(name="single", partition_count=2, replicas=1, ordered=False))
         assert zk.exists(chroot + LAYOUT.placement("single"))
         assert not zk.exists(chroot + f"{LAYOUT.PARTITION_STATE}/single"), "no election without replicas"
     finally:

@@ -52,14 +52,43 @@ class AppWithSecretSerializer(AppSerializer):
 class TopicSerializer(RecordedSyncMixin, serializers.ModelSerializer):
     team = serializers.CharField(source="team.name")
     cluster = serializers.CharField(source="cluster.name")
+    partitions = serializers.IntegerField(source="partition_count", read_only=True,
+                                          help_text="The partitions keys map to (its own, else its cluster's default).")
     sync_kind = "topic"
 
     class Meta:
         model = Topic
         fields = ["id", "name", "environment", "cluster", "team", "message_types", "expected_peak_mps",
                   "max_message_bytes", "retention_hours", "storage_level", "transactional", "ordered",
-                  "tx_check_delay_s", "tx_check_interval_s", "tx_check_max", "description", "revision", "status", "sync",
-                  "created_at", "updated_at"]
+                  "tx_check_delay_s", "tx_check_interval_s", "tx_check_max", "partitions", "description", "revision",
+                  "status", "sync", "created_at", "updated_at"]
+
+
+class GroupDrainSerializer(serializers.Serializer):
+    group = serializers.CharField()
+    drained = serializers.ListField(child=serializers.IntegerField(), help_text="Old partitions it finished.")
+    owed = serializers.ListField(child=serializers.IntegerField(), help_text="Old partitions still awaited.")
+
+
+class KeyMappingSerializer(serializers.Serializer):
+    version = serializers.IntegerField(help_text="0: never rescaled (keys map to every placed partition).")
+    partitions = serializers.IntegerField(help_text="The partitions keys map to now.")
+    previous = serializers.IntegerField(help_text="Those they mapped to before this version.")
+    placed = serializers.IntegerField(help_text="The physical partitions placed (a merged-away one stays until "
+                                                "its groups finished it).")
+    ordered = serializers.BooleanField()
+    losing = serializers.ListField(child=serializers.IntegerField(),
+                                   help_text="Old partitions some of whose keys map elsewhere now (ordered topics).")
+    drained = serializers.BooleanField(help_text="Every bound group finished them: a further change may be written.")
+    groups = GroupDrainSerializer(many=True)
+
+
+class TopicMappingSerializer(serializers.Serializer):
+    topic = serializers.CharField()
+    cluster = serializers.CharField()
+    reachable = serializers.BooleanField(help_text="Whether the cluster's ZooKeeper answered just now.")
+    error = serializers.CharField(allow_blank=True)
+    mapping = KeyMappingSerializer(allow_null=True, help_text="None: no placement (one partition, every broker).")
 
 class TopicApplicationSerializer(ApplicationSerializer):
     team = serializers.SlugRelatedField(slug_field="name", queryset=Team.objects.all())

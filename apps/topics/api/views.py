@@ -3,6 +3,8 @@ from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
 from rest_framework.response import Response
 
+from apps.clusters.rescale import read_rescale
+from apps.clusters.zookeeper import ZooKeeperUnreachable
 from apps.governance.api import ApplicationViewSet
 from apps.provisioning.api.views import LiveSyncMixin
 from apps.topics import actions
@@ -13,6 +15,7 @@ from apps.topics.api.serializers import (
     AppWithSecretSerializer,
     RotateSecretSerializer,
     TopicApplicationSerializer,
+    TopicMappingSerializer,
     TopicSerializer,
 )
 from apps.topics.filtersets import AppFilterSet, TopicApplicationFilterSet, TopicFilterSet
@@ -87,8 +90,23 @@ class TopicViewSet(LiveSyncMixin, viewsets.ReadOnlyModelViewSet):
     filterset_class = TopicFilterSet
     search_fields = ["name", "description"]
     ordering_fields = ["name", "environment", "created_at"]
-    action_perms = {"sync": "topics.view_topic"}
+    action_perms = {"sync": "topics.view_topic", "mapping": "topics.view_topic"}
     sync_kind = "topic"
+
+    @extend_schema(responses=TopicMappingSerializer)
+    @action(detail=True, methods=["get"], pagination_class=None, filter_backends=[])
+    def mapping(self, request, **kwargs):
+        """The topic's key mapping in its cluster's ZooKeeper now (version, partitions keys map to, placed, before)
+        and, for an ordered topic, the drain progress of its last rescale: per bound group, which old partitions
+        losing keys are drained and which are still owed (docs/ordered-topics.md)."""
+        topic = self.get_object()
+        body = {"topic": topic.name, "cluster": topic.cluster.name, "reachable": True, "error": "", "mapping": None}
+        try:
+            rescale = read_rescale(topic.cluster, topic.name, ordered=topic.ordered)
+            body["mapping"] = rescale.as_dict() if rescale is not None else None
+        except ZooKeeperUnreachable as exc:
+            body.update(reachable=False, error=str(exc))
+        return Response(TopicMappingSerializer(body).data)
 
 
 class TopicApplicationViewSet(ApplicationViewSet):
