@@ -3,8 +3,8 @@ issue 20) when it provisions a topic of more than one partition or replica.
 
 The replicas are spread over the brokers registered in the cluster's `/brokers` when the topic is pushed
 (`broker_core.layout.rescale`, balanced by count; a placement already there keeps its replicas, and a new one
-gets a higher epoch). A topic of one partition and one replica gets no placement: every broker holds it, as
-before layout 3. The placement is written before the topic's document, so no broker takes a message for a
+gets a higher epoch). A topic of one partition and one replica gets no placement, unless it is ordered: every
+broker holds it, as before layout 3. The placement is written before the topic's document, so no broker takes a message for a
 partition it will not hold; with too few brokers registered nothing is written and the push is retried.
 Each partition of two or more replicas also gets `/partition-state/<topic>/<p>` (no leader elected yet), created
 once before the placement: from then on the brokers elect its leader there by compare-and-set.
@@ -32,8 +32,10 @@ class StillDraining(Exception):
 
 
 def wanted(topic) -> bool:
-    """Whether the topic is placed on partitions (else every broker holds it)."""
-    return (topic.partition_count, topic.replicas) != (1, 1)
+    """Whether the topic is placed on partitions (else every broker holds it). An ordered topic always is: one
+    broker leads each partition, so all of a key's messages are stored in one log (unplaced, every broker would
+    take the key's messages in its own partition 0) and its first split has a mapping to drain."""
+    return topic.ordered or (topic.partition_count, topic.replicas) != (1, 1)
 
 
 def _placement(session, topic) -> tuple[dict | None, dict | None]:
