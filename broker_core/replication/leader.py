@@ -129,6 +129,10 @@ class PartitionLeader:
             if exc is not None or not count:
                 reply(exc, first_seq, count)
                 return
+            if self.deposed:  # stored here after the step-down (it began before): never acknowledged, said so
+                reply(NotLeading(f"partition {self.partition} of topic {self.topic!r}: this broker stopped leading it "
+                                 "while storing this publish: not acknowledged (it may still be delivered)"), 0, 0)
+                return
             self.pending.append((first_seq + count - 1, time.monotonic(), reply, first_seq, count))
             self._release()
         return durable

@@ -19,6 +19,8 @@ from broker_core.client import Consumer, Message, Producer
 from broker_core.client.errors import SwitchyardError
 from broker_core.layout import LAYOUT
 from tests.broker.conftest import APP, REPORTS, ROOT, SECRET, wait_for
+from tests.broker.test_failover import SECRET_VAR
+from tests.broker.test_failover import state as partition_state
 from tests.broker.test_ordered import check_key_order
 
 KEYS = [f"customer-{i}" for i in range(100)]
@@ -198,3 +200,59 @@ def test_a_pipelining_producer_keeps_each_key_in_order_across_a_split(cluster):
         repeats = check_key_order(list(seen), {k: per_key for k in keys})
     REPORTS.append(f"pipelined producer across a split: {len(keys)} keys x {per_key}, stale_mapping refusals {stale}, "
                    f"repeats {repeats}")
+
+
+def test_a_partition_moved_to_another_broker_keeps_each_key_in_order(cluster):
+    """Item 2's other rescale: partitions moved to other brokers (replication factor 2, the leader of partition 0
+    taken off it mid-stream, as a rebalance's last phase does). Its follower takes over; per consumer no key goes
+    backwards, nothing is lost."""
+    secret = cluster.state / "cluster-secret"
+    secret.write_text(os.urandom(32).hex())
+    secret.chmod(0o600)
+    cluster.standard("orders")
+    cluster.pv.meta(min_insync=2)
+    cluster.pv.topic("orders", ordered=True, partitions=2, replication_factor=2)
+    cluster.pv.binding("orders", "billing", APP)
+    nodes = [cluster.broker("--replica-lag-timeout-ms", "1000", env={SECRET_VAR: str(secret)}) for _ in range(3)]
+    doc = cluster.pv.placement("orders", 2, 2, [nodes[0].node_id, nodes[1].node_id])
+    for pid in range(2):
+        wait_for(lambda pid=pid: partition_state(cluster, pid)["leader_epoch"] >= 1
+                 and len(partition_state(cluster, pid)["isr"]) == 2, 20, f"partition {pid} led and in sync")
+    leader = partition_state(cluster, 0)["leader"]
+    keys, per_key = [f"k{i}" for i in range(50)], 400
+    lock = threading.Lock()
+    seen: list[tuple[float, str, str, int]] = []
+
+    def handler(name):
+        def handle(m):
+            key, index = m.body.decode().split(":")
+            with lock:
+                seen.append((time.monotonic(), name, key, int(index)))
+            time.sleep(0.0002)
+        return handle
+
+    consumers = [Consumer("orders", "billing", handler(f"c{i}"), **cluster.client_kwargs(credit=50)) for i in range(2)]
+    for c in consumers:
+        c.start()
+    try:
+        with Producer(**cluster.client_kwargs()) as producer:
+            for n in range(per_key):
+                if n == per_key // 3:  # partition 0's leader leaves it: the third broker comes in its place
+                    moved = cluster.pv.placement("orders", 2, 2, [b.node_id for b in nodes if b.node_id != leader])
+                    assert all(leader not in part["replicas"] for part in moved["partitions"]), moved
+                for _attempt in range(100):
+                    try:
+                        producer.send_many("orders", [Message(f"{k}:{n}".encode(), key=k) for k in keys])
+                        break
+                    except SwitchyardError:
+                        time.sleep(0.1)
+        wait_handled(lambda: len({(k, i) for _, _, k, i in seen}) == len(keys) * per_key, nodes)
+    finally:
+        for c in consumers:
+            c.stop()
+    assert partition_state(cluster, 0)["leader"] != leader
+    with lock:
+        seen = list(seen)
+    repeats = per_consumer_repeats(seen)
+    REPORTS.append(f"partition moved off its leader: {len(keys)} keys x {per_key}, {len(seen)} handled, repeats "
+                   f"per consumer {repeats}; placement epoch {doc['epoch']} -> {moved['epoch']}")
