@@ -334,7 +334,8 @@ class PartitionedBacklog(_Reads):
             if exc is not None:
                 log.error("group %s: reading its backlog from the log failed (tried again at the next tick): %s",
                           self.group, exc)
-            elif not self.closed:  # a group that went leaves what was read on disk (its position did not move)
+            elif not self.closed and not part.closed:  # a group that went (or a partition led elsewhere now) leaves
+                # what was read on disk (its position did not move)
                 got.append(part._advance(result))
             waiting[0] -= 1
             if waiting[0]:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from broker_core.delivery.group import Group
 from broker_core.delivery.lanes import Lane
 from broker_core.delivery.ordered import OrderedGroup
+from broker_core.storage.partitions import PARTITION_BITS
 from broker_core.storage.store import StoredMessage
 
 
@@ -84,3 +85,26 @@ def _skip_in_memory(group: Group, before_ms: int, detail: str) -> int:
     if ordered:
         group.unstick()  # a key whose message out was skipped goes on
     return len(taken)  # the caller dispatches (not before the skip on disk has begun: no read may start between)
+
+
+def leave_partition(group: Group, partition: int) -> int:
+    """The partition is led by another broker now (a failover, or a rebalance took it off this one): what the group
+    holds of it waiting leaves its lanes, unfinished (the new leader owes it: its copy and its acks are replicated),
+    and its backlog on disk is no longer read here. What is in flight stays until it is answered or times out. So
+    two brokers never deliver one partition at once (an ordered topic's key stays with one consumer). Returns how
+    many messages left."""
+    low, high = partition << PARTITION_BITS, (partition + 1) << PARTITION_BITS
+    left = 0
+    for lane in [group.main, *group.lanes.values()]:
+        gone = {seq for seq in lane.waiting if low <= seq < high}
+        lane.waiting -= gone
+        for seq in gone:
+            lane.attempts.pop(seq, None)
+            group.copies.pop(seq, None)
+        left += len(gone)
+    parts = getattr(group.backlog, "parts", None)
+    if parts is not None:
+        part = parts.pop(partition, None)
+        if part is not None:
+            part.closed = True
+    return left

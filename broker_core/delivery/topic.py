@@ -245,6 +245,8 @@ class Topic:
         reply(None, messages[0].seq, len(messages))
         self.trace.emit_messages("stored", self.name, messages, app_id=messages[0].app_id, client_host=client_host,
                                  same_as=traced)
+        if part in getattr(self.store, "following", ()):
+            return  # its partition was led elsewhere while it was stored (not acknowledged): its new leader delivers
         # runs of messages owed to the same groups (routes() hands out one tuple per type)
         run: list[StoredMessage] = []
         run_groups = messages[0].groups

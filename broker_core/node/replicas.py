@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import shutil
 
+from broker_core.delivery.positions import leave_partition
 from broker_core.replication.follower import DIVERGED_MARK
 from broker_core.storage.file_dead_letters import safe_name
 from broker_core.storage.partitions import partition_dir
@@ -39,11 +40,16 @@ class ReplicaHooks:
         return True
 
     def _follow_partition(self, name: str, pid: int) -> None:
-        """A partition led here was deposed: what it appends from now on comes from its new leader, undelivered
-        here (its groups keep what they hold: delivered at least once)."""
+        """A partition led here was deposed (or moved off this broker): what it appends from now on comes from its
+        new leader, undelivered here, and what its groups hold of it waiting leaves them (the new leader owes it;
+        what is in flight stays until answered)."""
         topic = self.topics.get(name)
         if topic is not None:
             topic.store.following.add(pid)
+            left = sum(leave_partition(group, pid) for group in topic.groups.values())
+            if left:
+                log.info("topic %s: partition %d led elsewhere now; %d messages waiting here left to its new leader",
+                         name, pid, left)
 
     def _reset_partition(self, name: str, pid: int, now: bool) -> None:
         """A followed partition whose copy its leader refused (replication/leader.py): emptied and fetched anew

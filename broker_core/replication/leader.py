@@ -185,6 +185,8 @@ class PartitionLeader:
             _, _, reply, _, _ = self.pending.popleft()
             reply(NotLeading(f"partition {self.partition} of topic {self.topic!r}: this broker is no longer its "
                              f"leader ({why}): not acknowledged (it may still be delivered)"), 0, 0)
+        if self.finished_out:  # what its groups finished since the last tick, to followers still connected
+            self._send_acks()
         for f in list(self.followers.values()):
             f.conn.close("deposed")
         self.followers.clear()

@@ -66,6 +66,7 @@ class Replication:
                 leader = self.leaders.pop(key, None)  # (a partition held from before its placement, or moved away
                 if leader is not None:               # by a rebalance: neither leads nor follows here)
                     leader.step_down("this broker is no longer one of its replicas")
+                    self.demote(*key)  # what its groups hold of it waiting goes: its new leader delivers it
                 self._stop_following(key)
                 continue
             st = self.state.partition_state(name, pid)
