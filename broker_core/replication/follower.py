@@ -69,6 +69,7 @@ class PartitionFollower:
         self.stopped = False
         self.stored_batches = 0
         self.finished = 0  # (message, group) pairs finished here because the leader's group did
+        self.records = 0  # batches appended as the leader's log record (ReplicaLog)
         self.connected = False
 
     def start(self) -> None:
@@ -164,6 +165,7 @@ class PartitionFollower:
             self._store(records[0][1])
             return
         store.next_seq = ev.first_seq  # (past ours: the leader no longer holds what came before, as in _store)
+        self.records += 1
         append_record(ev.count, ev.groups, ev.record, self._answer(ev.first_seq + ev.count - 1))
 
     def _answer(self, through: int) -> Callable[[BaseException | None], None]:
@@ -196,7 +198,7 @@ class PartitionFollower:
 
     def stats(self) -> dict:
         return {"leader": str(self.leader()), "epoch": self.epoch(), "connected": self.connected,
-                "next_seq": self.store.next_seq, "finished": self.finished}
+                "next_seq": self.store.next_seq, "finished": self.finished, "records": self.records}
 
 
 EPOCH_FILE = "leader-epoch"  # in a partition's folder: the epoch whose leader its copy came from last
