@@ -6,7 +6,8 @@
 `--compare partitions` (default): a topic of one partition against one of three partitions (replication
 factor 1). `--compare replication`: three partitions with replication factor 1 against three with replication
 factor 2 and min_insync 2 (every publish acknowledged once two brokers hold it durably), and a paced 2,000/s
-run of each (p50 / p99 / max from send to the consumer's handler). The brokers share one cluster secret (a
+run of each (p50 / p99 / max from send to the consumer's handler). Also printed: the CPU each publish measure
+cost per message (median), this client's and the three brokers' (Linux /proc schedstat). The brokers share one cluster secret (a
 mode-600 file in the bench's folder).
 
 Three brokers on ports P, P+2, P+4 (P = $SWITCHYARD_BENCH_PORT or 27580; their metrics on the next port),
@@ -24,6 +25,7 @@ import argparse
 import os
 import statistics
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -40,7 +42,27 @@ COMPARISONS = {"partitions": {"one": (1, 1), "three": (3, 1)},  # name: (partiti
 GROUP = "bench-group"
 
 
-async def measure(args, zk: str, topics: dict) -> dict[str, dict[str, list[float]]]:
+def cpu_seconds(pids: list[int]) -> float:
+    """CPU time used so far by these processes, every thread (ns-resolution scheduler counts)."""
+    total = 0
+    for pid in pids:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                total += int(Path(f"/proc/{pid}/task/{task}/schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                pass  # a thread that ended meanwhile
+    return total / 1e9
+
+
+async def costed(figures: dict, kind: str, pids: list[int], count: int, run) -> None:
+    """Run one publish measure; note its rate and the CPU it cost per message (this client, the brokers)."""
+    client, brokers = time.process_time(), cpu_seconds(pids)
+    figures[kind].append(await run)
+    figures.setdefault(f"cpu {kind}", []).append(((time.process_time() - client) / count * 1e6,
+                                                  (cpu_seconds(pids) - brokers) / count * 1e6))
+
+
+async def measure(args, zk: str, topics: dict, pids: list[int]) -> dict[str, dict[str, list[float]]]:
     kwargs = bb.client_kwargs(zk, bb.STATE / "sdk-cache-partitions")
     producer = AsyncProducer(**kwargs)
     figures: dict[str, dict[str, list[float]]] = {t: {"pipelined": [], "send_many": [], "end_to_end": []}
@@ -51,8 +73,10 @@ async def measure(args, zk: str, topics: dict) -> dict[str, dict[str, list[float
             await bb.publish_pipelined(producer, 5000, name)  # warm up
     for r in range(args.rounds):
         for topic in (list(topics) if r % 2 == 0 else list(reversed(topics))):
-            figures[topic]["pipelined"].append(await bb.publish_pipelined(producer, args.messages, topic))
-            figures[topic]["send_many"].append(await bb.publish_many(producer, args.messages, topic=topic))
+            await costed(figures[topic], "pipelined", pids, args.messages,
+                         bb.publish_pipelined(producer, args.messages, topic))
+            await costed(figures[topic], "send_many", pids, args.messages,
+                         bb.publish_many(producer, args.messages, topic=topic))
             # its own topic (bound; the publish runs' topic is not, so no backlog is counted here)
             rate, _ = await bb.end_to_end(producer, kwargs, args.messages, f"{topic}-e2e", GROUP)
             figures[topic]["end_to_end"].append(rate)
@@ -96,7 +120,7 @@ def main() -> int:
                     brokers.append(bb.start_broker(zk, workdir / node / "data", "batch", False,
                                                 port=bb.BROKER_PORT + 2 * i, extra=("--node-id", node)))
                 loop = new_event_loop()
-                figures = loop.run_until_complete(measure(args, zk, topics))
+                figures = loop.run_until_complete(measure(args, zk, topics, [b.pid for b in brokers]))
                 loop.close()
             finally:
                 bb.stop_brokers(brokers)
@@ -109,6 +133,10 @@ def main() -> int:
         print(f"  {kind:<11} {a} {statistics.median(one):>9,.0f} msgs/s   {b} {statistics.median(two):>9,.0f} msgs/s"
               f"   ratio {statistics.median(two) / statistics.median(one):.2f}"
               f"   (rounds: {', '.join(f'{v:,.0f}' for v in one)} | {', '.join(f'{v:,.0f}' for v in two)})")
+    for kind in ("pipelined", "send_many"):  # the machine's 2 cores are shared: what each message costs them
+        costs = {t: [statistics.median(c[i] for c in figures[t][f"cpu {kind}"]) for i in (0, 1)] for t in topics}
+        print(f"  cpu/msg {kind:<11}" + ";".join(f" {t}: client {c:.2f} + brokers {b:.2f} us" for t, (c, b) in
+                                                costs.items()))
     for t in topics:
         if figures[t].get("paced"):
             lat = figures[t]["paced"]

@@ -235,6 +235,11 @@ ReplicaStored = _kind(42, CLIENT, "ReplicaStored", "The follower holds the parti
 ReplicaAcks = _kind(43, SERVER, "ReplicaAcks", "The group finished these seqs of the partition on the leader (acked, "
                     "or done with): the follower finishes them too, so a failover delivers them no more.",
                     topic=str, partition=int, group=str, seqs=list)
+ReplicaLog = _kind(44, SERVER, "ReplicaLog", "One new batch as the leader's log holds it: `record` is the log record the "
+                   "leader wrote (header, checksum, body [first_seq, app_id, received_ms, [message array, ..], "
+                   "[[group, ..], ..]]), `count` its messages and `groups` each one's groups, so a follower appends "
+                   "the record as it came without decoding its messages.",
+                   topic=str, partition=int, first_seq=int, count=int, groups=list, record=bytes)
 
 _PING_FRAME = HEADER.pack(MAGIC, PROTOCOL_VERSION, Ping.code, 1) + msgpack.packb([])
 _PONG_FRAME = HEADER.pack(MAGIC, PROTOCOL_VERSION, Pong.code, 1) + msgpack.packb([])

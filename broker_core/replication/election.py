@@ -5,6 +5,8 @@ brokers then write it only by compare-and-set on the node's version, so of two b
 wins and the other reads the winner's state:
 
 - epoch 0: the first replica of the placement that is registered in `/brokers` takes it (epoch 1, ISR itself);
+  the others wait up to `PREFERRED_WAIT_S` from when they first see it for the first (preferred) one, so brokers
+  started one after another keep the leaders spread as the placement spread them;
 - the leader's ephemeral `/brokers/<node>` is gone (stopped, or its session expired: `--zk-session-timeout-s`
   after a kill), or a rebalance took it off the partition's replicas: a replica of the ISR takes over with the next epoch (ISR itself; the others join once caught
   up). A replica outside the ISR never does: it may lack acknowledged messages;
@@ -28,11 +30,18 @@ from broker_core.layout import LAYOUT, encode, partition_state
 log = logging.getLogger("broker_core.replication")
 
 
-def decide(me: str, replicas: tuple[str, ...], state: dict, alive, fresh: bool, next_seq: int) -> dict | None:
+PREFERRED_WAIT_S = 5.0  # how long the other replicas of a new partition wait for its preferred (first) one
+
+
+def decide(me: str, replicas: tuple[str, ...], state: dict, alive, fresh: bool, next_seq: int,
+           patient: bool = False) -> dict | None:
     """The partition state this broker should write now (None: nothing). `alive`: the registered brokers;
-    `fresh`: this broker process has neither led nor followed the partition yet."""
+    `fresh`: this broker process has neither led nor followed the partition yet; `patient`: this broker saw the
+    partition unelected for less than PREFERRED_WAIT_S (it leaves it to the preferred replica meanwhile)."""
     epoch, leader, isr = state["leader_epoch"], state["leader"], state["isr"]
     if epoch == 0:
+        if patient and replicas[0] != me and replicas[0] not in alive:
+            return None  # brokers starting one after another: the placement spread the leaders, keep them spread
         first = next((r for r in replicas if r == me or r in alive), None)
         return partition_state(me, 1, [me], next_seq) if first == me else None
     if leader == me:

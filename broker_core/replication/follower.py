@@ -1,6 +1,8 @@
 """The follower's side of a replicated partition (issue 20, item 2): a connection to the partition's leader,
 authenticated by the cluster secret, over which it asks for the records it lacks and stores each batch with the
-leader's seqs (never delivering them: only a leader delivers), answering what it holds durably. Each fetch names
+leader's seqs (never delivering them: only a leader delivers), answering what it holds durably. A new batch
+comes as the leader's log record (`ReplicaLog`), appended as it came once its checksum and first seq are checked;
+what a follower catches up on comes as decoded batches (`ReplicaRecords`). Each fetch names
 the leader epoch it follows: a leader of another epoch refuses it (fencing, election.py). What the leader's
 groups finish comes as `ReplicaAcks`: finished here too (file level), so a failover does not deliver it again.
 
@@ -19,7 +21,7 @@ import os
 from collections.abc import Callable
 
 from broker_core import protocol as p
-from broker_core.storage.store import StoredMessage
+from broker_core.storage.store import StoredMessage, batch_record_seq, scan_records
 
 log = logging.getLogger("broker_core.replication")
 
@@ -67,6 +69,7 @@ class PartitionFollower:
         self.stopped = False
         self.stored_batches = 0
         self.finished = 0  # (message, group) pairs finished here because the leader's group did
+        self.records = 0  # batches appended as the leader's log record (ReplicaLog)
         self.connected = False
 
     def start(self) -> None:
@@ -106,11 +109,14 @@ class PartitionFollower:
             delay = min(delay * 2, 1.0)
 
     def _on_event(self, event: p.Event) -> None:
-        if type(event) is p.ReplicaRecords:  # (the first, maybe empty, says the fetch was accepted)
-            if log_epoch(self.store) != self.epoch():
+        if type(event) is p.ReplicaLog or type(event) is p.ReplicaRecords:
+            if log_epoch(self.store) != self.epoch():  # (the first, maybe empty, says the fetch was accepted)
                 set_log_epoch(self.store, self.epoch())
-            for batch in event.batches:
-                self._store(batch)
+            if type(event) is p.ReplicaLog:
+                self._store_record(event)
+            else:
+                for batch in event.batches:
+                    self._store(batch)
         elif type(event) is p.ReplicaAcks:
             self._finish(event.group, event.seqs)
         elif type(event) is p.Ping:
@@ -137,15 +143,40 @@ class PartitionFollower:
         elif first_seq < store.next_seq:  # partly held: keep the rest
             skip = store.next_seq - first_seq
             arrays, groups = arrays[skip:], groups[skip:]
-        through = store.next_seq + len(arrays) - 1
+        store.append(app_id, received_ms, arrays, [tuple(g) for g in groups],
+                     self._answer(store.next_seq + len(arrays) - 1))
+
+    def _store_record(self, ev: p.ReplicaLog) -> None:
+        """A new batch as the leader's log record: appended as it came when it starts at our next seq (or past
+        it); decoded and stored as a batch otherwise (partly held, or a store that writes no records). A record
+        that is not whole and intact, or not of the seq it claims, ends the link: asked again from our next seq."""
+        store = self.store
+        if ev.first_seq + ev.count <= store.next_seq:
+            return  # held already
+        if batch_record_seq(ev.record) != ev.first_seq or len(ev.groups) != ev.count:
+            log.error("follower of %s/%d: a damaged record from the leader (seq %d): asking again", self.topic,
+                      self.partition, ev.first_seq)
+            if self.link is not None and self.link.transport is not None:
+                self.link.transport.close()
+            return
+        append_record = getattr(store, "append_record", None)
+        if ev.first_seq < store.next_seq or append_record is None:
+            records, _ = scan_records(ev.record)
+            self._store(records[0][1])
+            return
+        store.next_seq = ev.first_seq  # (past ours: the leader no longer holds what came before, as in _store)
+        self.records += 1
+        append_record(ev.count, ev.groups, ev.record, self._answer(ev.first_seq + ev.count - 1))
+
+    def _answer(self, through: int) -> Callable[[BaseException | None], None]:
+        """What runs once the store holds a batch durably: tell the leader (over the link it came by)."""
         link = self.link
 
         def done(exc: BaseException | None) -> None:
             if exc is None and link is not None:
                 self.stored_batches += 1
                 link.send(p.ReplicaStored(self.topic, self.partition, through))
-
-        store.append(app_id, received_ms, arrays, [tuple(g) for g in groups], done)
+        return done
 
     def _finish(self, group: str, seqs: list) -> None:
         """The leader's group finished these seqs: finish them here too (the file level: its segments say which
@@ -167,7 +198,7 @@ class PartitionFollower:
 
     def stats(self) -> dict:
         return {"leader": str(self.leader()), "epoch": self.epoch(), "connected": self.connected,
-                "next_seq": self.store.next_seq, "finished": self.finished}
+                "next_seq": self.store.next_seq, "finished": self.finished, "records": self.records}
 
 
 EPOCH_FILE = "leader-epoch"  # in a partition's folder: the epoch whose leader its copy came from last

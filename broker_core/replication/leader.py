@@ -1,7 +1,8 @@
 """The leader's side of a replicated partition (issue 20, item 2).
 
-Each batch the leader stores is sent to the followers connected to it (`ReplicaRecords`); a follower answers
-what it holds durably (`ReplicaStored`). A publish is acknowledged to its producer only once `min_insync`
+Each batch the leader stores is sent to the followers connected to it as the log record its store wrote
+(`ReplicaLog`; `ReplicaRecords` from a store that encodes no records); a follower answers what it holds durably
+(`ReplicaStored`). A publish is acknowledged to its producer only once `min_insync`
 replicas (the leader included) hold it durably: the leader's own store under its fsync policy, the followers'
 under theirs. A follower that connects asks from its next seq: what it lacks is read back from the leader's log
 segments, then the batches kept in memory since (`recent`), then every new one. It counts as in sync once it
@@ -117,7 +118,13 @@ class PartitionLeader:
         self._recent_messages += len(arrays)
         while self._recent_messages > RECENT_MESSAGES and len(self.recent) > 1:
             self._recent_messages -= len(self.recent.popleft()[3])
-        frame = p.ReplicaRecords(self.topic, self.partition, [batch])
+        if not self.followers:
+            return
+        record = getattr(self.store, "last_batch", None)  # the record its store just wrote (file level)
+        if record is not None:  # sent as written: the leader does not encode the messages again, nor the follower
+            frame = p.ReplicaLog(self.topic, self.partition, batch[0], len(arrays), batch[4], record)
+        else:
+            frame = p.ReplicaRecords(self.topic, self.partition, [batch])
         last = batch[0] + len(arrays) - 1
         for f in self.followers.values():
             f.conn.send(frame)

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 
 from broker_core.layout import partition_state
-from broker_core.replication.election import StateWriter, decide
+from broker_core.replication.election import PREFERRED_WAIT_S, StateWriter, decide
 from broker_core.replication.follower import PartitionFollower, set_log_epoch
 from broker_core.replication.leader import NotLed, PartitionLeader
 from broker_core.secret_source import read_secret
@@ -44,6 +45,7 @@ class Replication:
         self._writing: set[tuple[str, int]] = set()  # partitions whose state this broker is writing
         self._seen: set[tuple[str, int]] = set()  # partitions this process led or followed
         self._next_review = 0.0
+        self._unelected: dict[tuple[str, int], float] = {}  # partitions seen at epoch 0: since when
         self.elections = 0
 
     def min_insync(self) -> int:
@@ -156,7 +158,12 @@ class Replication:
     def _elect(self, key, replicas, st: dict, store) -> None:
         if self.writer is None or not self.state.ready or key in self._writing:
             return
-        doc = decide(self.node_id(), replicas, st, self.state.brokers, key not in self._seen, store.next_seq)
+        patient = False
+        if st["leader_epoch"] == 0:  # (a partition's other replicas wait a while for its preferred one)
+            patient = time.monotonic() - self._unelected.setdefault(key, time.monotonic()) < PREFERRED_WAIT_S
+        else:
+            self._unelected.pop(key, None)
+        doc = decide(self.node_id(), replicas, st, self.state.brokers, key not in self._seen, store.next_seq, patient)
         if doc is not None:
             log.warning("topic %s partition %d: electing %s for epoch %d (leader was %s, epoch %d)", key[0], key[1],
                         doc["leader"], doc["leader_epoch"], st["leader"], st["leader_epoch"])

@@ -162,6 +162,17 @@ class FileStore(FileDeadLetters, SegmentRecovery):
         self._queue(seg, self.last_batch, len(arrays), sum(map(len, groups)), on_done)
         return messages
 
+    def append_record(self, count: int, groups: list, record: bytes, on_done) -> None:
+        """A replica's append: `record` is the leader's batch record of `count` messages from this store's next
+        seq (`groups`: each one's), written as it came; durable (`on_done`) as `append` is."""
+        place = self._place(on_done)
+        if place is not None:
+            seq, seg = place
+            seg.owe(seq, map(len, groups))
+            self.held += sum(1 for g in groups if g)
+            self.last_batch = record
+            self._queue(seg, record, count, sum(map(len, groups)), on_done)
+
     def _roll(self, base: int) -> Segment:
         old = self.active
         old.sealed = True

@@ -381,6 +381,26 @@ def encode_record(kind: int, payload: list) -> bytes:
     return RECORD_HEADER.pack(len(body), crc, kind) + body
 
 
+def batch_record_seq(record: bytes) -> int | None:
+    """The first seq of one whole, intact batch record as `encode_record(KIND_BATCH, ...)` made it (a replica
+    copies the leader's record verbatim); None if it is anything else: torn, corrupt, or another kind."""
+    if len(record) < RECORD_HEADER.size:
+        return None
+    length, crc, kind = RECORD_HEADER.unpack_from(record)
+    body = memoryview(record)[RECORD_HEADER.size:]
+    if kind != KIND_BATCH or length != len(body) or zlib.crc32(body, zlib.crc32(bytes((kind,)))) != crc:
+        return None
+    unpacker = msgpack.Unpacker(raw=False)
+    unpacker.feed(body[:16])  # the array header and the first seq (at most 1 + 9 bytes)
+    try:
+        if unpacker.read_array_header() < 5:
+            return None
+        seq = unpacker.unpack()
+    except Exception:
+        return None
+    return seq if type(seq) is int else None
+
+
 def scan_records(data: bytes) -> tuple[list[tuple[int, list]], int]:
     """The intact records of a record file as (kind, payload), and the length of the intact prefix.
 

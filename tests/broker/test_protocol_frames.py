@@ -36,6 +36,7 @@ KINDS = {
     "ReplicaRecords": (41, "server", ("topic", "partition", "batches")),
     "ReplicaStored": (42, "client", ("topic", "partition", "through_seq")),
     "ReplicaAcks": (43, "server", ("topic", "partition", "group", "seqs")),
+    "ReplicaLog": (44, "server", ("topic", "partition", "first_seq", "count", "groups", "record")),
 }
 
 # the message array ["m1", "x", nil, nil, {}, b"b", 0, 0, 0, 0]: fixarray 10, fixstr, fixstr, nil, nil, fixmap 0,
@@ -76,6 +77,8 @@ FRAMES = [
      "93 a1 74 00 91 95 01 a3 617070 05 91" + MESSAGE + " 91 91 a1 67"),
     (p.ReplicaStored("t", 0, 500), "2a 00000007", "93 a1 74 00 cd 01f4"),
     (p.ReplicaAcks("t", 0, "g", [1, 2]), "2b 00000009", "94 a1 74 00 a1 67 92 01 02"),
+    # a log record of 2 bytes (bin8), first seq 1, one message owed to group "g"
+    (p.ReplicaLog("t", 0, 1, 1, [["g"]], b"\x00\x01"), "2c 0000000e", "96 a1 74 00 01 01 91 91 a1 67 c4 02 0001"),
 ]
 
 
