@@ -28,6 +28,39 @@ if not os.environ.get("SWITCHYARD_SECRET_KEY_FILE"):
 TEST_PASSWORD = "pw-for-tests-1"
 
 
+def pytest_configure(config):
+    _flush_again_after_a_deadlock()
+
+
+def _flush_again_after_a_deadlock() -> None:
+    """A transactional test's database flush (TRUNCATE of every table, one lock after another) can deadlock with
+    the session's Celery worker still finishing a task the test started (it reads one table and wants another the
+    flush already holds). PostgreSQL then aborts one side; when it aborts the flush, the flush is tried again (the
+    worker's transaction has ended by then) rather than failing the test and leaving its rows to the next one."""
+    from django.core.management.base import CommandError
+    from django.test import TransactionTestCase
+    from psycopg2.errors import DeadlockDetected
+
+    flush = TransactionTestCase._fixture_teardown
+
+    def deadlocked(error: BaseException | None) -> bool:
+        while error is not None:
+            if isinstance(error, DeadlockDetected):
+                return True
+            error = error.__cause__ or error.__context__
+        return False
+
+    def flush_retrying(self) -> None:
+        for attempt in range(5):
+            try:
+                return flush(self)
+            except CommandError as error:
+                if attempt == 4 or not deadlocked(error):
+                    raise
+
+    TransactionTestCase._fixture_teardown = flush_retrying
+
+
 @pytest.fixture(autouse=True)
 def audit_checkpoint_dir(settings, tmp_path):
     """Each test its own audit checkpoints: a checkpoint names records of the test that wrote it."""
