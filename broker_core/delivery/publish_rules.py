@@ -60,7 +60,7 @@ def check_publish(state: ClusterState, cluster: str, topic: str, app_id: str, me
     for fields in messages:
         check(fields)
         if len(fields) > m_at and fields[m_at] > now_ms:
-            refusal = _delay_refusal(config, fields[m_id], fields[m_at] - now_ms)
+            refusal = _delay_refusal(config, fields[m_id], fields[m_at] - now_ms, _replicas(state, topic))
             if refusal is not None:
                 return refusal
             delayed += 1
@@ -75,8 +75,7 @@ def check_publish(state: ClusterState, cluster: str, topic: str, app_id: str, me
         if fields[m_flags] & p.FLAG_PREPARED:
             prepared += 1
     if prepared:
-        replicas = max(map(len, (state.placements.get(topic) or {}).values()), default=1)
-        refusal = _prepared_refusal(config, prepared, len(messages), replicas)
+        refusal = _prepared_refusal(config, prepared, len(messages), _replicas(state, topic))
         if refusal is not None:
             return refusal
     placed = publish_partition(state, node_id, topic, partition)
@@ -93,12 +92,22 @@ def check_publish(state: ClusterState, cluster: str, topic: str, app_id: str, me
 DELAY_CLOCK_SLACK_MS = 60_000
 
 
-def _delay_refusal(config: TopicConfig, message_id: str, delay_ms: int) -> Refusal | None:
+def _replicas(state: ClusterState, topic: str) -> int:
+    """The most replicas any partition of the topic is placed with (1: unplaced)."""
+    return max(map(len, (state.placements.get(topic) or {}).values()), default=1)
+
+
+def _delay_refusal(config: TopicConfig, message_id: str, delay_ms: int, replicas: int) -> Refusal | None:
     if config.transactional or config.ordered:
         kind = "transactional" if config.transactional else "ordered"
         return Refusal(p.E_DELAY_NOT_SUPPORTED, f"topic {config.name!r} is {kind}: delayed messages are refused "
                                                 "there; send without delay, or use a topic that is neither "
                                                 "transactional nor ordered")
+    if replicas > 1:  # the schedule is kept by the broker that took the publish only: lost with its disk
+        return Refusal(p.E_DELAY_NOT_SUPPORTED, f"topic {config.name!r} is placed with {replicas} replicas, and "
+                                                "delayed messages are not replicated yet: nothing was stored; send "
+                                                "without delay, or use a topic of replication factor 1 "
+                                                "(docs/delay-messages.md)")
     if delay_ms > p.MAX_DELAY_MS + DELAY_CLOCK_SLACK_MS:
         return Refusal(p.E_INVALID, f"message {message_id} is due in {delay_ms / 86_400_000:.1f} days; a message "
                                     "may be delayed by at most 30 days")

@@ -90,3 +90,18 @@ def test_transaction_messages_are_refused_on_a_replicated_topic_until_they_are_r
         and "replication factor 1" in str(refused.value)
     assert leader.stats()["topics"]["orders"]["tx"]["prepared_total"] == 0, "nothing prepared"
     assert asyncio.run(publish(False)).count == 1, "a plain message on the same topic is stored"
+
+
+def test_delayed_messages_are_refused_on_a_replicated_topic_until_they_are_replicated(cluster):
+    """A delayed message waits in the schedule of the broker that took it (not replicated yet): on a topic placed
+    with two replicas it is refused with what to do, and nothing is scheduled (it would be lost with that broker's
+    disk once acknowledged). Messages without delay on the same topic are taken."""
+    leader, follower = replicated(cluster, min_insync=1)
+    wait_for(lambda: in_sync(leader) == 2, 20, "the follower in sync")
+    with Producer(**cluster.client_kwargs(send_timeout=20)) as producer:
+        with pytest.raises(BrokerError) as refused:
+            producer.send("orders", b"later", delay=30)
+        assert refused.value.code == p.E_DELAY_NOT_SUPPORTED and "not replicated yet" in str(refused.value) \
+            and "replication factor 1" in str(refused.value)
+        assert producer.send("orders", b"now")
+    assert leader.stats()["topics"]["orders"]["scheduled"] == 0, "nothing scheduled"
