@@ -420,8 +420,8 @@ class _Link:
                 _reject(w, exc)
 
     async def _sweep(self) -> None:
-        """Fail queued messages whose send timeout passed (the broker never got them); close the link once
-        no route names its cluster and nothing waits on it."""
+        """Fail messages whose send timeout passed: queued ones (the broker never got them) and batches sent but
+        never answered; close the link once no route names its cluster and nothing waits on it."""
         while not self.closed:
             await asyncio.sleep(0.25)
             if self.producer.unused(self):
@@ -436,6 +436,14 @@ class _Link:
                         _reject(w, timeout)
                     if not q.messages:
                         del self.queued[topic]
+            expired = [number for number, batch in self.in_flight.items() if batch.deadline <= now]
+            if expired:  # sent, never answered (a broker that stopped answering): failed, its answer ignored
+                unanswered = SendTimeout(f"not acknowledged within {self.producer.send_timeout}s: sent, and the "
+                                         "broker has not answered (it may have been stored)")
+                for number in expired:
+                    for w in self.in_flight.pop(number).waiters:
+                        _reject(w, unanswered)
+                self._schedule()
             if self.retry:
                 keep_batches = deque()
                 for batch in self.retry:

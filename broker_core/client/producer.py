@@ -14,7 +14,12 @@ to `window` frames awaiting the broker's answer; under load batches grow by them
 Failover: on a lost connection the producer connects to another live broker of the cluster (or the
 same one when it comes back) and sends again every batch that was not acknowledged, with the same
 message ids — a message can then be stored twice, never lost. A message not acknowledged within
-`send_timeout` fails with `SendTimeout` (it may still have been stored).
+`send_timeout` (counted from the send, whether it is still queued or already sent and unanswered) fails with
+`SendTimeout` (it may still have been stored).
+
+Closing: `close(timeout=None)` first lets what is queued or in flight be acknowledged, for at most `timeout`
+seconds (default `send_timeout`; 0: not at all), then fails what is left with `ConnectionLost("producer closed")`
+(it may still have been stored) and closes the connections.
 
 Routes (docs/routing.md): each topic's messages go to the cluster its route names for producers
 (`broker_core.client.locator`). When the route changes, new and queued messages go to the new cluster
@@ -382,7 +387,14 @@ class AsyncProducer:
                 raise SendTimeout("flush did not finish in time")
             await asyncio.sleep(0.005)
 
-    async def close(self) -> None:
+    async def close(self, timeout: float | None = None) -> None:
+        """Let what is queued or in flight be acknowledged (for at most `timeout` seconds, default the send
+        timeout; 0: not at all), fail what is left (`ConnectionLost`) and close the connections."""
+        if timeout is None or timeout > 0:
+            try:
+                await self.flush(timeout)
+            except SendTimeout:
+                pass  # what is still waiting is failed below
         if self._answerer is not None:
             self._answerer.cancel()
         for link in list(self._links.values()):
@@ -464,9 +476,12 @@ class Producer:
             raise
         return TxResult(prepared.message_id, self._thread.run(self._async._end_quietly(prepared, True), self._timeout))
 
-    def close(self) -> None:
+    def close(self, timeout: float | None = None) -> None:
+        """As AsyncProducer.close: what is queued or in flight gets up to `timeout` seconds (default the send
+        timeout) to be acknowledged first."""
+        bound = self._async.send_timeout if timeout is None else timeout
         try:
-            self._thread.run(self._async.close(), 10)
+            self._thread.run(self._async.close(timeout), bound + 10)
         finally:
             self._thread.stop()
 
