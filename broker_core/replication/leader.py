@@ -5,7 +5,8 @@ Each batch the leader stores is sent to the followers connected to it as the log
 (`ReplicaStored`). A publish is acknowledged to its producer only once `min_insync`
 replicas (the leader included) hold it durably: the leader's own store under its fsync policy, the followers'
 under theirs. A follower that connects asks from its next seq: what it lacks is read back from the leader's log
-segments, then the batches kept in memory since (`recent`), then every new one. It counts as in sync once it
+segments a chunk at a time while its connection has room (catch_up.py), then the batches kept in memory since
+(`recent`: at most RECENT_BYTES of them), then every new one. It counts as in sync once it
 has acknowledged what the leader held when it asked. With fewer replicas in sync than `min_insync` a publish is
 refused before anything is stored (`not_enough_replicas`); one whose followers do not answer within
 `ack_timeout_s` fails the same way (it may still be delivered: at least once).
@@ -25,14 +26,16 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable
-from pathlib import Path
 
 from broker_core import protocol as p
-from broker_core.storage.store import KIND_BATCH, scan_records
+from broker_core.protocol import M_BODY
+from broker_core.replication.catch_up import CatchUp
 
 log = logging.getLogger("broker_core.replication")
 
-RECENT_MESSAGES = 200_000  # batches kept in memory for followers that fall a little behind
+# the newest batches kept in memory for followers that fall a little behind (older ones are read from the files):
+# at most this many bytes of bodies (before, 200,000 messages: 200 MiB of bodies of 1 KiB held by every leader)
+RECENT_BYTES = 4 * 1024 * 1024
 
 
 class NotEnoughReplicas(Exception):
@@ -86,7 +89,9 @@ class PartitionLeader:
         self.ack_timeout_s = ack_timeout_s
         self.followers: dict[int, _Follower] = {}  # by id(conn)
         self.recent: deque[list] = deque()  # batches, oldest first
-        self._recent_messages = 0
+        self._recent_sizes: deque[int] = deque()  # their body bytes
+        self._recent_bytes = 0
+        self.catching_up: dict[int, CatchUp] = {}  # by id(conn): followers reading what the memory no longer holds
         self.pending: deque[tuple[int, float, Callable, int, int]] = deque()  # (last seq, since, reply, first, n)
         self.refused = 0
         self.finished_out: dict[str, list[int]] = {}  # group -> seqs finished since the last tick (to the followers)
@@ -114,13 +119,16 @@ class PartitionLeader:
         if not messages:
             return
         batch = [messages[0].seq, app_id, received_ms, arrays, [list(g) for g in groups]]
+        record = getattr(self.store, "last_batch", None)  # the record its store just wrote (file level)
+        size = len(record) if record is not None else sum(len(f[M_BODY]) for f in arrays)
         self.recent.append(batch)
-        self._recent_messages += len(arrays)
-        while self._recent_messages > RECENT_MESSAGES and len(self.recent) > 1:
-            self._recent_messages -= len(self.recent.popleft()[3])
+        self._recent_sizes.append(size)
+        self._recent_bytes += size
+        while self._recent_bytes > RECENT_BYTES and len(self.recent) > 1:
+            self.recent.popleft()
+            self._recent_bytes -= self._recent_sizes.popleft()
         if not self.followers:
             return
-        record = getattr(self.store, "last_batch", None)  # the record its store just wrote (file level)
         if record is not None:  # sent as written: the leader does not encode the messages again, nor the follower
             frame = p.ReplicaLog(self.topic, self.partition, batch[0], len(arrays), batch[4], record)
         else:
@@ -197,6 +205,10 @@ class PartitionLeader:
         for f in list(self.followers.values()):
             f.conn.close("deposed")
         self.followers.clear()
+        for catching in list(self.catching_up.values()):
+            catching.stop()
+            catching.conn.close("deposed")
+        self.catching_up.clear()
 
     def finished(self, group: str, seqs: list[int]) -> None:
         """The group finished these seqs here: sent to the followers at the next tick (`ReplicaAcks`)."""
@@ -245,15 +257,39 @@ class PartitionLeader:
                                                    f"{self.start_seq} on may differ from the leader's (epoch "
                                                    f"{self.epoch}): empty the copy and fetch again")
             return
-        batches = [b for b in self._from_log(from_seq) if b[0] + len(b[3]) - 1 >= from_seq]
+        self.fed[conn.client_id] = max(self.fed.get(conn.client_id, 0), last)
+        conn.send(p.ReplicaRecords(self.topic, self.partition, []))  # accepted: the follower notes our epoch
+        old = self.catching_up.pop(id(conn), None)
+        if old is not None:
+            old.stop()
+        if from_seq < self._memory_start():
+            catching = CatchUp(self.topic, self.partition, self.store, conn, from_seq, self._memory_start,
+                               lambda next_seq: self._caught_up(conn, from_seq, next_seq))
+            self.catching_up[id(conn)] = catching
+            catching.start()
+            log.info("topic %s partition %d: follower %s fetches from seq %d, read from the log up to seq %d",
+                     self.topic, self.partition, conn.client_id, from_seq, self._memory_start())
+            return
+        self._caught_up(conn, from_seq, from_seq)
+
+    def _memory_start(self) -> int:
+        """The first seq of the batches kept in memory (the store's next seq when none are)."""
+        return self.recent[0][0] if self.recent else self.store.next_seq
+
+    def _caught_up(self, conn, from_seq: int, next_seq: int) -> None:
+        """The follower got what the files hold (or needed none of it): the batches in memory from `next_seq` on,
+        then every new one."""
+        self.catching_up.pop(id(conn), None)
+        if self.deposed or getattr(conn, "closed", False):
+            return
+        batches = [b for b in self.recent if b[0] + len(b[3]) > next_seq]
         for i in range(0, len(batches), 64):
             conn.send(p.ReplicaRecords(self.topic, self.partition, batches[i:i + 64]))
-        if not batches:
-            conn.send(p.ReplicaRecords(self.topic, self.partition, []))  # accepted: the follower notes our epoch
+        last = self.store.next_seq - 1
         self.fed[conn.client_id] = max(self.fed.get(conn.client_id, 0), last)
         self.followers[id(conn)] = _Follower(conn, from_seq - 1, last)
         self._review_isr()
-        log.info("topic %s partition %d: follower %s fetches from seq %d (%d batches to catch up)", self.topic,
+        log.info("topic %s partition %d: follower %s fetches from seq %d (%d batches from memory)", self.topic,
                  self.partition, conn.client_id, from_seq, len(batches))
 
     def stored(self, conn, through_seq: int) -> None:
@@ -269,34 +305,20 @@ class PartitionLeader:
         self._release()
 
     def gone(self, conn) -> None:
+        catching = self.catching_up.pop(id(conn), None)
+        if catching is not None:
+            catching.stop()
         if self.followers.pop(id(conn), None) is not None:
             log.warning("topic %s partition %d: follower %s left the in-sync replicas", self.topic, self.partition,
                         conn.client_id)
             self._review_isr()
 
-    def _from_log(self, from_seq: int) -> list[list]:
-        """The batches holding seqs from `from_seq` on: read from the segment files for what the memory no longer
-        holds, then the recent ones."""
-        start = self.recent[0][0] if self.recent else self.store.next_seq
-        out: list[list] = []
-        if from_seq < start:
-            for seg in getattr(self.store, "segments", []):
-                for kind, payload in _records(seg.log_path):
-                    if kind == KIND_BATCH and payload[0] < start:
-                        out.append(list(payload[:5]))
-        return out + list(self.recent)
-
     def stats(self) -> dict:
         return {"in_sync": self.in_sync(), "epoch": self.epoch, "isr": sorted(self.isr), "deposed": self.deposed,
                 "followers": {f.conn.client_id: {"acked": f.acked, "in_sync": f.in_sync}
                                                           for f in self.followers.values()},
-                "pending": len(self.pending), "refused": self.refused, "acks_sent": self.acks_sent}
+                "pending": len(self.pending), "refused": self.refused, "acks_sent": self.acks_sent,
+                "catching_up": {c.conn.client_id: {"next_seq": c.next_seq, "read_bytes": c.read_bytes}
+                                for c in self.catching_up.values()},
+                "recent_bytes": self._recent_bytes}
 
-
-def _records(path: Path) -> list:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    records, _ = scan_records(data)
-    return records

@@ -1,0 +1,163 @@
+"""A follower that asks for what the leader no longer holds in memory catches up from the leader's segment files,
+a chunk at a time (issue 20: followers catch up after a restart, with the leader's memory bounded whatever the log).
+
+Before, the leader read every segment file whole and decoded every record into memory at once, and queued all of
+it to the follower's connection: a follower missing a 5 GiB log made the leader hold it all. Now a `CatchUp` reads
+from the segment holding the follower's next seq (its sparse index says where to start), about `CHUNK_BYTES` of
+records per event-loop turn, and sends them as `ReplicaRecords` frames only while less than OUT_BYTES wait in the
+connection (the rest waits until the follower reads). Once it reaches the batches the leader keeps in memory (`recent`), the
+leader sends those and the follower gets every new batch from then on (`PartitionLeader.fetch` / `_caught_up`).
+
+A segment deleted meanwhile (every group finished it) is skipped: the follower moves on past it, as it does when
+the leader's first batch starts past its next seq.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from bisect import bisect_right
+from collections.abc import Callable
+
+from broker_core import protocol as p
+from broker_core.storage.file_reader import iter_records
+from broker_core.storage.store import KIND_BATCH, MAX_RECORD, RECORD_HEADER
+
+log = logging.getLogger("broker_core.replication")
+
+CHUNK_BYTES = 1024 * 1024  # log bytes read per step
+OUT_BYTES = 4 * 1024 * 1024  # sent and not yet taken by the follower: no more is read until it is less
+BATCHES_PER_FRAME = 64
+WAIT_S = 0.01  # before the next step, while the connection has no room or the files lag the memory
+GAP_WAIT_S = 1.0  # the files holding nothing more below the memory's start for this long: on to the memory
+
+
+class CatchUp:
+    """Sends a follower the batches from `from_seq` up to where the leader's memory starts, then calls
+    `done(next_seq)` (the next seq to send it, from the memory on)."""
+
+    def __init__(self, topic: str, partition: int, store, conn, from_seq: int, memory_start: Callable[[], int],
+                 done: Callable[[int], None]):
+        self.topic, self.partition, self.store, self.conn = topic, partition, store, conn
+        self.next_seq = from_seq
+        self.memory_start = memory_start  # the first seq the leader holds in memory now (its next seq when none)
+        self.done = done
+        self.sent_batches = self.read_bytes = 0
+        self.stopped = False
+        self._handle: asyncio.Handle | None = None
+        self._cursor: tuple[int, int] | None = None  # (segment base, offset) where the next read starts
+        self._waiting_since: float | None = None
+
+    def start(self) -> None:
+        self._handle = asyncio.get_running_loop().call_soon(self._step)
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self._handle is not None:
+            self._handle.cancel()
+
+    def _later(self, delay: float = 0.0) -> None:
+        loop = asyncio.get_running_loop()
+        self._handle = loop.call_later(delay, self._step) if delay else loop.call_soon(self._step)
+
+    def _step(self) -> None:
+        if self.stopped or getattr(self.conn, "closed", False):
+            return
+        if self.next_seq >= self.memory_start():
+            self.stopped = True
+            self.done(self.next_seq)
+            return
+        if _waiting_bytes(self.conn) >= OUT_BYTES:
+            self._later(WAIT_S)  # the follower has not read what was sent yet
+            return
+        batches = self._read()
+        if batches is None:  # nothing on disk past next_seq now: being written (the memory will hold it soon)
+            loop = asyncio.get_running_loop()
+            if self._waiting_since is None:
+                self._waiting_since = loop.time()
+            elif loop.time() - self._waiting_since > GAP_WAIT_S:  # seqs no batch holds (not replicated kinds)
+                log.warning("topic %s partition %d: follower %s: no batch on disk from seq %d to %d: it moves on",
+                            self.topic, self.partition, getattr(self.conn, "client_id", "?"), self.next_seq,
+                            self.memory_start())
+                self.next_seq = self.memory_start()
+            self._later(WAIT_S)
+            return
+        self._waiting_since = None
+        for i in range(0, len(batches), BATCHES_PER_FRAME):
+            self.conn.send(p.ReplicaRecords(self.topic, self.partition, batches[i:i + BATCHES_PER_FRAME]))
+        self.sent_batches += len(batches)
+        self._later()
+
+    def _read(self) -> list[list] | None:
+        """The next batches (about CHUNK_BYTES of log) holding seqs from next_seq on, below the memory's start;
+        None when the files hold nothing past next_seq now."""
+        memory_start = self.memory_start()
+        segments = [s for s in getattr(self.store, "segments", ()) if not s.deleted]
+        if not segments:
+            self.next_seq = max(self.next_seq, memory_start)  # a store without files: the memory is all there is
+            return []
+        cursor = self._cursor if self._cursor is not None else self._place(segments)
+        bases = [s.base for s in segments]
+        i = bases.index(cursor[0]) if cursor[0] in bases else bisect_right(bases, cursor[0])
+        if i >= len(segments):
+            return None
+        seg, offset = segments[i], cursor[1] if cursor[0] == segments[i].base else 0
+        try:
+            fd = os.open(seg.log_path, os.O_RDONLY)
+        except FileNotFoundError:  # deleted meanwhile: every group finished it
+            self._cursor = (seg.base + 1, 0)
+            return []
+        try:
+            data = os.pread(fd, CHUNK_BYTES, offset)
+            while data and not _whole_record(data):  # a record longer than the chunk: read it whole
+                more = os.pread(fd, CHUNK_BYTES, offset + len(data))
+                if not more:
+                    break
+                data += more
+        finally:
+            os.close(fd)
+        out, used = [], 0
+        for _, end, kind, payload in iter_records(data):
+            used = end
+            if kind != KIND_BATCH or payload[0] + len(payload[3]) <= self.next_seq:
+                continue
+            if payload[0] >= memory_start:  # the memory holds it and what follows
+                self.next_seq = max(self.next_seq, memory_start)
+                break
+            out.append(list(payload[:5]))
+            self.next_seq = payload[0] + len(payload[3])
+        self.read_bytes += used
+        if used:
+            self._cursor = (seg.base, offset + used)
+            return out
+        if i + 1 < len(segments):  # the end of a sealed segment: on to the next one
+            self._cursor = (segments[i + 1].base, 0)
+            return out
+        return None  # the end of the active segment: what follows is still being written
+
+    def _place(self, segments: list) -> tuple[int, int]:
+        """Where the record holding next_seq starts, by the segments' sparse indexes."""
+        bases = [s.base for s in segments]
+        i = max(bisect_right(bases, self.next_seq) - 1, 0)
+        seg = segments[i]
+        index = list(seg.index)
+        j = bisect_right([seq for seq, _ in index], self.next_seq) - 1
+        return seg.base, index[j][1] if j >= 0 else 0
+
+
+def _waiting_bytes(conn) -> int:
+    """Bytes queued to the follower's connection, not yet taken by it (a paused or closed one: no room)."""
+    if getattr(conn, "paused", False):
+        return OUT_BYTES
+    transport = getattr(conn, "transport", None)
+    return getattr(conn, "_out_bytes", 0) + (transport.get_write_buffer_size() if transport is not None else 0)
+
+
+def _whole_record(data: bytes) -> bool:
+    """Whether `data` starts with a whole record (a start that is no record's also counts: reading more of it
+    would not help)."""
+    if len(data) < RECORD_HEADER.size:
+        return True
+    length = RECORD_HEADER.unpack_from(data, 0)[0]
+    return length > MAX_RECORD or RECORD_HEADER.size + length <= len(data)
