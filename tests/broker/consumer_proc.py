@@ -6,6 +6,7 @@ handler blocks), so everything it received stays in flight until the process die
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 
@@ -17,7 +18,7 @@ def main() -> None:
     block = threading.Event()
 
     def handle(message):
-        print(f"got {message.id}", flush=True)
+        os.write(1, f"got {message.id}\n".encode())  # one write: handlers in several threads never interleave
         block.wait()  # never returns: no ack
 
     consumer = Consumer(topic, group, handle, app_id=app, secret=secret, zk=zk, cache_dir=cache_dir,

@@ -5,6 +5,7 @@ real Celery worker, and a tiny HTTP check server."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -67,7 +68,7 @@ DYING_PRODUCER = textwrap.dedent("""
     producer = Producer(**kwargs)
 
     def hang(message_id):
-        print(message_id, flush=True)
+        os.write(1, (message_id + "\\n").encode())  # one write: two threads' lines never interleave
         time.sleep(3600)   # the local transaction never ends: the process is killed in it
 
     for i in range(count):
@@ -93,7 +94,7 @@ def prepare_and_die(broker_cluster, topic: str, count: int, app: str, secret: st
     finally:
         proc.kill()
         proc.wait()
-    assert len(ids) == count
+    assert len(ids) == count and all(re.fullmatch(r"[0-9a-f-]{36}", i) for i in ids), f"not message ids: {ids}"
     return ids
 
 
