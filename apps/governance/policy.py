@@ -53,8 +53,8 @@ RULES: dict[str, tuple[str, str]] = {
     "storage": ("Storage level", "A cluster that keeps messages in memory only cannot host a file-storage topic."),
     "transactional-durable": ("Transactions need durable storage",
                               "Transactional topics hold half messages until the producer commits or rolls "
-                              "back; they must survive a broker restart, so they need file storage, and a "
-                              "cluster placing topics with one replica (transaction messages are not replicated)."),
+                              "back; they must survive a broker restart, so they need file storage (on a "
+                              "replicated topic they are replicated like any message)."),
     "tx-check": ("Back-checks end within retention",
                  "A transactional topic's back-checks (first after the delay, then after the interval, doubling up "
                  "to four times it, at most the maximum number of checks) must all happen while the topic still "
@@ -317,10 +317,6 @@ def _transactional_durable(app, applicant) -> Check:
     if app.transactional and app.storage_level != StorageLevel.FILE:
         return Check("transactional-durable", False, "A transactional topic needs file storage: half messages must "
                                                      "survive a broker restart.", "transactional")
-    if app.transactional and app.cluster_id and app.cluster.default_replication_factor > 1:
-        return Check("transactional-durable", False, f"Cluster {app.cluster.name} places topics with "
-                     f"{app.cluster.default_replication_factor} replicas, and transaction messages are not replicated "
-                     "yet: choose a cluster of replication factor 1 for a transactional topic.", "transactional")
     return Check("transactional-durable", True, "No transactional topic on memory storage.", "transactional")
 
 

@@ -250,6 +250,23 @@ class _Link:
         if items:
             log.info("producer: %d messages of %s queued again by its new key mapping", len(items), topic)
 
+    def tx_target(self, topic: str, key: str | None, partition: int | None = None
+                  ) -> tuple[int | None, BrokerConnection | None]:
+        """Where a transaction message goes now: its partition (chosen by its key, else the next turn, when not
+        given; None: the topic has no placement) and the open connection to that partition's leader (None while
+        one is being opened)."""
+        leaders = self.placements.get(topic)
+        if leaders is None:
+            partition = None
+        elif partition is None:
+            self._turn += 1
+            partition = choose_partition(key, self.mapped.get(topic) or len(leaders), self._turn)
+        return partition, self._conn_for(topic, partition)
+
+    def leads(self, topic: str, partition: int, node_id: str) -> bool:
+        """Whether the placement read names `node_id` as the partition's leader now."""
+        return self.placements.get(topic, {}).get(partition) == node_id
+
     def _conn_for(self, topic: str, partition: int | None) -> BrokerConnection | None:
         """The open connection a batch goes through now (None: one is being opened; the flush comes again)."""
         leader = self.placements.get(topic, {}).get(partition) if partition is not None else None

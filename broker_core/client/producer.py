@@ -50,7 +50,6 @@ the brokers' back-checks with fn(check) -> "commit" | "rollback" | "unknown"
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -61,8 +60,9 @@ from broker_core.client._batching import IdMaker, Message, _Batch, _Queued, _rej
 from broker_core.client._delay import InvalidDelay, due_ms
 from broker_core.client._link import _Link
 from broker_core.client._loop import LoopThread
+from broker_core.client._tx_sending import TransactionSending
 from broker_core.client.connection import BrokerAddress, BrokerConnection
-from broker_core.client.errors import AuthError, BrokerError, ConnectionLost, SendTimeout, SwitchyardError
+from broker_core.client.errors import AuthError, BrokerError, ConnectionLost, SendTimeout
 from broker_core.client.options import ClientOptions
 from broker_core.client.routes import Route
 from broker_core.client.transactions import CheckAnswerer, CheckSessions, PreparedMessage, TxCheck, TxResult
@@ -70,7 +70,7 @@ from broker_core.client.transactions import CheckAnswerer, CheckSessions, Prepar
 log = logging.getLogger("broker_core.client.producer")
 
 
-class AsyncProducer:
+class AsyncProducer(TransactionSending):
     """Takes app_id and secret, its own settings below, and the other keyword arguments of `ClientOptions`
     (where the brokers are; client_id, heartbeat_ms, connect_timeout, cache_dir, api_token)."""
 
@@ -258,91 +258,6 @@ class AsyncProducer:
             c.connected() for c in self._checks.values())
 
     # -- transaction messages -------------------------------------------------------------------
-
-    async def prepare(self, topic: str, body: bytes, *, message_type: str = "default", key: str | None = None,
-                      business_id: str | None = None, headers: dict[str, str] | None = None,
-                      message_id: str | None = None) -> PreparedMessage:
-        """Store a prepared message (never delivered until committed); returns once it is durable.
-
-        The topic must be transactional. On a lost connection it is sent again with the same id (the
-        same broker keeps one copy; another broker would hold a second one, which a back-check settles).
-        """
-        if type(body) is not bytes:
-            raise TypeError("a message body must be bytes")
-        message_id = message_id or self.new_id()
-        array = [message_id, message_type, key, business_id, headers or {}, body, 0, 0, p.FLAG_PREPARED,
-                 int(time.time() * 1000)]
-        deadline = time.monotonic() + self.send_timeout
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise SendTimeout(f"prepared message {message_id} not acknowledged within {self.send_timeout}s")
-            await self.connect(topic, timeout=remaining)
-            conn = self._topic_links[topic].conn
-            try:
-                await asyncio.wait_for(conn.request(p.Publish(conn.next_ref(), topic, [array])), remaining)
-            except ConnectionLost:
-                await asyncio.sleep(0.05)
-                continue
-            except TimeoutError:
-                continue
-            return PreparedMessage(message_id, topic, conn.address)
-
-    async def end_transaction(self, prepared: PreparedMessage, commit: bool) -> str:
-        """Commit or roll back a prepared message on the broker that stored it; returns its state
-        ("committed" / "rolled_back": a back-check may have settled it first)."""
-        deadline = time.monotonic() + self.send_timeout
-        delay = 0.05
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise SendTimeout(f"could not end transaction message {prepared.message_id} within "
-                                  f"{self.send_timeout}s; a back-check will settle it")
-            try:
-                conn = await self._connection_to(prepared.broker, min(remaining, self.options.connect_timeout))
-                answer = await asyncio.wait_for(
-                    conn.request(p.EndTx(conn.next_ref(), prepared.topic, prepared.message_id, commit)), remaining)
-                return answer.state
-            except BrokerError:
-                raise
-            except (OSError, SwitchyardError, TimeoutError) as exc:
-                log.debug("ending %s on %s: %s", prepared.message_id, prepared.broker, exc)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
-
-    async def _connection_to(self, address: BrokerAddress, timeout: float) -> BrokerConnection:
-        """An open connection to one broker (where a prepared message lives), of whichever cluster."""
-        mine = [link.conn for link in self._links.values()] + [c.connection(address) for c in self._checks.values()]
-        for conn in [*mine, self._extra.get(address)]:
-            if conn is not None and conn.is_open and conn.address == address:
-                return conn
-        conn = await BrokerConnection.open(address, timeout=timeout, **self.conn_args())
-        self._extra[address] = conn
-        return conn
-
-    async def send_transactional(self, topic: str, body: bytes, local_transaction: Callable, *,
-                                 message_type: str = "default", key: str | None = None,
-                                 business_id: str | None = None, headers: dict[str, str] | None = None) -> TxResult:
-        """Prepare, run `local_transaction(message_id)` (sync or async), then commit when it returns or
-        roll back when it raises (the exception propagates after the rollback)."""
-        prepared = await self.prepare(topic, body, message_type=message_type, key=key, business_id=business_id,
-                                      headers=headers)
-        try:
-            outcome = local_transaction(prepared.message_id)
-            if inspect.isawaitable(outcome):
-                await outcome
-        except BaseException:
-            await self._end_quietly(prepared, commit=False)
-            raise
-        return TxResult(prepared.message_id, await self._end_quietly(prepared, commit=True))
-
-    async def _end_quietly(self, prepared: PreparedMessage, commit: bool) -> str:
-        """End a transaction; when the broker cannot be reached in time the back-check decides."""
-        try:
-            return await self.end_transaction(prepared, commit)
-        except SendTimeout as exc:
-            log.warning("%s", exc)
-            return p.TX_PREPARED
 
     def send_nowait(self, topic: str, body: bytes, *, message_type: str = "default", key: str | None = None,
                     business_id: str | None = None, headers: dict[str, str] | None = None, ttl_ms: int = 0,

@@ -39,7 +39,8 @@ class TxResult:
 class PreparedMessage:
     message_id: str
     topic: str
-    broker: BrokerAddress
+    broker: BrokerAddress  # the broker that stored it
+    partition: int | None = None  # its partition (None: the topic has no placement); its leader ends it
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ def check_publish(state: ClusterState, cluster: str, topic: str, app_id: str, me
         if fields[m_flags] & p.FLAG_PREPARED:
             prepared += 1
     if prepared:
-        refusal = _prepared_refusal(config, prepared, len(messages), _replicas(state, topic))
+        refusal = _prepared_refusal(config, prepared, len(messages))
         if refusal is not None:
             return refusal
     placed = publish_partition(state, node_id, topic, partition)
@@ -130,14 +130,10 @@ def _order_refusal(config: TopicConfig, messages: list, partition: int | None, p
     return None
 
 
-def _prepared_refusal(config: TopicConfig, prepared: int, count: int, replicas: int) -> Refusal | None:
+def _prepared_refusal(config: TopicConfig, prepared: int, count: int) -> Refusal | None:
     if not config.transactional:
         return Refusal(p.E_INVALID, f"topic {config.name!r} is not transactional: prepared (transaction) messages "
                                     "are refused; send them as plain messages, or ask for a transactional topic")
-    if replicas > 1:  # a prepare and its commit are stored on the leader only: lost with its disk
-        return Refusal(p.E_INVALID, f"topic {config.name!r} is placed with {replicas} replicas, and transaction "
-                                    "messages are not replicated yet: nothing was stored; give a transactional "
-                                    "topic replication factor 1 (docs/transactions.md)")
     if prepared != count:
         return Refusal(p.E_INVALID, "a publish holds either only prepared messages or none; send transaction "
                                     "messages in a publish of their own")

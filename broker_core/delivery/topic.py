@@ -272,8 +272,9 @@ class Topic:
     # -- transaction messages -------------------------------------------------------------------
 
     def prepare(self, app_id: str, client_host: str | None, conn_no: int, arrays: list[list], size: int,
-                reply: PublishReply) -> None:
-        """Store prepared messages; `reply` once durable. A message id this topic already holds as a
+                reply: PublishReply, partition: int | None = None) -> None:
+        """Store prepared messages in `partition` (None: the home partition); `reply` once durable (on a
+        replicated partition: once `min_insync` replicas hold them). A message id this topic already holds as a
         transaction message is not stored again (a producer's resend after a lost answer)."""
         store = self.store
         known = store.tx
@@ -281,6 +282,13 @@ class Topic:
         if not fresh:
             reply(None, known[arrays[0][M_ID]].message.seq, len(arrays))
             return
+        leader = self.leaders.get(partition) if self.leaders and partition is not None else None
+        if leader is not None:  # a replicated partition: as a publish (topic.publish)
+            refused = leader.admit()
+            if refused is not None:
+                reply(refused, 0, 0)
+                return
+            reply = leader.wrap(reply)
         received_ms = int(time.time() * 1000)
         stored: list[list[StoredMessage]] = []
 
@@ -296,7 +304,12 @@ class Topic:
             self.trace.emit_messages("prepared", self.name, messages, app_id=app_id, client_host=client_host,
                                      ts_us=received_ms * 1000)
 
-        stored.append(store.prepare(app_id, received_ms, fresh, conn_no, done))
+        if partition is None:
+            stored.append(store.prepare(app_id, received_ms, fresh, conn_no, done))
+        else:
+            stored.append(store.prepare(app_id, received_ms, fresh, conn_no, done, partition=partition))
+        if leader is not None:
+            leader.prepared(stored[0], app_id, received_ms, fresh)
 
     def end_tx(self, entry: TxEntry, commit: bool, reason: str, client_host: str | None,
                reply: Callable[[BaseException | None], None]) -> None:
@@ -304,7 +317,16 @@ class Topic:
         "producer" for the producer's own EndTx, else what the control plane says (check, exhausted,
         manual): the trace event's detail records it and whether it came from a back-check."""
         m = entry.message
+        leader = self.leaders.get(partition_of(m.seq)) if self.leaders else None
+        if leader is not None:  # a replicated partition: ended here only while enough replicas are in sync
+            refused = leader.admit()
+            if refused is not None:
+                reply(refused)
+                return
         groups = self.routes(m.message_type) if commit else ()
+        now_ms = int(time.time() * 1000)
+        if leader is not None:  # answered once `min_insync` replicas hold the end
+            reply = leader.tx_end(m.seq, m.id, commit, groups, now_ms, reason, reply)
 
         def done(exc: BaseException | None) -> None:
             reply(exc)
@@ -323,7 +345,7 @@ class Topic:
                 else:
                     self.group(g).enqueue_committed(m)
 
-        self.store.end_tx(entry, commit, groups, int(time.time() * 1000), reason, done)
+        self.store.end_tx(entry, commit, groups, now_ms, reason, done)
 
     # -- dead-letter re-drive ---------------------------------------------------------------------
 

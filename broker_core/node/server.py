@@ -358,7 +358,7 @@ class ClientConnection(ReplicaServing, asyncio.Protocol):
                 self.send(p.Published(ref, first_seq, count))
 
         if plan.prepared:
-            topic.prepare(self.app_id, self.peer, self.conn_no, ev.messages, plan.size, reply)
+            topic.prepare(self.app_id, self.peer, self.conn_no, ev.messages, plan.size, reply, plan.partition)
         elif plan.delayed:  # messages due later: the topic's schedule keeps them (issue 21)
             topic.publish_delayed(self.app_id, self.peer, ev.messages, plan.size, plan.now_ms, reply)
         else:
@@ -382,8 +382,8 @@ class ClientConnection(ReplicaServing, asyncio.Protocol):
             return
 
         def reply(exc: BaseException | None) -> None:
-            if exc is not None:
-                self.error(ref, p.E_STORE_FAILED, f"not stored: {exc}")
+            if exc is not None:  # a replication refusal carries its code (not_enough_replicas, not_leader)
+                self.error(ref, getattr(exc, "code", p.E_STORE_FAILED), f"not stored: {exc}")
             else:
                 self.send(p.TxEnded(ref, message_id, entry.state, True))
 

@@ -241,6 +241,16 @@ ReplicaLog = _kind(44, SERVER, "ReplicaLog", "One new batch as the leader's log 
                    "the record as it came without decoding its messages.",
                    topic=str, partition=int, first_seq=int, count=int, groups=list, record=bytes)
 
+ReplicaTx = _kind(45, SERVER, "ReplicaTx", "Transaction records of the partition, in the leader's order: each "
+                  "[\"prepare\", first_seq, app_id, received_ms, [message array, ..]] (prepared messages, stored with "
+                  "those seqs and answered by `ReplicaStored`), or [\"end\", seq, message_id, commit, [group, ..], "
+                  "now_ms, reason, number] (the prepared message at `seq` committed to those groups, or rolled back; "
+                  "answered by `ReplicaTxStored` with `number` once durable, unless it is 0). An end for a message the "
+                  "follower does not hold prepared is skipped.",
+                  topic=str, partition=int, ops=list)
+ReplicaTxStored = _kind(46, CLIENT, "ReplicaTxStored", "The follower holds the transaction end `number` durably.",
+                        topic=str, partition=int, number=int)
+
 _PING_FRAME = HEADER.pack(MAGIC, PROTOCOL_VERSION, Ping.code, 1) + msgpack.packb([])
 _PONG_FRAME = HEADER.pack(MAGIC, PROTOCOL_VERSION, Pong.code, 1) + msgpack.packb([])
 

@@ -22,7 +22,14 @@ from collections.abc import Callable
 
 from broker_core import protocol as p
 from broker_core.storage.file_reader import iter_records
-from broker_core.storage.store import KIND_BATCH, MAX_RECORD, RECORD_HEADER
+from broker_core.storage.store import (
+    KIND_BATCH,
+    KIND_COMMIT,
+    KIND_PREPARED,
+    KIND_ROLLBACK,
+    MAX_RECORD,
+    RECORD_HEADER,
+)
 
 log = logging.getLogger("broker_core.replication")
 
@@ -84,14 +91,12 @@ class CatchUp:
             self._later(WAIT_S)
             return
         self._waiting_since = None
-        for i in range(0, len(batches), BATCHES_PER_FRAME):
-            self.conn.send(p.ReplicaRecords(self.topic, self.partition, batches[i:i + BATCHES_PER_FRAME]))
-        self.sent_batches += len(batches)
+        self.sent_batches += send_in_order(self.conn, self.topic, self.partition, batches, 0)
         self._later()
 
     def _read(self) -> list[list] | None:
-        """The next batches (about CHUNK_BYTES of log) holding seqs from next_seq on, below the memory's start;
-        None when the files hold nothing past next_seq now."""
+        """The next batches and transaction records (about CHUNK_BYTES of log) from next_seq on, below the
+        memory's start; None when the files hold nothing past next_seq now."""
         memory_start = self.memory_start()
         segments = [s for s in getattr(self.store, "segments", ()) if not s.deleted]
         if not segments:
@@ -120,12 +125,18 @@ class CatchUp:
         out, used = [], 0
         for _, end, kind, payload in iter_records(data):
             used = end
-            if kind != KIND_BATCH or payload[0] + len(payload[3]) <= self.next_seq:
+            if kind == KIND_COMMIT:  # (sent whatever its seq: a follower skips what it holds no prepare for)
+                out.append(["end", payload[0], payload[1], True, payload[2], payload[3], payload[4], 0])
+                continue
+            if kind == KIND_ROLLBACK:
+                out.append(["end", payload[0], payload[1], False, [], payload[2], payload[3], 0])
+                continue
+            if kind not in (KIND_BATCH, KIND_PREPARED) or payload[0] + len(payload[3]) <= self.next_seq:
                 continue
             if payload[0] >= memory_start:  # the memory holds it and what follows
                 self.next_seq = max(self.next_seq, memory_start)
                 break
-            out.append(list(payload[:5]))
+            out.append(list(payload[:5]) if kind == KIND_BATCH else ["prepare", *payload[:4]])
             self.next_seq = payload[0] + len(payload[3])
         self.read_bytes += used
         if used:
@@ -144,6 +155,37 @@ class CatchUp:
         index = list(seg.index)
         j = bisect_right([seq for seq, _ in index], self.next_seq) - 1
         return seg.base, index[j][1] if j >= 0 else 0
+
+
+def send_in_order(conn, topic: str, partition: int, entries: list, next_seq: int) -> int:
+    """Batches (`ReplicaRecords`) and transaction records (`ReplicaTx`) as they come, from `next_seq` on (every
+    transaction end: a follower skips those it holds no prepared message for); returns how many were sent."""
+    batches: list[list] = []
+    ops: list[list] = []
+    sent = 0
+
+    def flush() -> None:
+        for i in range(0, len(batches), 64):
+            conn.send(p.ReplicaRecords(topic, partition, batches[i:i + 64]))
+        if ops:
+            conn.send(p.ReplicaTx(topic, partition, list(ops)))
+        batches.clear()
+        ops.clear()
+
+    for entry in entries:
+        if type(entry[0]) is int:
+            if entry[0] + len(entry[3]) > next_seq:
+                if ops:
+                    flush()
+                batches.append(entry)
+                sent += 1
+        elif entry[0] == "end" or entry[1] + len(entry[4]) > next_seq:
+            if batches:
+                flush()
+            ops.append(entry)
+            sent += 1
+    flush()
+    return sent
 
 
 def _waiting_bytes(conn) -> int:

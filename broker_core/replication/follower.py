@@ -5,6 +5,9 @@ comes as the leader's log record (`ReplicaLog`), appended as it came once its ch
 what a follower catches up on comes as decoded batches (`ReplicaRecords`). Each fetch names
 the leader epoch it follows: a leader of another epoch refuses it (fencing, election.py). What the leader's
 groups finish comes as `ReplicaAcks`: finished here too (file level), so a failover does not deliver it again.
+Transaction messages come as `ReplicaTx`: prepared messages stored with the leader's seqs (answered by
+`ReplicaStored`), and each commit or rollback applied as the leader did it (same groups, time and reason),
+answered by `ReplicaTxStored`; a promoted follower's store recovery then holds every prepared message still open.
 
 A batch that starts past the follower's next seq (the leader's older segments were finished and deleted) moves
 the follower on to it; one it already holds is skipped. The connection is opened again (with backoff) whenever
@@ -70,6 +73,7 @@ class PartitionFollower:
         self.stored_batches = 0
         self.finished = 0  # (message, group) pairs finished here because the leader's group did
         self.records = 0  # batches appended as the leader's log record (ReplicaLog)
+        self.tx_ended = 0  # transaction ends applied as the leader's (ReplicaTx)
         self.connected = False
 
     def start(self) -> None:
@@ -117,6 +121,12 @@ class PartitionFollower:
             else:
                 for batch in event.batches:
                     self._store(batch)
+        elif type(event) is p.ReplicaTx:
+            for op in event.ops:
+                if op[0] == "prepare":
+                    self._store_prepared(*op[1:5])
+                else:
+                    self._end_tx(*op[1:8])
         elif type(event) is p.ReplicaAcks:
             self._finish(event.group, event.seqs)
         elif type(event) is p.Ping:
@@ -168,6 +178,32 @@ class PartitionFollower:
         self.records += 1
         append_record(ev.count, ev.groups, ev.record, self._answer(ev.first_seq + ev.count - 1))
 
+    def _store_prepared(self, first_seq: int, app_id, received_ms: int, arrays: list) -> None:
+        """Prepared messages, stored with the leader's seqs (and held as prepared here: a failover's new leader
+        back-checks them or gets their end)."""
+        store = self.store
+        if first_seq < store.next_seq:
+            return  # held already (a prepare is one record: never partly)
+        store.next_seq = first_seq  # (past ours: the leader no longer holds what came before, as in _store)
+        store.prepare(app_id, received_ms, arrays, None, self._answer(first_seq + len(arrays) - 1))
+
+    def _end_tx(self, seq: int, message_id: str, commit: bool, groups: list, now_ms: int, reason: str,
+                number: int) -> None:
+        """The leader committed (to `groups`) or rolled back the prepared message at `seq`: the same here, answered
+        with `number` once durable. One not held as prepared here is skipped (answered too)."""
+        link = self.link
+
+        def done(exc: BaseException | None) -> None:
+            if exc is None and number and link is not None:
+                link.send(p.ReplicaTxStored(self.topic, self.partition, number))
+
+        entry = self.store.tx.get(message_id)
+        if entry is None or entry.state != p.TX_PREPARED or entry.message.seq != seq:
+            done(None)
+            return
+        self.tx_ended += 1
+        self.store.end_tx(entry, commit, tuple(groups), now_ms, reason, done)
+
     def _answer(self, through: int) -> Callable[[BaseException | None], None]:
         """What runs once the store holds a batch durably: tell the leader (over the link it came by)."""
         link = self.link
@@ -198,7 +234,8 @@ class PartitionFollower:
 
     def stats(self) -> dict:
         return {"leader": str(self.leader()), "epoch": self.epoch(), "connected": self.connected,
-                "next_seq": self.store.next_seq, "finished": self.finished, "records": self.records}
+                "next_seq": self.store.next_seq, "finished": self.finished, "records": self.records,
+                "tx_ended": self.tx_ended}
 
 
 EPOCH_FILE = "leader-epoch"  # in a partition's folder: the epoch whose leader its copy came from last

@@ -22,6 +22,7 @@ and never acknowledges again.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections import deque
@@ -29,7 +30,7 @@ from collections.abc import Callable
 
 from broker_core import protocol as p
 from broker_core.protocol import M_BODY
-from broker_core.replication.catch_up import CatchUp
+from broker_core.replication.catch_up import CatchUp, send_in_order
 
 log = logging.getLogger("broker_core.replication")
 
@@ -59,11 +60,12 @@ class NotLed:
 
 
 class _Follower:
-    __slots__ = ("conn", "acked", "caught_up_at", "in_sync")
+    __slots__ = ("conn", "acked", "caught_up_at", "in_sync", "tx_acked")
 
     def __init__(self, conn, acked: int, caught_up_at: int):
         self.conn = conn
         self.acked = acked  # the highest seq it holds durably
+        self.tx_acked = 0  # the highest transaction end (`number`) it holds durably
         self.caught_up_at = caught_up_at  # in sync once it acknowledged this seq
         self.in_sync = acked >= caught_up_at
 
@@ -96,6 +98,8 @@ class PartitionLeader:
         self.refused = 0
         self.finished_out: dict[str, list[int]] = {}  # group -> seqs finished since the last tick (to the followers)
         self.acks_sent = 0
+        self._tx_numbers = itertools.count(1)
+        self.tx_pending: deque[tuple[int, float, Callable]] = deque()  # (number, since, reply) of transaction ends
 
     # -- publishing --------------------------------------------------------------------------
 
@@ -120,13 +124,7 @@ class PartitionLeader:
             return
         batch = [messages[0].seq, app_id, received_ms, arrays, [list(g) for g in groups]]
         record = getattr(self.store, "last_batch", None)  # the record its store just wrote (file level)
-        size = len(record) if record is not None else sum(len(f[M_BODY]) for f in arrays)
-        self.recent.append(batch)
-        self._recent_sizes.append(size)
-        self._recent_bytes += size
-        while self._recent_bytes > RECENT_BYTES and len(self.recent) > 1:
-            self.recent.popleft()
-            self._recent_bytes -= self._recent_sizes.popleft()
+        self._keep(batch, len(record) if record is not None else sum(len(f[M_BODY]) for f in arrays))
         if not self.followers:
             return
         if record is not None:  # sent as written: the leader does not encode the messages again, nor the follower
@@ -137,6 +135,73 @@ class PartitionLeader:
         for f in self.followers.values():
             f.conn.send(frame)
             self.fed[f.conn.client_id] = last
+
+    def _keep(self, entry: list, size: int) -> None:
+        """A batch or transaction record, kept in `recent` for followers that fall a little behind."""
+        self.recent.append(entry)
+        self._recent_sizes.append(size)
+        self._recent_bytes += size
+        while self._recent_bytes > RECENT_BYTES and len(self.recent) > 1:
+            self.recent.popleft()
+            self._recent_bytes -= self._recent_sizes.popleft()
+
+    # -- transaction messages (ReplicaTx) --------------------------------------------------------
+
+    def prepared(self, messages, app_id, received_ms: int, arrays: list) -> None:
+        """Prepared messages the leader stored (not durable yet; their reply is `wrap`ped like a publish's): kept
+        and sent to the followers, which store them with the same seqs."""
+        if not messages:
+            return
+        op = ["prepare", messages[0].seq, app_id, received_ms, arrays]
+        self._keep(op, sum(len(f[M_BODY]) for f in arrays))
+        frame = p.ReplicaTx(self.topic, self.partition, [op])
+        last = messages[-1].seq
+        for f in self.followers.values():
+            f.conn.send(frame)
+            self.fed[f.conn.client_id] = last
+
+    def tx_end(self, seq: int, message_id: str, commit: bool, groups, now_ms: int, reason: str,
+               reply: Callable[[BaseException | None], None]) -> Callable[[BaseException | None], None]:
+        """A commit or rollback of the prepared message at `seq`, being stored here: sent to the followers (and to
+        those catching up: one that holds no such prepared message skips it); returns the store's callback,
+        which answers `reply` once `min_insync` replicas (and the ISR) hold it."""
+        number = next(self._tx_numbers)
+        op = ["end", seq, message_id, commit, list(groups), now_ms, reason, number]
+        self._keep(op, 64)
+        frame = p.ReplicaTx(self.topic, self.partition, [op])
+        for conn in [f.conn for f in self.followers.values()] + [c.conn for c in self.catching_up.values()]:
+            conn.send(frame)
+
+        def durable(exc: BaseException | None) -> None:
+            if exc is not None:
+                reply(exc)
+            elif self.deposed:
+                reply(NotLeading(f"partition {self.partition} of topic {self.topic!r}: this broker stopped leading it "
+                                 "while storing this transaction's end: not acknowledged (a back-check settles it)"))
+            else:
+                self.tx_pending.append((number, time.monotonic(), reply))
+                self._release_tx()
+        return durable
+
+    def tx_stored(self, conn, number: int) -> None:
+        f = self.followers.get(id(conn))
+        if f is not None and number > f.tx_acked:
+            f.tx_acked = number
+            self._release_tx()
+
+    def _release_tx(self) -> None:
+        if self.deposed:
+            return
+        needed = self.min_insync()
+        while self.tx_pending:
+            number = self.tx_pending[0][0]
+            acked: dict[str, int] = {}
+            for f in self.followers.values():
+                acked[f.conn.client_id] = max(acked.get(f.conn.client_id, 0), f.tx_acked)
+            holding = 1 + sum(n >= number for n in acked.values())
+            if holding < needed or not all(acked.get(node, 0) >= number for node in self.isr if node != self.node_id):
+                return
+            self.tx_pending.popleft()[2](None)
 
     def wrap(self, reply: Callable) -> Callable:
         """The publish's reply, held until `min_insync` replicas hold the batch."""
@@ -200,6 +265,10 @@ class PartitionLeader:
             _, _, reply, _, _ = self.pending.popleft()
             reply(NotLeading(f"partition {self.partition} of topic {self.topic!r}: this broker is no longer its "
                              f"leader ({why}): not acknowledged (it may still be delivered)"), 0, 0)
+        while self.tx_pending:
+            self.tx_pending.popleft()[2](NotLeading(f"partition {self.partition} of topic {self.topic!r}: this broker "
+                                                    f"is no longer its leader ({why}): the transaction's end is not "
+                                                    "acknowledged (a back-check settles it)"))
         if self.finished_out:  # what its groups finished since the last tick, to followers still connected
             self._send_acks()
         for f in list(self.followers.values()):
@@ -240,6 +309,11 @@ class PartitionLeader:
             reply(NotEnoughReplicas(f"fewer than {self.min_insync()} replicas of partition {self.partition} of "
                                     f"topic {self.topic!r} stored it within {self.ack_timeout_s:g}s: not "
                                     "acknowledged (it may still be delivered)"), 0, 0)
+        while self.tx_pending and now - self.tx_pending[0][1] > self.ack_timeout_s:
+            self.tx_pending.popleft()[2](NotEnoughReplicas(
+                f"the in-sync replicas of partition {self.partition} of topic {self.topic!r} (at least min_insync "
+                f"{self.min_insync()}) did not store the transaction's end within {self.ack_timeout_s:g}s: not "
+                "acknowledged (a back-check settles it)"))
 
     # -- followers ---------------------------------------------------------------------------
 
@@ -273,8 +347,14 @@ class PartitionLeader:
         self._caught_up(conn, from_seq, from_seq)
 
     def _memory_start(self) -> int:
-        """The first seq of the batches kept in memory (the store's next seq when none are)."""
-        return self.recent[0][0] if self.recent else self.store.next_seq
+        """The first seq of the batches (and prepared messages) kept in memory (the store's next seq when none
+        are)."""
+        for entry in self.recent:
+            if type(entry[0]) is int:
+                return entry[0]
+            if entry[0] == "prepare":
+                return entry[1]
+        return self.store.next_seq
 
     def _caught_up(self, conn, from_seq: int, next_seq: int) -> None:
         """The follower got what the files hold (or needed none of it): the batches in memory from `next_seq` on,
@@ -282,15 +362,13 @@ class PartitionLeader:
         self.catching_up.pop(id(conn), None)
         if self.deposed or getattr(conn, "closed", False):
             return
-        batches = [b for b in self.recent if b[0] + len(b[3]) > next_seq]
-        for i in range(0, len(batches), 64):
-            conn.send(p.ReplicaRecords(self.topic, self.partition, batches[i:i + 64]))
+        batches = send_in_order(conn, self.topic, self.partition, list(self.recent), next_seq)
         last = self.store.next_seq - 1
         self.fed[conn.client_id] = max(self.fed.get(conn.client_id, 0), last)
         self.followers[id(conn)] = _Follower(conn, from_seq - 1, last)
         self._review_isr()
         log.info("topic %s partition %d: follower %s fetches from seq %d (%d batches from memory)", self.topic,
-                 self.partition, conn.client_id, from_seq, len(batches))
+                 self.partition, conn.client_id, from_seq, batches)
 
     def stored(self, conn, through_seq: int) -> None:
         f = self.followers.get(id(conn))

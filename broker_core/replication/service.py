@@ -222,6 +222,11 @@ class Replication:
         if leader is not None:
             leader.stored(conn, ev.through_seq)
 
+    def tx_stored(self, conn, ev) -> None:
+        leader = self.leaders.get((ev.topic, ev.partition))
+        if leader is not None:
+            leader.tx_stored(conn, ev.number)
+
     def gone(self, conn) -> None:
         for leader in self.leaders.values():
             leader.gone(conn)

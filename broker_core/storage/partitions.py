@@ -5,16 +5,16 @@ start at the partition's base (`partition_base`): seqs never collide between the
 topic's groups, acks and consumers work with one seq space and `PartitionedStore` finds a message's partition
 from its seq alone. The groups see one `TopicStore` (this one): nothing above the store changes.
 
-Messages go to the partition they were published to (`append_to`). Dead letters, transaction messages,
-re-drives and imported dead letters are kept by the topic's home partition on this broker (its lowest
-partition): a dead letter of another partition is copied there, and finished in its own partition once the copy
+Messages go to the partition they were published to (`append_to`), and so do prepared (transaction) messages,
+whose commit or rollback goes to the partition that holds them (replicated with it). Dead letters, re-drives and
+imported dead letters are kept by the topic's home partition on this broker (its lowest partition): a dead letter of another partition is copied there, and finished in its own partition once the copy
 is durable.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from broker_core.storage.fsync import fsync_dir
@@ -187,12 +187,16 @@ class PartitionedStore:
         return self.home.dead_index
 
     @property
-    def tx(self) -> dict[str, TxEntry]:
-        return self.home.tx
+    def tx(self) -> Mapping[str, TxEntry]:
+        """The transaction messages of the partitions led here (a follower's are its leader's to end)."""
+        return _Merged([s.tx for s in self._led()])
 
     @property
-    def prepared(self) -> dict[str, TxEntry]:
-        return self.home.prepared
+    def prepared(self) -> Mapping[str, TxEntry]:
+        return _Merged([s.prepared for s in self._led()])
+
+    def _led(self) -> list[TopicStore]:
+        return [s for pid, s in self.stores.items() if pid not in self.following] or [self.spare]
 
     def dead_letters(self, group: str, limit: int) -> list[DeadLetter]:
         return self.home.dead_letters(group, limit)
@@ -200,11 +204,13 @@ class PartitionedStore:
     def dead_letter_count(self, group: str) -> int:
         return self.home.dead_letter_count(group)
 
-    def prepare(self, app_id, received_ms, arrays, conn_no, on_done):
-        return self.home.prepare(app_id, received_ms, arrays, conn_no, on_done)
+    def prepare(self, app_id, received_ms, arrays, conn_no, on_done, partition: int | None = None):
+        """Prepared messages, stored in `partition` (None, or not held here: the home partition)."""
+        store = self.stores.get(partition, self.home) if partition is not None else self.home
+        return store.prepare(app_id, received_ms, arrays, conn_no, on_done)
 
     def end_tx(self, entry: TxEntry, commit: bool, groups, now_ms: int, reason: str, on_done) -> None:
-        self.home.end_tx(entry, commit, groups, now_ms, reason, on_done)
+        self.part(entry.message.seq).end_tx(entry, commit, groups, now_ms, reason, on_done)
 
     def redrive(self, group, dead, received_ms, on_done, superseded=()):
         return self.home.redrive(group, dead, received_ms, on_done, superseded)
@@ -287,3 +293,29 @@ def _all_done(stores: list, start: Callable[[TopicStore, DoneCallback], None], o
 
     for store in stores:
         start(store, one)
+
+
+class _Merged(Mapping):
+    """Several partitions' transaction entries by message id, read as one mapping (ids are unique per topic)."""
+
+    def __init__(self, maps: list[Mapping]) -> None:
+        self.maps = maps
+
+    def __getitem__(self, key):
+        for m in self.maps:
+            if key in m:
+                return m[key]
+        raise KeyError(key)
+
+    def __contains__(self, key) -> bool:
+        return any(key in m for m in self.maps)
+
+    def __iter__(self):
+        for m in self.maps:
+            yield from m
+
+    def __len__(self) -> int:
+        return sum(len(m) for m in self.maps)
+
+    def values(self):
+        return [v for m in self.maps for v in m.values()]

@@ -37,6 +37,8 @@ KINDS = {
     "ReplicaStored": (42, "client", ("topic", "partition", "through_seq")),
     "ReplicaAcks": (43, "server", ("topic", "partition", "group", "seqs")),
     "ReplicaLog": (44, "server", ("topic", "partition", "first_seq", "count", "groups", "record")),
+    "ReplicaTx": (45, "server", ("topic", "partition", "ops")),
+    "ReplicaTxStored": (46, "client", ("topic", "partition", "number")),
 }
 
 # the message array ["m1", "x", nil, nil, {}, b"b", 0, 0, 0, 0]: fixarray 10, fixstr, fixstr, nil, nil, fixmap 0,
@@ -79,6 +81,10 @@ FRAMES = [
     (p.ReplicaAcks("t", 0, "g", [1, 2]), "2b 00000009", "94 a1 74 00 a1 67 92 01 02"),
     # a log record of 2 bytes (bin8), first seq 1, one message owed to group "g"
     (p.ReplicaLog("t", 0, 1, 1, [["g"]], b"\x00\x01"), "2c 0000000e", "96 a1 74 00 01 01 91 91 a1 67 c4 02 0001"),
+    # one transaction end: ["end", seq 7, message "m1", commit true, groups ["g"], at 5, reason "p", number 1]
+    (p.ReplicaTx("t", 0, [["end", 7, "m1", True, ["g"], 5, "p", 1]]), "2d 00000016",
+     "93 a1 74 00 91 98 a3 656e64 07 a2 6d31 c3 91 a1 67 05 a1 70 01"),
+    (p.ReplicaTxStored("t", 0, 3), "2e 00000005", "93 a1 74 00 03"),
 ]
 
 

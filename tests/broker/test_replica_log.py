@@ -5,7 +5,6 @@ appended. A new partition's replicas leave it to its preferred (first) replica w
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
 import os
 import signal
@@ -14,10 +13,9 @@ import pytest
 
 from broker_core import protocol as p
 from broker_core.client import Producer
-from broker_core.client.connection import BrokerAddress, BrokerConnection
 from broker_core.client.errors import BrokerError
 from broker_core.storage.store import KIND_BATCH, KIND_FINISH, batch_record_seq, encode_record
-from tests.broker.conftest import APP, SECRET, wait_for
+from tests.broker.conftest import wait_for
 from tests.broker.test_failover import SECRET_VAR, state
 from tests.broker.test_replication import follower_next_seq, held_ids, in_sync, replicated
 
@@ -64,32 +62,6 @@ def test_new_partitions_are_left_to_their_preferred_replicas_while_brokers_start
     late.start()  # (before this change the first broker had taken the other partition too)
     wait_for(lambda: state(cluster, 1)["leader_epoch"] >= 1, 20, "the other partition elected")
     assert {pid: state(cluster, pid)["leader"] for pid in preferred} == preferred
-
-
-def test_transaction_messages_are_refused_on_a_replicated_topic_until_they_are_replicated(cluster):
-    """A prepare and its commit are stored on the leader only (not replicated yet): on a topic placed with two
-    replicas a prepared publish is refused with what to do, and nothing is stored (it would be lost with the
-    leader's disk once acknowledged). Plain messages on the same topic are taken."""
-    leader, follower = replicated(cluster, min_insync=1)
-    cluster.pv.topic("orders", partitions=1, replication_factor=2, transactional=True)
-    wait_for(lambda: in_sync(leader) == 2, 20, "the follower in sync")
-
-    async def publish(prepared: bool):
-        conn = await BrokerConnection.open(BrokerAddress(leader.node_id, "127.0.0.1", leader.port), app_id=APP,
-                                           secret=SECRET, client_id="raw")
-        try:
-            flags = p.FLAG_PREPARED if prepared else 0
-            return await conn.request(p.Publish(conn.next_ref(), "orders", [p.message("m-1", "default", b"x",
-                                                                                      flags=flags)], 0))
-        finally:
-            conn.close()
-
-    with pytest.raises(BrokerError) as refused:
-        asyncio.run(publish(True))
-    assert refused.value.code == p.E_INVALID and "not replicated yet" in str(refused.value) \
-        and "replication factor 1" in str(refused.value)
-    assert leader.stats()["topics"]["orders"]["tx"]["prepared_total"] == 0, "nothing prepared"
-    assert asyncio.run(publish(False)).count == 1, "a plain message on the same topic is stored"
 
 
 def test_delayed_messages_are_refused_on_a_replicated_topic_until_they_are_replicated(cluster):

@@ -146,32 +146,3 @@ def test_token_endpoint(make_user, api_for):
     assert api_for(None).get("/api/v1/clusters/", HTTP_AUTHORIZATION=f"Token {token}").status_code == 200
     assert api_for(None).post("/api/v1/auth/token/", {"username": "sre-1", "password": "x"}).status_code == 400
 
-
-def test_replicating_by_default_is_refused_while_transactional_topics_follow_the_default(make_user, api_for):
-    """Brokers refuse transaction messages on topics of 2+ replicas (not replicated yet): raising a cluster's
-    default replication factor would break its transactional topics that follow the default, so the change is a
-    field error naming them and changes nothing; a transactional topic with its own factor 1 does not hold it."""
-    from apps.accounts.models import Team
-    from apps.topics.models import Topic
-
-    sre = make_user("sre-1", "sre")
-    assert api_for(sre).post("/api/v1/clusters/", VALID, format="json").status_code == 201
-    cluster = Cluster.objects.get(name="eu-1")
-    team, _ = Team.objects.get_or_create(name="payments")
-    common = {"team": team, "environment": "prod", "cluster": cluster, "message_types": ["paid"],
-              "expected_peak_mps": 10, "retention_hours": 24, "storage_level": "file"}
-    Topic.objects.create(name="plain", **common)
-    tx = Topic.objects.create(name="payments.orders", transactional=True, **common)
-    records = AuditRecord.objects.count()
-
-    refused = api_for(sre).patch("/api/v1/clusters/eu-1/", {"default_replication_factor": 2}, format="json")
-    assert refused.status_code == 400, refused.content
-    said = refused.json()["default_replication_factor"][0]
-    assert "payments.orders" in said and "plain" not in said and "not replicated" in said
-    assert Cluster.objects.get().default_replication_factor == 1 and AuditRecord.objects.count() == records
-
-    tx.replication_factor = 1  # its own factor: the default no longer applies to it
-    tx.save()
-    taken = api_for(sre).patch("/api/v1/clusters/eu-1/", {"default_replication_factor": 2}, format="json")
-    assert taken.status_code == 200, taken.content
-    assert Cluster.objects.get().default_replication_factor == 2

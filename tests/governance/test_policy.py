@@ -98,21 +98,13 @@ def test_the_same_body_passes_on_a_fitting_cluster(people, api_for, make_cluster
     assert checks["storage"] == "The cluster offers this storage level."
 
 
-def test_a_transactional_topic_is_refused_on_a_cluster_that_replicates_topics(people, api_for, make_cluster):
-    """Transaction messages are not replicated yet (a broker refuses them on a replicated topic too): a
-    transactional topic on a cluster whose topics get two replicas is refused, naming why; nothing is saved. The
-    same body on a cluster of one replica passes."""
+def test_a_transactional_topic_passes_on_a_cluster_that_replicates_topics(people, api_for, make_cluster):
+    """Transaction messages are replicated like any message (tests/broker/test_tx_replication.py): a
+    transactional topic on a cluster whose topics get two replicas passes the policy."""
     from apps.clusters.actions import update_cluster
 
     made = make_cluster("dev-a")
     update_cluster(actor=people.admin, cluster=made, default_replication_factor=2)
-    message = ("Cluster dev-a places topics with 2 replicas, and transaction messages are not replicated yet: choose "
-               "a cluster of replication factor 1 for a transactional topic.")
-    errors, dry = refused(api_for(people.dev), "/api/v1/topic-applications/", {**TOPIC, "transactional": True})
-    assert errors == {"transactional": [message]}
-    assert failed_rules(dry) == ["transactional-durable"]
-    assert TopicApplication.objects.count() == 0
-    update_cluster(actor=people.admin, cluster=made, default_replication_factor=1)
     dry = api_for(people.dev).post("/api/v1/topic-applications/dry-run/", {**TOPIC, "transactional": True},
                                    format="json").json()
     assert (dry["passed"], dry["field_errors"]) == (True, {})
