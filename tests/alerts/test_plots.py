@@ -71,6 +71,11 @@ def test_after_traffic_the_pages_plot_series_the_range_picker_queries_its_range_
     depth = f'switchyard_group_depth{{cluster="{cp.name}", group="shipping"}}'
     wait_for(lambda: [r["value"][1] for r in prometheus_query(prometheus, depth)] == ["40"], 60,
              "Prometheus to scrape the backlog")
+    # a rate needs two samples of a series in its window: the group's delivered counter may have appeared with the
+    # deliveries (no sample at 0 before them), so the page is read once Prometheus can rate both counters
+    for counter in (published, f'switchyard_group_delivered_total{{cluster="{cp.name}", group="shipping"}}'):
+        wait_for(lambda c=counter: prometheus_query(prometheus, f"rate({c}[1m])"), 60,
+                 f"Prometheus to hold two samples of {counter}")
 
     login(page, live_server.url, governed.people.sre.username)
     answer = series_answer(page, lambda: page.goto(f"{live_server.url}/topics/{governed.topic.pk}/"))
