@@ -304,10 +304,7 @@ class Topic:
             self.trace.emit_messages("prepared", self.name, messages, app_id=app_id, client_host=client_host,
                                      ts_us=received_ms * 1000)
 
-        if partition is None:
-            stored.append(store.prepare(app_id, received_ms, fresh, conn_no, done))
-        else:
-            stored.append(store.prepare(app_id, received_ms, fresh, conn_no, done, partition=partition))
+        stored.append(store.prepare(app_id, received_ms, fresh, conn_no, done, partition=partition))
         if leader is not None:
             leader.prepared(stored[0], app_id, received_ms, fresh)
 

@@ -4,8 +4,9 @@ a chunk at a time (issue 20: followers catch up after a restart, with the leader
 Before, the leader read every segment file whole and decoded every record into memory at once, and queued all of
 it to the follower's connection: a follower missing a 5 GiB log made the leader hold it all. Now a `CatchUp` reads
 from the segment holding the follower's next seq (its sparse index says where to start), about `CHUNK_BYTES` of
-records per event-loop turn, and sends them as `ReplicaRecords` frames only while less than OUT_BYTES wait in the
-connection (the rest waits until the follower reads). Once it reaches the batches the leader keeps in memory (`recent`), the
+records per event-loop turn, and sends them (batches as `ReplicaRecords`, prepares, commits and rollbacks as
+`ReplicaTx`, in file order) only while less than OUT_BYTES wait in the connection (the rest waits until the
+follower reads). Once it reaches the batches the leader keeps in memory (`recent`), the
 leader sends those and the follower gets every new batch from then on (`PartitionLeader.fetch` / `_caught_up`).
 
 A segment deleted meanwhile (every group finished it) is skipped: the follower moves on past it, as it does when
@@ -16,20 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from bisect import bisect_right
 from collections.abc import Callable
 
 from broker_core import protocol as p
-from broker_core.storage.file_reader import iter_records
-from broker_core.storage.store import (
-    KIND_BATCH,
-    KIND_COMMIT,
-    KIND_PREPARED,
-    KIND_ROLLBACK,
-    MAX_RECORD,
-    RECORD_HEADER,
-)
+from broker_core.storage.file_reader import iter_file_records
+from broker_core.storage.store import KIND_BATCH, KIND_COMMIT, KIND_PREPARED, KIND_ROLLBACK
 
 log = logging.getLogger("broker_core.replication")
 
@@ -108,36 +101,21 @@ class CatchUp:
         if i >= len(segments):
             return None
         seg, offset = segments[i], cursor[1] if cursor[0] == segments[i].base else 0
-        try:
-            fd = os.open(seg.log_path, os.O_RDONLY)
-        except FileNotFoundError:  # deleted meanwhile: every group finished it
-            self._cursor = (seg.base + 1, 0)
-            return []
-        try:
-            data = os.pread(fd, CHUNK_BYTES, offset)
-            while data and not _whole_record(data):  # a record longer than the chunk: read it whole
-                more = os.pread(fd, CHUNK_BYTES, offset + len(data))
-                if not more:
-                    break
-                data += more
-        finally:
-            os.close(fd)
         out, used = [], 0
-        for _, end, kind, payload in iter_records(data):
-            used = end
+        for _, end, kind, payload in iter_file_records(seg.log_path, offset):  # (none: deleted meanwhile)
+            used = end - offset
             if kind == KIND_COMMIT:  # (sent whatever its seq: a follower skips what it holds no prepare for)
                 out.append(["end", payload[0], payload[1], True, payload[2], payload[3], payload[4], 0])
-                continue
-            if kind == KIND_ROLLBACK:
+            elif kind == KIND_ROLLBACK:
                 out.append(["end", payload[0], payload[1], False, [], payload[2], payload[3], 0])
-                continue
-            if kind not in (KIND_BATCH, KIND_PREPARED) or payload[0] + len(payload[3]) <= self.next_seq:
-                continue
-            if payload[0] >= memory_start:  # the memory holds it and what follows
-                self.next_seq = max(self.next_seq, memory_start)
+            elif kind in (KIND_BATCH, KIND_PREPARED) and payload[0] + len(payload[3]) > self.next_seq:
+                if payload[0] >= memory_start:  # the memory holds it and what follows
+                    self.next_seq = max(self.next_seq, memory_start)
+                    break
+                out.append(list(payload[:5]) if kind == KIND_BATCH else ["prepare", *payload[:4]])
+                self.next_seq = payload[0] + len(payload[3])
+            if used >= CHUNK_BYTES:
                 break
-            out.append(list(payload[:5]) if kind == KIND_BATCH else ["prepare", *payload[:4]])
-            self.next_seq = payload[0] + len(payload[3])
         self.read_bytes += used
         if used:
             self._cursor = (seg.base, offset + used)
@@ -165,8 +143,8 @@ def send_in_order(conn, topic: str, partition: int, entries: list, next_seq: int
     sent = 0
 
     def flush() -> None:
-        for i in range(0, len(batches), 64):
-            conn.send(p.ReplicaRecords(topic, partition, batches[i:i + 64]))
+        for i in range(0, len(batches), BATCHES_PER_FRAME):
+            conn.send(p.ReplicaRecords(topic, partition, batches[i:i + BATCHES_PER_FRAME]))
         if ops:
             conn.send(p.ReplicaTx(topic, partition, list(ops)))
         batches.clear()
@@ -195,11 +173,3 @@ def _waiting_bytes(conn) -> int:
     transport = getattr(conn, "transport", None)
     return getattr(conn, "_out_bytes", 0) + (transport.get_write_buffer_size() if transport is not None else 0)
 
-
-def _whole_record(data: bytes) -> bool:
-    """Whether `data` starts with a whole record (a start that is no record's also counts: reading more of it
-    would not help)."""
-    if len(data) < RECORD_HEADER.size:
-        return True
-    length = RECORD_HEADER.unpack_from(data, 0)[0]
-    return length > MAX_RECORD or RECORD_HEADER.size + length <= len(data)

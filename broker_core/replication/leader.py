@@ -193,13 +193,10 @@ class PartitionLeader:
         if self.deposed:
             return
         needed = self.min_insync()
+        acked = _by_node(self.followers.values(), "tx_acked")
         while self.tx_pending:
             number = self.tx_pending[0][0]
-            acked: dict[str, int] = {}
-            for f in self.followers.values():
-                acked[f.conn.client_id] = max(acked.get(f.conn.client_id, 0), f.tx_acked)
-            holding = 1 + sum(n >= number for n in acked.values())
-            if holding < needed or not all(acked.get(node, 0) >= number for node in self.isr if node != self.node_id):
+            if 1 + sum(n >= number for n in acked.values()) < needed or not self._isr_holds(acked, number):
                 return
             self.tx_pending.popleft()[2](None)
 
@@ -221,10 +218,11 @@ class PartitionLeader:
         return 1 + sum(f.acked >= seq for f in self.followers.values())
 
     def _isr_hold(self, seq: int) -> bool:
-        acked: dict[str, int] = {}
-        for f in self.followers.values():
-            acked[f.conn.client_id] = max(acked.get(f.conn.client_id, 0), f.acked)
-        return all(acked.get(node, 0) >= seq for node in self.isr if node != self.node_id)
+        return self._isr_holds(_by_node(self.followers.values(), "acked"), seq)
+
+    def _isr_holds(self, acked: dict[str, int], upto: int) -> bool:
+        """Whether every follower of the ISR acknowledged `upto` (`acked`: per node, the highest it did)."""
+        return all(acked.get(node, 0) >= upto for node in self.isr if node != self.node_id)
 
     def _release(self) -> None:
         if self.deposed:
@@ -400,3 +398,10 @@ class PartitionLeader:
                                 for c in self.catching_up.values()},
                 "recent_bytes": self._recent_bytes}
 
+
+def _by_node(followers, attr: str) -> dict[str, int]:
+    """Per follower node, the highest of `attr` (`acked`, `tx_acked`) over its connections."""
+    acked: dict[str, int] = {}
+    for f in followers:
+        acked[f.conn.client_id] = max(acked.get(f.conn.client_id, 0), getattr(f, attr))
+    return acked

@@ -8,6 +8,7 @@ State lives under the test state folder's broker/ (or sy-broker/ in the system's
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -160,6 +161,24 @@ class BrokerProcess:
             os.kill(self.proc.pid, sig)
             if sig in (signal.SIGKILL, signal.SIGTERM):
                 self.proc.wait(timeout=20)
+
+    def lose_disk(self) -> None:
+        """The machine is lost: the broker and its trace process (its process group) SIGKILLed, its data folder
+        deleted (once nothing of it writes there any more: the trace process would finish its file meanwhile)."""
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=20)
+
+            def group_gone() -> bool:
+                try:
+                    os.killpg(self.proc.pid, 0)
+                except ProcessLookupError:
+                    return True
+                return False
+
+            wait_for(group_gone, 10, f"broker {self.node_id}'s processes to end")
+        shutil.rmtree(self.data_dir)
 
     def stop(self) -> None:
         self.kill(signal.SIGTERM)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import signal
 import threading
 from collections import Counter
@@ -85,8 +84,7 @@ def test_a_killed_leader_with_its_disk_lost_is_replaced_and_no_acknowledged_mess
         publisher = threading.Thread(target=publish)
         publisher.start()
         wait_for(lambda: len(acked) >= 5_000, 30, "5,000 acknowledged publishes before the kill")
-        victim.kill(signal.SIGKILL)
-        shutil.rmtree(victim.data_dir)
+        victim.lose_disk()  # SIGKILL (with its trace process), then its data folder deleted
         publisher.join(60)
         assert not publisher.is_alive() and len(acked) >= 20_000
 
@@ -116,8 +114,7 @@ def test_a_follower_restarted_after_missing_writes_catches_up_and_then_takes_ove
         follower.start()
         wait_for(lambda: len(state(cluster, 0)["isr"]) == 2, 20, "the restarted follower back in the ISR")
         epoch = state(cluster, 0)["leader_epoch"]
-        leader.kill(signal.SIGKILL)
-        shutil.rmtree(leader.data_dir)
+        leader.lose_disk()
         wait_for(lambda: leads(follower, 0), 15, "the caught-up follower to take over")
         assert state(cluster, 0)["leader"] == follower.node_id and state(cluster, 0)["leader_epoch"] == epoch + 1
         after = producer.send_many("orders", [b"c%d" % i for i in range(300)])

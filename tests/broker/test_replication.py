@@ -21,15 +21,16 @@ from tests.broker.conftest import APP, wait_for
 SECRET_VAR = "SWITCHYARD_BROKER_CLUSTER_SECRET_FILE"
 
 
-def replicated(cluster, min_insync: int):
+def replicated(cluster, min_insync: int, admin_token: str | None = None, **topic_fields):
+    """Two brokers holding `orders` (1 partition, replication factor 2, `topic_fields` added), b0 leading."""
     secret = cluster.state / "cluster-secret"
     secret.write_text(os.urandom(32).hex())
     secret.chmod(0o600)
     cluster.standard("orders")
     cluster.pv.meta(min_insync=min_insync)
-    cluster.pv.topic("orders", partitions=1, replication_factor=2)
+    cluster.pv.topic("orders", partitions=1, replication_factor=2, **topic_fields)
     cluster.pv.binding("orders", "billing", APP)
-    leader, follower = (cluster.broker(env={SECRET_VAR: str(secret)}) for _ in range(2))
+    leader, follower = (cluster.broker(admin_token=admin_token, env={SECRET_VAR: str(secret)}) for _ in range(2))
     cluster.pv.placement("orders", 1, 2, [leader.node_id, follower.node_id])
     doc = cluster.zk_client.get(cluster.chroot + LAYOUT.placement("orders"))[0]
     assert doc.index(leader.node_id.encode()) < doc.index(follower.node_id.encode()), "b0 leads"
@@ -95,6 +96,5 @@ def test_a_follower_restarted_after_missing_writes_catches_up_from_the_leaders_l
     assert follower_next_seq(follower) == 1201
     assert "fetches from seq 501" in leader.log(), "the follower asked for what it missed, and got it"
     # the leader's disk is lost: the follower holds every acknowledged message
-    leader.kill(signal.SIGKILL)
-    shutil.rmtree(leader.data_dir)
+    leader.lose_disk()
     assert set(first) | set(missed) <= held_ids(follower.data_dir)

@@ -7,42 +7,30 @@ as the control plane calls it) or the producer's own end settles on the new lead
 from __future__ import annotations
 
 import concurrent.futures
-import os
-import shutil
 import signal
 
 import pytest
 
 from broker_core.client import Consumer, Producer
-from broker_core.layout import LAYOUT
-from tests.broker.conftest import APP, wait_for
+from tests.broker.conftest import wait_for
 from tests.broker.helpers import Received
-from tests.broker.test_failover import SECRET_VAR, state
-from tests.broker.test_replication import in_sync
+from tests.broker.test_failover import state
+from tests.broker.test_replication import in_sync, replicated
 from tests.broker.tx_helpers import TOKEN, resolve, states
 
 
 def tx_replicated(cluster, min_insync: int):
-    """Two brokers holding the transactional topic `orders` (1 partition, replication factor 2), b0 leading."""
-    secret = cluster.state / "cluster-secret"
-    secret.write_text(os.urandom(32).hex())
-    secret.chmod(0o600)
-    cluster.standard("orders")
-    cluster.pv.meta(min_insync=min_insync)
-    cluster.pv.topic("orders", partitions=1, replication_factor=2, transactional=True, tx_check={"delay_s": 1})
-    cluster.pv.binding("orders", "billing", APP)
-    leader, follower = (cluster.broker(admin_token=TOKEN, env={SECRET_VAR: str(secret)}) for _ in range(2))
-    cluster.pv.placement("orders", 1, 2, [leader.node_id, follower.node_id])
-    doc = cluster.zk_client.get(cluster.chroot + LAYOUT.placement("orders"))[0]
-    assert doc.index(leader.node_id.encode()) < doc.index(follower.node_id.encode()), "b0 leads"
+    """Two brokers holding the transactional topic `orders` (1 partition, replication factor 2), b0 leading and
+    the follower in sync."""
+    leader, follower = replicated(cluster, min_insync, admin_token=TOKEN, transactional=True,
+                                  tx_check={"delay_s": 1})
     wait_for(lambda: in_sync(leader) == 2, 20, "the follower in sync")
     return leader, follower
 
 
 def lose_leader(cluster, leader, follower) -> None:
     """SIGKILL the leader and delete its data folder; wait until the follower leads."""
-    leader.kill(signal.SIGKILL)
-    shutil.rmtree(leader.data_dir)
+    leader.lose_disk()
     wait_for(lambda: state(cluster, 0)["leader"] == follower.node_id, 30, "the follower elected")
 
 

@@ -3,8 +3,6 @@ and whose leader is then killed with its data folder deleted, is back-checked on
 Celery worker's sweep, answered by the producer's restarted check listener, committed there and delivered."""
 
 import os
-import shutil
-import signal
 
 import pytest
 from django.db import connection
@@ -52,8 +50,7 @@ def test_an_open_prepare_is_back_checked_and_committed_on_the_new_leader(cluster
     wait_for(lambda: in_sync(leader) == 2, 20, "the follower in sync")
 
     (message_id,) = prepare_and_die(cluster, "orders", 1, APP, SECRET)  # prepared on the leader, replicated
-    leader.kill(signal.SIGKILL)
-    shutil.rmtree(leader.data_dir)
+    leader.lose_disk()
     wait_for(lambda: state(cluster, 0)["leader"] == follower.node_id, 30, "the follower elected")
 
     got = Received()
