@@ -29,7 +29,7 @@ from broker_core.client.discovery import Discovery
 from broker_core.client.errors import AuthError, BrokerError, ConnectionLost, SendTimeout, SwitchyardError
 from broker_core.client.options import ClientOptions
 from broker_core.layout import mapping_of
-from broker_core.protocol import M_BODY, M_KEY
+from broker_core.protocol import M_BODY, M_DELIVER_AT_MS, M_KEY
 
 log = logging.getLogger("broker_core.client.producer")
 
@@ -149,11 +149,13 @@ class _Link:
             leaders[partition] = leader
             self._schedule()
 
-    def _key(self, topic: str, key: str | None):
+    def _key(self, topic: str, m: list):
         leaders = self.placements.get(topic)
         if leaders is None:
             return topic
-        return topic, choose_partition(key, self.mapped.get(topic) or len(leaders), self._turn)
+        if len(m) > M_DELIVER_AT_MS and m[M_DELIVER_AT_MS]:  # delayed: partition 0's replicas keep the schedule
+            return topic, 0
+        return topic, choose_partition(m[M_KEY], self.mapped.get(topic) or len(leaders), self._turn)
 
     # -- queueing -----------------------------------------------------------------------------
 
@@ -162,7 +164,7 @@ class _Link:
         if topic in self.placements:
             by_key: dict = {}
             for m in messages:
-                by_key.setdefault(self._key(topic, m[M_KEY]), []).append(m)
+                by_key.setdefault(self._key(topic, m), []).append(m)
             self._turn += 1
             for key, some in by_key.items():
                 self._submit(key, some, waiter)
@@ -181,7 +183,7 @@ class _Link:
             self._schedule()
 
     def submit_one(self, topic: str, message: list, future: asyncio.Future) -> None:
-        key = self._key(topic, message[M_KEY]) if topic in self.placements else topic
+        key = self._key(topic, message) if topic in self.placements else topic
         q = self.queued.get(key) or self.queued.setdefault(key, _Queued())
         q.messages.append(message)
         q.waiters.append(future)
@@ -242,7 +244,7 @@ class _Link:
         for _, q in olds:
             items += zip(q.messages, q.waiters, q.deadlines, strict=True)
         for m, w, deadline in items:
-            q = self.queued.get(key := self._key(topic, m[M_KEY])) or self.queued.setdefault(key, _Queued())
+            q = self.queued.get(key := self._key(topic, m)) or self.queued.setdefault(key, _Queued())
             q.messages.append(m)
             q.waiters.append(w)
             q.deadlines.append(deadline)
@@ -360,7 +362,7 @@ class _Link:
         """A batch refused with `stale_mapping`: its messages queued again, each to the partition its key maps to
         under the placement read now (ahead of what was queued since, one key's messages keep their order)."""
         for m, w in zip(reversed(batch.messages), reversed(batch.waiters), strict=True):
-            q = self.queued.setdefault(self._key(batch.topic, m[M_KEY]), _Queued())
+            q = self.queued.setdefault(self._key(batch.topic, m), _Queued())
             q.messages.insert(0, m)
             q.waiters.insert(0, w)
             q.deadlines.insert(0, batch.deadline)

@@ -35,8 +35,10 @@ up to 30 days ahead (also `Message(delay=..)` in `send_many`, and `send_nowait`)
 has stored the message in its schedule (durable like any message); the message is delivered when it is due,
 never before (a broker restart in between loses none), to the groups bound then. A bad delay raises
 `InvalidDelay` (a ValueError) before anything is sent: negative, more than 30 days, not a number, a naive
-datetime, or both forms. Transactional, ordered and replicated (2+ replicas) topics refuse delayed messages
-(`BrokerError` with code "delay_not_supported"). Consumers see the due time as `message.deliver_at_ms`.
+datetime, or both forms. Transactional and ordered topics refuse delayed messages (`BrokerError` with code
+"delay_not_supported"). On a placed topic they go to the leader of partition 0 (on a replicated topic its
+replicas keep the schedule: acknowledged once `min_insync` of them hold it). Consumers see the due time as
+`message.deliver_at_ms`.
 
 Transaction messages (`send_transactional`, or `prepare` + `end_transaction`): the message is
 stored prepared (never delivered), the local transaction runs, then the producer commits it

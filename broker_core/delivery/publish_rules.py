@@ -4,7 +4,8 @@ The topic exists in the cluster and is not retired, the app holds a grant to pub
 message is well-formed, within the topic's size limit, of a type the topic declares, and either every
 message is prepared (a transaction message, on a transactional topic) or none. A delayed message (its
 deliver-at field set) is due at most 30 days ahead, and only on a topic that is neither transactional nor
-ordered (`delay_not_supported`). On an ordered topic every message has an order key (`key_required`) that maps
+ordered (`delay_not_supported`); on a topic whose partition 0 has replicas (they keep its schedule) it is sent to
+partition 0. On an ordered topic every message has an order key (`key_required`) that maps
 to the partition it was sent to (`stale_mapping`). The topic document is
 read at each publish, so a change the control plane writes applies to the next publish.
 """
@@ -60,7 +61,7 @@ def check_publish(state: ClusterState, cluster: str, topic: str, app_id: str, me
     for fields in messages:
         check(fields)
         if len(fields) > m_at and fields[m_at] > now_ms:
-            refusal = _delay_refusal(config, fields[m_id], fields[m_at] - now_ms, _replicas(state, topic))
+            refusal = _delay_refusal(config, fields[m_id], fields[m_at] - now_ms)
             if refusal is not None:
                 return refusal
             delayed += 1
@@ -81,6 +82,9 @@ def check_publish(state: ClusterState, cluster: str, topic: str, app_id: str, me
     placed = publish_partition(state, node_id, topic, partition)
     if isinstance(placed, Refusal):
         return placed
+    if delayed and placed and len((state.placements.get(topic) or {}).get(0, ())) > 1:
+        return Refusal(p.E_INVALID, f"topic {topic!r} is replicated: its delayed messages are kept by the replicas "
+                                    f"of its partition 0, not {placed}; send them there (the SDK does)")
     if config.ordered:
         refusal = _order_refusal(config, messages, placed, state.mapped_partitions(topic))
         if refusal is not None:
@@ -92,22 +96,12 @@ def check_publish(state: ClusterState, cluster: str, topic: str, app_id: str, me
 DELAY_CLOCK_SLACK_MS = 60_000
 
 
-def _replicas(state: ClusterState, topic: str) -> int:
-    """The most replicas any partition of the topic is placed with (1: unplaced)."""
-    return max(map(len, (state.placements.get(topic) or {}).values()), default=1)
-
-
-def _delay_refusal(config: TopicConfig, message_id: str, delay_ms: int, replicas: int) -> Refusal | None:
+def _delay_refusal(config: TopicConfig, message_id: str, delay_ms: int) -> Refusal | None:
     if config.transactional or config.ordered:
         kind = "transactional" if config.transactional else "ordered"
         return Refusal(p.E_DELAY_NOT_SUPPORTED, f"topic {config.name!r} is {kind}: delayed messages are refused "
                                                 "there; send without delay, or use a topic that is neither "
                                                 "transactional nor ordered")
-    if replicas > 1:  # the schedule is kept by the broker that took the publish only: lost with its disk
-        return Refusal(p.E_DELAY_NOT_SUPPORTED, f"topic {config.name!r} is placed with {replicas} replicas, and "
-                                                "delayed messages are not replicated yet: nothing was stored; send "
-                                                "without delay, or use a topic of replication factor 1 "
-                                                "(docs/delay-messages.md)")
     if delay_ms > p.MAX_DELAY_MS + DELAY_CLOCK_SLACK_MS:
         return Refusal(p.E_INVALID, f"message {message_id} is due in {delay_ms / 86_400_000:.1f} days; a message "
                                     "may be delayed by at most 30 days")

@@ -10,7 +10,9 @@ rolls it back (never delivered). `redrive` puts dead letters back, for their gro
 
 Delayed messages (issue 21): `publish_delayed` hands the messages of a publish that are due later to the
 topic's `DelayedMessages` (`broker_core.delivery.delayed`), which appends them to this topic through `publish`
-when they are due, as ordinary messages (owed to the groups bound then).
+when they are due, as ordinary messages (owed to the groups bound then). On a topic whose partition 0 has two or
+more replicas, those replicas keep the schedule (the leader's active, the followers' copies passive: issue 20)
+and due messages are appended to partition 0, replicated as any publish.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from collections.abc import Callable
 
 from broker_core.cluster.state import Binding, ClusterState
 from broker_core.delivery.backlog import WINDOW_BYTES, WINDOW_MESSAGES
-from broker_core.delivery.delayed import DelayedMessages
+from broker_core.delivery.delayed import DelayedMessages, ScheduleNotLed
 from broker_core.delivery.group import Group
 from broker_core.delivery.ordered import OrderedGroup
+from broker_core.delivery.publish_rules import PublishPlan
 from broker_core.protocol import M_BODY, M_DELIVER_AT_MS, M_ID, M_TYPE
 from broker_core.storage.partitions import partition_of
 from broker_core.storage.schedule import ScheduleStore
@@ -60,7 +63,8 @@ class Topic:
         self.delayed: DelayedMessages | None = None  # the schedule of delayed messages (None: refuses them)
         if schedule is not None and call_later is not None:
             schedule.recover()
-            self.delayed = DelayedMessages(name, schedule, self._publish_due, trace, call_later)
+            self.delayed = DelayedMessages(name, schedule, self._publish_due, trace, call_later,
+                                           passive=self.schedule_replicated())
 
     def recover(self) -> int:
         """Give each group what the store still owes it: its position in the log (file level: the messages stay
@@ -139,11 +143,19 @@ class Topic:
             group.use_store(store)
 
     def replace_schedule(self, schedule: ScheduleStore) -> None:
-        """Another storage level for the schedule too (the caller checked that nothing is scheduled)."""
-        if self.delayed is not None:
-            self.delayed.close()
+        """Another storage level for the schedule too (the caller checked that nothing is scheduled), or an empty
+        copy for a follower whose leader sends its schedule anew (the same role: active or passive)."""
+        old = self.delayed
+        if old is not None:
+            old.close()
             schedule.recover()
-            self.delayed = DelayedMessages(self.name, schedule, self._publish_due, self.trace, self.delayed.call_later)
+            self.delayed = DelayedMessages(self.name, schedule, self._publish_due, self.trace, old.call_later,
+                                           passive=old.passive)
+            self.delayed.replicas = old.replicas
+
+    def schedule_replicated(self) -> bool:
+        """Whether the replicas of partition 0 keep this topic's schedule (it has two or more)."""
+        return len((self.state.placements.get(self.name) or {}).get(0, ())) > 1
 
     def close(self, reason: str) -> None:
         """The topic goes from this broker: every subscription ends with `reason` (the caller discards the store)."""
@@ -203,14 +215,20 @@ class Topic:
                                                client_host=client_host, ts_us=received_ms * 1000,
                                                encoded=self.store.last_batch))
 
-    def publish_delayed(self, app_id: str, client_host: str | None, arrays: list[list], size: int, now_ms: int,
+    def publish_delayed(self, app_id: str, client_host: str | None, arrays: list[list], plan: PublishPlan,
                         reply: PublishReply) -> None:
-        """A publish some of whose messages are due after `now_ms`: those go to the schedule, the others are
-        published at once; `reply` once both parts are durable (count: all of them; first seq: of the others)."""
+        """A publish some of whose messages are due after `plan.now_ms`: those go to the schedule, the others are
+        published at once (to `plan.partition`); `reply` once both parts are durable (count: all of them; first
+        seq: of the others)."""
+        now_ms, partition = plan.now_ms, plan.partition
         at = M_DELIVER_AT_MS
         later = [f for f in arrays if len(f) > at and f[at] > now_ms]
         if self.delayed is None:
             reply(RuntimeError("this topic keeps no schedule on this broker"), 0, 0)
+            return
+        if self.delayed.passive:  # a replicated topic whose partition 0 is not led here (the SDK sends there)
+            reply(ScheduleNotLed(f"topic {self.name!r} keeps its delayed messages with the leader of its partition "
+                                 "0, not this broker now: read /partition-state and send there"), 0, 0)
             return
         if len(later) == len(arrays):
             self.delayed.schedule(app_id, client_host, arrays, reply)
@@ -226,10 +244,10 @@ class Topic:
                 reply(failed, max(s for _, s in parts), 0 if failed else len(arrays))
 
         self.delayed.schedule(app_id, client_host, later, part)
-        self.publish(app_id, client_host, now, now_size, part)
+        self.publish(app_id, client_host, now, now_size, part, partition)
 
     def _publish_due(self, app_id: str | None, arrays: list[list], size: int, reply: PublishReply) -> None:
-        self.publish(app_id, None, arrays, size, reply)
+        self.publish(app_id, None, arrays, size, reply, 0 if self.schedule_replicated() else None)
 
     def _stored(self, messages: list[StoredMessage], size: int, exc: BaseException | None, reply: PublishReply,
                 client_host: str | None, traced: object = None) -> None:

@@ -83,6 +83,7 @@ class Broker(ReplicaHooks):
                                        lag_timeout_s=options.replica_lag_timeout_ms / 1000)
         self.replication.promote, self.replication.demote = self._lead_partition, self._follow_partition
         self.replication.reset = self._reset_partition
+        self.replication.reset_schedule = self._reset_schedule
         self.store_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="store")
         self.auth_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="auth")
         self.membership: ZkMembership | None = None

@@ -1,18 +1,23 @@
 """The broker's side of leader election (issue 20, item 2): what `replication.service` asks of the node when a
 partition it holds is led here from now on (`_lead_partition`: reopened, so its groups deliver what it holds), is
-followed from now on (`_follow_partition`), or holds a copy its leader refused (`_reset_partition`). Mixed into
-`Broker`, which holds `topics`, `state`, `options`, `loop`, `replication`, `_open_partition` and
+followed from now on (`_follow_partition`), or holds a copy its leader refused (`_reset_partition`), and the copy
+of a replicated topic's schedule emptied before its leader sends it anew (`_reset_schedule`). Mixed into
+`Broker`, which holds `topics`, `state`, `options`, `loop`, `replication`, `_open_partition`, `open_schedule` and
 `_placement_changed`."""
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import time
+from collections.abc import Callable
 
 from broker_core.delivery.positions import leave_partition
 from broker_core.replication.follower import DIVERGED_MARK
 from broker_core.storage.file_dead_letters import safe_name
 from broker_core.storage.partitions import partition_dir
+from broker_core.storage.schedule import SCHEDULE_FOLDER
 
 log = logging.getLogger("broker_core.node")
 
@@ -73,3 +78,26 @@ class ReplicaHooks:
         topic.store.add(pid, self._open_partition(name, pid, storage))  # (empty: owes nothing)
         log.warning("topic %s: partition %d emptied here, to be fetched again from its leader", name, pid)
         self.replication.refresh(name, topic)
+
+    def _reset_schedule(self, name: str, then: Callable[[], None]) -> None:
+        """Empty this broker's copy of the topic's schedule (a follower's: its leader sends the schedule anew,
+        replication/schedule_sync.py), then `then()`. The files go by a rename, then in the background."""
+        topic = self.topics.get(name)
+        if topic is None or topic.delayed is None:
+            then()
+            return
+        store = topic.delayed.store
+        if store.busy:  # a job of the old copy still writes its files
+            self.loop.call_later(0.01, self._reset_schedule, name, then)
+            return
+        store.discard()
+        folder = getattr(store, "dir", None)
+        if folder is not None:
+            for old in folder.parent.glob(SCHEDULE_FOLDER + ".reset-*"):  # (left by a crash during an earlier one)
+                shutil.rmtree(old, ignore_errors=True)
+            if folder.is_dir():
+                gone = folder.with_name(f"{SCHEDULE_FOLDER}.reset-{time.time_ns()}")
+                os.rename(folder, gone)
+                self.loop.run_in_executor(None, shutil.rmtree, gone, True)
+        topic.replace_schedule(self.open_schedule(name, "file" if store.durable else "memory"))
+        then()

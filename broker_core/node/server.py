@@ -360,7 +360,7 @@ class ClientConnection(ReplicaServing, asyncio.Protocol):
         if plan.prepared:
             topic.prepare(self.app_id, self.peer, self.conn_no, ev.messages, plan.size, reply, plan.partition)
         elif plan.delayed:  # messages due later: the topic's schedule keeps them (issue 21)
-            topic.publish_delayed(self.app_id, self.peer, ev.messages, plan.size, plan.now_ms, reply)
+            topic.publish_delayed(self.app_id, self.peer, ev.messages, plan, reply)
         else:
             topic.publish(self.app_id, self.peer, ev.messages, plan.size, reply, plan.partition)
 

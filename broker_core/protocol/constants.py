@@ -43,7 +43,7 @@ E_SLOW_CONSUMER = "slow_consumer"
 E_SHUTTING_DOWN = "shutting_down"
 E_TOO_MANY_CONNECTIONS = "too_many_connections"
 E_INTERNAL = "internal"
-E_DELAY_NOT_SUPPORTED = "delay_not_supported"  # a delayed message on a transactional, ordered or replicated topic
+E_DELAY_NOT_SUPPORTED = "delay_not_supported"  # a delayed message on a transactional or ordered topic
 E_NOT_ENOUGH_REPLICAS = "not_enough_replicas"  # fewer replicas in sync than the cluster's min_insync: not stored
 E_NOT_LEADER = "not_leader"  # the partition is not led by this broker: ask ZooKeeper for its leader and retry there
 # a follower (broker to broker) holds seqs past the leader's epoch start that the leader never gave it: it may hold

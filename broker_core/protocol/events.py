@@ -250,6 +250,16 @@ ReplicaTx = _kind(45, SERVER, "ReplicaTx", "Transaction records of the partition
                   topic=str, partition=int, ops=list)
 ReplicaTxStored = _kind(46, CLIENT, "ReplicaTxStored", "The follower holds the transaction end `number` durably.",
                         topic=str, partition=int, number=int)
+ReplicaSchedule = _kind(47, SERVER, "ReplicaSchedule", "The schedule of a replicated topic's delayed messages, kept by "
+                        "the replicas of its partition 0, in the leader's order: [\"reset\"] (empty the copy: a snapshot "
+                        "follows), [\"schedule\", number, app_id, received_ms, [message array, ..]] (messages scheduled, "
+                        "each due at its deliver-at field; answered by `ReplicaScheduled` with `number` once durable, "
+                        "unless it is 0), [\"through\", due_ms] (every message due at or before it was delivered: "
+                        "the copy drops them), [\"synced\", number] (the snapshot is complete: answered once "
+                        "everything before it is durable).",
+                        topic=str, partition=int, ops=list)
+ReplicaScheduled = _kind(48, CLIENT, "ReplicaScheduled", "The follower holds the schedule op `number` (and every one "
+                         "before it) durably.", topic=str, partition=int, number=int)
 
 _PING_FRAME = HEADER.pack(MAGIC, PROTOCOL_VERSION, Ping.code, 1) + msgpack.packb([])
 _PONG_FRAME = HEADER.pack(MAGIC, PROTOCOL_VERSION, Pong.code, 1) + msgpack.packb([])

@@ -68,7 +68,7 @@ class CatchUp:
             self.stopped = True
             self.done(self.next_seq)
             return
-        if _waiting_bytes(self.conn) >= OUT_BYTES:
+        if waiting_bytes(self.conn) >= OUT_BYTES:
             self._later(WAIT_S)  # the follower has not read what was sent yet
             return
         batches = self._read()
@@ -166,7 +166,7 @@ def send_in_order(conn, topic: str, partition: int, entries: list, next_seq: int
     return sent
 
 
-def _waiting_bytes(conn) -> int:
+def waiting_bytes(conn) -> int:
     """Bytes queued to the follower's connection, not yet taken by it (a paused or closed one: no room)."""
     if getattr(conn, "paused", False):
         return OUT_BYTES

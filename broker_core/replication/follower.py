@@ -5,7 +5,8 @@ comes as the leader's log record (`ReplicaLog`), appended as it came once its ch
 what a follower catches up on comes as decoded batches (`ReplicaRecords`). Each fetch names
 the leader epoch it follows: a leader of another epoch refuses it (fencing, election.py). What the leader's
 groups finish comes as `ReplicaAcks`: finished here too (file level), so a failover does not deliver it again.
-Transaction messages come as `ReplicaTx`: prepared messages stored with the leader's seqs (answered by
+Partition 0's followers also keep a copy of the topic's schedule of delayed messages (`ReplicaSchedule`:
+schedule_sync.py). Transaction messages come as `ReplicaTx`: prepared messages stored with the leader's seqs (answered by
 `ReplicaStored`), and each commit or rollback applied as the leader did it (same groups, time and reason),
 answered by `ReplicaTxStored`; a promoted follower's store recovery then holds every prepared message still open.
 
@@ -75,6 +76,8 @@ class PartitionFollower:
         self.records = 0  # batches appended as the leader's log record (ReplicaLog)
         self.tx_ended = 0  # transaction ends applied as the leader's (ReplicaTx)
         self.connected = False
+        # partition 0 of a replicated topic: the ops of its delayed messages' schedule (schedule_sync.ScheduleFollowing)
+        self.schedule = None
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"follow-{self.topic}-{self.partition}")
@@ -129,6 +132,9 @@ class PartitionFollower:
                     self._end_tx(*op[1:8])
         elif type(event) is p.ReplicaAcks:
             self._finish(event.group, event.seqs)
+        elif type(event) is p.ReplicaSchedule:
+            if self.schedule is not None:
+                self.schedule.on_ops(event.ops, self.link)
         elif type(event) is p.Ping:
             self.link.send(p.Pong())
         elif type(event) is p.Error and event.code_name == p.E_REPLICA_DIVERGED:
@@ -235,7 +241,8 @@ class PartitionFollower:
     def stats(self) -> dict:
         return {"leader": str(self.leader()), "epoch": self.epoch(), "connected": self.connected,
                 "next_seq": self.store.next_seq, "finished": self.finished, "records": self.records,
-                "tx_ended": self.tx_ended}
+                "tx_ended": self.tx_ended,
+                "schedule": self.schedule.stats() if self.schedule is not None else None}
 
 
 EPOCH_FILE = "leader-epoch"  # in a partition's folder: the epoch whose leader its copy came from last

@@ -100,6 +100,8 @@ class PartitionLeader:
         self.acks_sent = 0
         self._tx_numbers = itertools.count(1)
         self.tx_pending: deque[tuple[int, float, Callable]] = deque()  # (number, since, reply) of transaction ends
+        # partition 0 of a topic with delayed messages: their schedule's replication (schedule_sync.ScheduleLeading)
+        self.schedule = None
 
     # -- publishing --------------------------------------------------------------------------
 
@@ -196,7 +198,7 @@ class PartitionLeader:
         acked = _by_node(self.followers.values(), "tx_acked")
         while self.tx_pending:
             number = self.tx_pending[0][0]
-            if 1 + sum(n >= number for n in acked.values()) < needed or not self._isr_holds(acked, number):
+            if 1 + sum(n >= number for n in acked.values()) < needed or not self.isr_holds(acked, number):
                 return
             self.tx_pending.popleft()[2](None)
 
@@ -218,9 +220,9 @@ class PartitionLeader:
         return 1 + sum(f.acked >= seq for f in self.followers.values())
 
     def _isr_hold(self, seq: int) -> bool:
-        return self._isr_holds(_by_node(self.followers.values(), "acked"), seq)
+        return self.isr_holds(_by_node(self.followers.values(), "acked"), seq)
 
-    def _isr_holds(self, acked: dict[str, int], upto: int) -> bool:
+    def isr_holds(self, acked: dict[str, int], upto: int) -> bool:
         """Whether every follower of the ISR acknowledged `upto` (`acked`: per node, the highest it did)."""
         return all(acked.get(node, 0) >= upto for node in self.isr if node != self.node_id)
 
@@ -267,6 +269,8 @@ class PartitionLeader:
             self.tx_pending.popleft()[2](NotLeading(f"partition {self.partition} of topic {self.topic!r}: this broker "
                                                     f"is no longer its leader ({why}): the transaction's end is not "
                                                     "acknowledged (a back-check settles it)"))
+        if self.schedule is not None:
+            self.schedule.step_down(why)
         if self.finished_out:  # what its groups finished since the last tick, to followers still connected
             self._send_acks()
         for f in list(self.followers.values()):
@@ -294,6 +298,8 @@ class PartitionLeader:
     def tick(self, now: float) -> None:
         if self.finished_out:
             self._send_acks()
+        if self.schedule is not None:
+            self.schedule.tick(now)
         if self.pending and now - self.pending[0][1] > self.lag_timeout_s:
             oldest = self.pending[0][0]
             for f in self.followers.values():
@@ -331,6 +337,8 @@ class PartitionLeader:
             return
         self.fed[conn.client_id] = max(self.fed.get(conn.client_id, 0), last)
         conn.send(p.ReplicaRecords(self.topic, self.partition, []))  # accepted: the follower notes our epoch
+        if self.schedule is not None:  # (in sync only once it holds the delayed messages too)
+            self.schedule.fetch(conn)
         old = self.catching_up.pop(id(conn), None)
         if old is not None:
             old.stop()
@@ -363,7 +371,8 @@ class PartitionLeader:
         batches = send_in_order(conn, self.topic, self.partition, list(self.recent), next_seq)
         last = self.store.next_seq - 1
         self.fed[conn.client_id] = max(self.fed.get(conn.client_id, 0), last)
-        self.followers[id(conn)] = _Follower(conn, from_seq - 1, last)
+        f = self.followers[id(conn)] = _Follower(conn, from_seq - 1, last)
+        f.in_sync = f.in_sync and self._synced(conn)
         self._review_isr()
         log.info("topic %s partition %d: follower %s fetches from seq %d (%d batches from memory)", self.topic,
                  self.partition, conn.client_id, from_seq, batches)
@@ -373,14 +382,26 @@ class PartitionLeader:
         if f is None:
             return
         f.acked = max(f.acked, through_seq)
-        if not f.in_sync and f.acked >= f.caught_up_at:
+        if not f.in_sync and f.acked >= f.caught_up_at and self._synced(conn):
             f.in_sync = True
             log.info("topic %s partition %d: follower %s in sync at seq %d", self.topic, self.partition,
                      f.conn.client_id, f.acked)
             self._review_isr()
         self._release()
 
+    def _synced(self, conn) -> bool:
+        return self.schedule is None or self.schedule.is_synced(conn)
+
+    def schedule_synced(self, conn) -> None:
+        """The follower holds the schedule of delayed messages now: in sync, if it holds the log too."""
+        f = self.followers.get(id(conn))
+        if f is not None and not f.in_sync and f.acked >= f.caught_up_at:
+            f.in_sync = True
+            self._review_isr()
+
     def gone(self, conn) -> None:
+        if self.schedule is not None:
+            self.schedule.gone(conn)
         catching = self.catching_up.pop(id(conn), None)
         if catching is not None:
             catching.stop()
@@ -396,7 +417,8 @@ class PartitionLeader:
                 "pending": len(self.pending), "refused": self.refused, "acks_sent": self.acks_sent,
                 "catching_up": {c.conn.client_id: {"next_seq": c.next_seq, "read_bytes": c.read_bytes}
                                 for c in self.catching_up.values()},
-                "recent_bytes": self._recent_bytes}
+                "recent_bytes": self._recent_bytes,
+                "schedule": self.schedule.stats() if self.schedule is not None else None}
 
 
 def _by_node(followers, attr: str) -> dict[str, int]:

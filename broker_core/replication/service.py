@@ -19,6 +19,7 @@ from broker_core.layout import partition_state
 from broker_core.replication.election import PREFERRED_WAIT_S, StateWriter, decide
 from broker_core.replication.follower import PartitionFollower, set_log_epoch
 from broker_core.replication.leader import NotLed, PartitionLeader
+from broker_core.replication.schedule_sync import ScheduleFollowing, ScheduleLeading
 from broker_core.secret_source import read_secret
 
 log = logging.getLogger("broker_core.replication")
@@ -39,6 +40,7 @@ class Replication:
         self.promote = lambda name, pid: True  # the broker's: a followed partition is led here from now on
         self.demote = lambda name, pid: None  # the broker's: a led partition is followed here from now on
         self.reset = lambda name, pid, now: None  # the broker's: empty a diverged copy (now, or at the next start)
+        self.reset_schedule = lambda name, then: then()  # the broker's: empty a copy of a topic's schedule
         self._led: set[tuple[str, int]] = set()  # partitions led by this process: their groups hold messages
         self._diverged: set[tuple[str, int]] = set()  # copies refused by their leader, emptied at the next start
         self.topics: dict[str, object] = {}
@@ -62,7 +64,10 @@ class Replication:
         me = self.node_id()
         self.topics[name] = topic
         led: dict[int, object] = {}
-        for pid, replicas in (self.state.placements.get(name) or {}).items():
+        placed = self.state.placements.get(name) or {}
+        if topic.delayed is not None and len(placed.get(0, ())) < 2:
+            topic.delayed.activate()  # (unreplicated: each broker's own schedule delivers, as before placements)
+        for pid, replicas in placed.items():
             key, store = (name, pid), topic.store.stores.get(pid)
             if len(replicas) < 2 or store is None or me not in replicas:
                 leader = self.leaders.pop(key, None)  # (a partition held from before its placement, or moved away
@@ -70,6 +75,8 @@ class Replication:
                     leader.step_down("this broker is no longer one of its replicas")
                     self.demote(*key)  # what its groups hold of it waiting goes: its new leader delivers it
                 self._stop_following(key)
+                if pid == 0 and topic.delayed is not None and len(replicas) > 1:
+                    topic.delayed.deactivate()  # its replicas keep the schedule, not this broker
                 continue
             st = self.state.partition_state(name, pid)
             if st is None:
@@ -115,6 +122,10 @@ class Replication:
             key[0], key[1], store, self.min_insync, node_id=me, epoch=epoch, isr=set(st["isr"]) | {me},
             lag_timeout_s=self.lag_timeout_s, write_isr=functools.partial(self._write_isr, key),
             start_seq=st.get("epoch_start_seq", 0))
+        if key[1] == 0 and topic.delayed is not None:  # its replicas keep the topic's delayed messages: active here
+            sync = self.leaders[key].schedule = ScheduleLeading(self.leaders[key], topic)
+            topic.delayed.replicas = sync
+            topic.delayed.activate()
         log.info("topic %s partition %d: led by this broker (epoch %d)", key[0], key[1], epoch)
 
     def _follow(self, key, store, leader_node: str, epoch: int) -> None:
@@ -138,6 +149,10 @@ class Replication:
                                      self.heartbeat_s, epoch=lambda e=epoch: e)
         follower.following = (leader_node, epoch)
         follower.on_diverged = functools.partial(self._diverged_copy, key)
+        topic = self.topics.get(key[0])
+        if key[1] == 0 and topic is not None and topic.delayed is not None:  # a passive copy of its schedule
+            topic.delayed.deactivate()
+            follower.schedule = ScheduleFollowing(topic, functools.partial(self.reset_schedule, key[0]))
         self.followers[key] = follower
         follower.start()
 
@@ -226,6 +241,11 @@ class Replication:
         leader = self.leaders.get((ev.topic, ev.partition))
         if leader is not None:
             leader.tx_stored(conn, ev.number)
+
+    def schedule_stored(self, conn, ev) -> None:
+        leader = self.leaders.get((ev.topic, ev.partition))
+        if leader is not None and leader.schedule is not None:
+            leader.schedule.stored(conn, ev.number)
 
     def gone(self, conn) -> None:
         for leader in self.leaders.values():

@@ -1,6 +1,6 @@
 """What a broker's client connection does for another broker of its cluster (issue 20): a `Hello` with the
 replica app id and the cluster secret makes it a replica connection, which may ask for a partition's records
-(`ReplicaFetch`) and say what it stored (`ReplicaStored`, `ReplicaTxStored`); no other connection may. Mixed
+(`ReplicaFetch`) and say what it stored (`ReplicaStored`, `ReplicaTxStored`, `ReplicaScheduled`); no other connection may. Mixed
 into the node's
 `ClientConnection`, which holds `broker` (with its `replication`), `fail`, `error` and `_welcome`."""
 
@@ -39,6 +39,12 @@ class ReplicaServing:
             self.broker.replication.tx_stored(self, ev)
 
 
+    def on_replica_scheduled(self, ev: p.ReplicaScheduled) -> None:
+        if self.replica:
+            self.broker.replication.schedule_stored(self, ev)
+
+
 REPLICA_HANDLERS = {p.ReplicaFetch: ReplicaServing.on_replica_fetch,
                     p.ReplicaStored: ReplicaServing.on_replica_stored,
-                    p.ReplicaTxStored: ReplicaServing.on_replica_tx_stored}
+                    p.ReplicaTxStored: ReplicaServing.on_replica_tx_stored,
+                    p.ReplicaScheduled: ReplicaServing.on_replica_scheduled}

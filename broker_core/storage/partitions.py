@@ -44,7 +44,7 @@ def adopt_legacy_folder(topic_dir: Path) -> bool:
     if not topic_dir.is_dir():
         return False
     entries = [e for e in topic_dir.iterdir() if not (e.is_dir() and e.name[:1] == "p" and e.name[1:].isdigit())
-               and e.name != SCHEDULE_FOLDER]  # the topic's delayed messages stay beside its partitions
+               and e.name.split(".")[0] != SCHEDULE_FOLDER]  # the topic's delayed messages stay beside its partitions
     if not entries:
         return False
     target = partition_dir(topic_dir, 0)

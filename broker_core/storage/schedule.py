@@ -89,6 +89,17 @@ class ScheduleStore(Protocol):
         """These entries were appended to the topic's log, durably: they leave the schedule."""
         ...
 
+    def snapshot_point(self) -> object:
+        """Where the store's entries end now (entries added later come after it)."""
+        ...
+
+    def read_pending(self, cursor, point, max_bytes: int,
+                     on_read: Callable[[list[list], object, BaseException | None], None]) -> None:
+        """The entries added before `point` from `cursor` on (None: the first), about `max_bytes` of them, as
+        [due_ms, app_id, received_ms, message array] (delivered ones too, while their files stay):
+        `on_read(entries, next cursor or None once the point is reached, exc)`, off the loop's thread."""
+        ...
+
     @property
     def count(self) -> int:
         """Entries scheduled and not delivered yet."""

@@ -44,6 +44,7 @@ from broker_core.storage.schedule import (
     unpack_index,
 )
 from broker_core.storage.schedule_index import SPLIT_AHEAD_MS, HourIndex
+from broker_core.storage.schedule_snapshot import read_log
 from broker_core.storage.store import RECORD_HEADER, StoreError, encode_record, scan_records
 
 log = logging.getLogger("broker_core.schedule_file")
@@ -67,6 +68,7 @@ class FileSchedule:
         self.owed: dict[int, int] = {}  # segment -> entries not delivered
         self.active = 1  # segment number
         self.active_size = 0
+        self.ends: dict[int, int] = {}  # segment -> its size, for those sealed by this process (schedule_snapshot)
         self._fds: dict[int, int] = {}  # open segment files (append)
         self._writes: list[tuple[int, bytes, list[tuple[int, bytes]]]] = []  # (segment, records, index entries)
         self._waiters: list[Callable] = []
@@ -197,9 +199,26 @@ class FileSchedule:
         self._writes.append((segment, b"".join(records), index))
         self._waiters.append(on_done)
         if pos >= self.segment_bytes:
+            self.ends[segment] = pos
             self.active, self.active_size = segment + 1, 0
         self._kick()
         return entries
+
+    def snapshot_point(self) -> tuple[int, int]:
+        """Where the schedule log ends now (for `read_pending`)."""
+        return self.active, self.active_size
+
+    def read_pending(self, cursor, point, max_bytes: int, on_read) -> None:
+        """The log's entries from `cursor` (None: its start) up to `point`, about `max_bytes` of them:
+        `on_read(entries, next cursor or None at the point, exc)` on the loop (`schedule_snapshot.read_log`)."""
+        def job() -> None:
+            try:
+                entries, nxt = read_log(self.dir, cursor or (1, 0), point, max_bytes, dict(self.ends))
+            except OSError as exc:
+                self.notify(on_read, [], cursor, exc)
+                return
+            self.notify(on_read, entries, nxt, None)
+        self.executor.submit(job)
 
     def load(self, bucket: int, on_loaded) -> None:
         self.executor.submit(self._load_job, bucket, on_loaded)
@@ -282,6 +301,7 @@ class FileSchedule:
                 self._drop_buckets.append(bucket)
         if not self.owed.get(self.active) and self.active_size and not self._writes:
             self._drop_segments.append(self.active)  # all delivered: sealed, so it goes
+            self.ends[self.active] = self.active_size
             self.active, self.active_size = self.active + 1, 0
         if self._writes or self._done or self._drop_buckets or self._drop_segments:
             self._kick()

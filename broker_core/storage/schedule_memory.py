@@ -42,6 +42,15 @@ class MemorySchedule:
         self.notify(on_done, None)
         return out
 
+    def snapshot_point(self) -> int:
+        return self._next_ref + 1
+
+    def read_pending(self, cursor, point, max_bytes: int, on_read) -> None:
+        """Every entry added before `point`, at once (they are in memory anyway)."""
+        held = sorted((e for bucket in self.entries.values() for e in bucket.values() if e.ref < point),
+                      key=lambda e: e.ref)
+        self.notify(on_read, [[e.due_ms, e.app_id, e.received_ms, e.fields] for e in held], None, None)
+
     def load(self, bucket: int, on_loaded) -> None:
         self.notify(on_loaded, list(self.entries.get(bucket, {}).values()))
 

@@ -39,6 +39,8 @@ KINDS = {
     "ReplicaLog": (44, "server", ("topic", "partition", "first_seq", "count", "groups", "record")),
     "ReplicaTx": (45, "server", ("topic", "partition", "ops")),
     "ReplicaTxStored": (46, "client", ("topic", "partition", "number")),
+    "ReplicaSchedule": (47, "server", ("topic", "partition", "ops")),
+    "ReplicaScheduled": (48, "client", ("topic", "partition", "number")),
 }
 
 # the message array ["m1", "x", nil, nil, {}, b"b", 0, 0, 0, 0]: fixarray 10, fixstr, fixstr, nil, nil, fixmap 0,
@@ -85,6 +87,9 @@ FRAMES = [
     (p.ReplicaTx("t", 0, [["end", 7, "m1", True, ["g"], 5, "p", 1]]), "2d 00000016",
      "93 a1 74 00 91 98 a3 656e64 07 a2 6d31 c3 91 a1 67 05 a1 70 01"),
     (p.ReplicaTxStored("t", 0, 3), "2e 00000005", "93 a1 74 00 03"),
+    # delivered through due time 5
+    (p.ReplicaSchedule("t", 0, [["through", 5]]), "2f 0000000f", "93 a1 74 00 91 92 a7 7468726f756768 05"),
+    (p.ReplicaScheduled("t", 0, 2), "30 00000005", "93 a1 74 00 02"),
 ]
 
 

@@ -11,9 +11,7 @@ import signal
 
 import pytest
 
-from broker_core import protocol as p
 from broker_core.client import Producer
-from broker_core.client.errors import BrokerError
 from broker_core.storage.store import KIND_BATCH, KIND_FINISH, batch_record_seq, encode_record
 from tests.broker.conftest import wait_for
 from tests.broker.test_failover import SECRET_VAR, state
@@ -62,18 +60,3 @@ def test_new_partitions_are_left_to_their_preferred_replicas_while_brokers_start
     late.start()  # (before this change the first broker had taken the other partition too)
     wait_for(lambda: state(cluster, 1)["leader_epoch"] >= 1, 20, "the other partition elected")
     assert {pid: state(cluster, pid)["leader"] for pid in preferred} == preferred
-
-
-def test_delayed_messages_are_refused_on_a_replicated_topic_until_they_are_replicated(cluster):
-    """A delayed message waits in the schedule of the broker that took it (not replicated yet): on a topic placed
-    with two replicas it is refused with what to do, and nothing is scheduled (it would be lost with that broker's
-    disk once acknowledged). Messages without delay on the same topic are taken."""
-    leader, follower = replicated(cluster, min_insync=1)
-    wait_for(lambda: in_sync(leader) == 2, 20, "the follower in sync")
-    with Producer(**cluster.client_kwargs(send_timeout=20)) as producer:
-        with pytest.raises(BrokerError) as refused:
-            producer.send("orders", b"later", delay=30)
-        assert refused.value.code == p.E_DELAY_NOT_SUPPORTED and "not replicated yet" in str(refused.value) \
-            and "replication factor 1" in str(refused.value)
-        assert producer.send("orders", b"now")
-    assert leader.stats()["topics"]["orders"]["scheduled"] == 0, "nothing scheduled"

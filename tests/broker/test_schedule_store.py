@@ -147,3 +147,44 @@ def test_far_entries_are_indexed_by_hour_and_split_into_minutes_before_their_hou
         assert last.buckets == buckets_before and last.count == 600, "entries indexed twice count once"
         entries = _all_entries(last)
         assert len(entries) == 600 and {e.fields[p.M_ID]: e.due_ms for e in entries} == due_of
+
+
+def _read_all(store: FileSchedule, point, chunk: int) -> list:
+    """Every entry `read_pending` hands out up to `point`, a chunk at a time (as a leader's snapshot reads)."""
+    out, cursor, reads = [], None, 0
+    got: list = []
+    while True:
+        store.read_pending(cursor, point, chunk, lambda *answer: got.append(answer))
+        wait_for(lambda n=reads: len(got) > n, 10, "a read")
+        entries, nxt, exc = got[reads]
+        assert exc is None
+        out.extend(entries)
+        reads += 1
+        if nxt is None:
+            return out
+        assert nxt != cursor or entries, "a read below the point that moves nothing (all is written here)"
+        cursor = nxt
+        assert reads < 1000
+
+
+def test_a_snapshot_reads_the_log_in_order_up_to_its_point_across_segments_some_deleted(tmp_path):
+    """What a replicated topic's leader sends a follower that rejoins (replication/schedule_sync.py): the schedule
+    log read from its start in chunks smaller than a segment, in the order the entries were added, skipping the
+    segments deleted once delivered, and nothing added after the point."""
+    with ThreadPoolExecutor(2) as executor:
+        store = _open(tmp_path / "schedule", executor)
+        due_of = _schedule(store, 90)
+        first = [e for e in _all_entries(store) if e.ref[0] == 1]
+        store.delivered(first)  # every entry of the first segment: it goes
+        wait_for(lambda: not store.busy, 10, "the done entries written")
+        store.tick(time.monotonic())
+        wait_for(lambda: not store.busy, 10, "the delivered segments deleted")
+        assert not (tmp_path / "schedule" / "0000000001.slog").exists()
+        point = store.snapshot_point()
+        _schedule(store, 10)  # after the point: sent to a follower as they come, not in its snapshot
+        read = _read_all(store, point, chunk=400)
+    ids = [fields[p.M_ID] for _, _, _, fields in read]
+    assert ids == sorted(ids) and len(ids) == len(set(ids)), "in the order added, each once"
+    left = set(due_of) - {e.fields[p.M_ID] for e in first}
+    assert first and set(ids) == left, "every entry of the segments left, none after the point"
+    assert all(due == due_of[fields[p.M_ID]] and app == "app" for due, app, _, fields in read)

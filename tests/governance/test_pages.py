@@ -42,7 +42,7 @@ def test_topic_pages_show_route_and_zookeeper_as_read_now(client, people, topic,
     assert 'data-testid="sync-topic">pending<' in page and "read from ZooKeeper just now" in page
 
 
-def test_topic_page_shows_partitions_and_replicas_and_that_replicated_topics_refuse_delays(client, people, topic):
+def test_topic_page_shows_partitions_and_replicas_and_where_a_replicated_topics_delays_wait(client, people, topic):
     as_user(client, people.auditor)
     page = client.get(f"/topics/{topic.pk}/").content.decode()
     assert 'data-testid="placement-size">1 / 1' in page and 'data-testid="replicated-note"' not in page
@@ -50,7 +50,7 @@ def test_topic_page_shows_partitions_and_replicas_and_that_replicated_topics_ref
     topic.save()
     page = client.get(f"/topics/{topic.pk}/").content.decode()
     assert 'data-testid="placement-size">1 / 2' in page
-    assert 'data-testid="replicated-note"' in page and "refuse delayed messages" in page
+    assert 'data-testid="replicated-note"' in page and "kept by the replicas of partition 0" in page
 
 
 def test_auditor_gets_no_forms(client, people, topic):
