@@ -32,6 +32,7 @@ from broker_core.tracing.sink import TraceSink
 
 log = logging.getLogger("broker_core.delayed")
 
+
 class ScheduleNotLed(Exception):
     """A delayed publish sent to a broker that keeps only a follower's copy of the topic's schedule."""
 
@@ -277,18 +278,19 @@ class DelayedMessages:
         self._out[token] = entries[0].due_ms
 
         def reply(exc: BaseException | None, first_seq: int, count: int) -> None:
-            self._out.pop(token, None)
-            if exc is not None:
+            if exc is not None:  # (still counted out until it is back in the heap: settled_through)
                 log.error("topic %s: appending %d due messages failed (retried in %.0fs): %s", self.topic,
                           len(entries), self.retry_s, exc)
-                self.call_later(self.retry_s, self._retry, entries)
+                self.call_later(self.retry_s, self._retry, entries, token)
                 return
+            self._out.pop(token, None)
             self.delivered += len(entries)
             self._finished(entries)
 
         self.publish(entries[0].app_id, arrays, sum(len(a[M_BODY]) for a in arrays), reply)
 
-    def _retry(self, entries: list[Scheduled]) -> None:
+    def _retry(self, entries: list[Scheduled], token: int) -> None:
+        self._out.pop(token, None)
         for e in entries:
             heapq.heappush(self._ready, e)
         self._arm()

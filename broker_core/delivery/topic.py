@@ -405,7 +405,8 @@ class Topic:
             "tx": {"prepared": len(self.store.prepared), "prepared_total": self.tx_prepared,
                    "committed": self.tx_committed, "rolled_back": self.tx_rolled_back},
             "redriven": self.redriven,
-            "scheduled": self.delayed.count if self.delayed is not None else 0,
+            # (a follower's copy of a replicated topic's schedule: 0 here, so that sums over brokers count each once)
+            "scheduled": self.delayed.count if self.delayed is not None and not self.delayed.passive else 0,
             "delayed": self.delayed.stats() if self.delayed is not None else None,
             "store": self.store.stats(),
             "groups": {name: g.stats() for name, g in sorted(self.groups.items())},
