@@ -165,9 +165,9 @@ def stop_brokers(procs: list[subprocess.Popen], timeout: float = 30) -> None:
         proc.wait(timeout=timeout)
 
 
-def broker_stats() -> dict:
-    """The bench broker's /stats (behind its admin token, which it got from the environment)."""
-    request = urllib.request.Request(f"http://127.0.0.1:{BROKER_PORT + 1}/stats",
+def broker_stats(port: int = BROKER_PORT) -> dict:
+    """The /stats of the bench broker on `port` (behind its admin token, which it got from the environment)."""
+    request = urllib.request.Request(f"http://127.0.0.1:{port + 1}/stats",
                                      headers={"Authorization": f"Bearer {ADMIN_TOKEN}"})
     with urllib.request.urlopen(request, timeout=5) as r:
         return json.loads(r.read())
