@@ -11,6 +11,10 @@ leader sends those and the follower gets every new batch from then on (`Partitio
 
 A segment deleted meanwhile (every group finished it) is skipped: the follower moves on past it, as it does when
 the leader's first batch starts past its next seq.
+
+What the leader's groups finished while the follower was away reached it as no `ReplicaAcks` (those go to the
+replicas connected then): once a segment's batches are sent, its ack file follows (`send_finished`), so a failover
+after the follower's return does not deliver again everything acknowledged meanwhile.
 """
 
 from __future__ import annotations
@@ -22,13 +26,14 @@ from collections.abc import Callable
 
 from broker_core import protocol as p
 from broker_core.storage.file_reader import iter_file_records
-from broker_core.storage.store import KIND_BATCH, KIND_COMMIT, KIND_PREPARED, KIND_ROLLBACK
+from broker_core.storage.store import KIND_BATCH, KIND_COMMIT, KIND_FINISH, KIND_PREPARED, KIND_ROLLBACK
 
 log = logging.getLogger("broker_core.replication")
 
 CHUNK_BYTES = 1024 * 1024  # log bytes read per step
 OUT_BYTES = 4 * 1024 * 1024  # sent and not yet taken by the follower: no more is read until it is less
 BATCHES_PER_FRAME = 64
+SEQS_PER_FRAME = 10_000  # of a ReplicaAcks frame
 WAIT_S = 0.01  # before the next step, while the connection has no room or the files lag the memory
 GAP_WAIT_S = 1.0  # the files holding nothing more below the memory's start for this long: on to the memory
 
@@ -43,7 +48,8 @@ class CatchUp:
         self.next_seq = from_seq
         self.memory_start = memory_start  # the first seq the leader holds in memory now (its next seq when none)
         self.done = done
-        self.sent_batches = self.read_bytes = 0
+        self.sent_batches = self.read_bytes = self.sent_finished = 0
+        self.finished_sent: set[int] = set()  # bases of the segments whose ack files were sent
         self.stopped = False
         self._handle: asyncio.Handle | None = None
         self._cursor: tuple[int, int] | None = None  # (segment base, offset) where the next read starts
@@ -120,9 +126,12 @@ class CatchUp:
         if used:
             self._cursor = (seg.base, offset + used)
             return out
-        if i + 1 < len(segments):  # the end of a sealed segment: on to the next one
+        if i + 1 < len(segments):  # the end of a sealed segment: its acks (after its batches), on to the next one
+            self.sent_batches += send_in_order(self.conn, self.topic, self.partition, out, 0)
+            self.sent_finished += send_finished(self.conn, self.topic, self.partition, seg)
+            self.finished_sent.add(seg.base)
             self._cursor = (segments[i + 1].base, 0)
-            return out
+            return []
         return None  # the end of the active segment: what follows is still being written
 
     def _place(self, segments: list) -> tuple[int, int]:
@@ -163,6 +172,19 @@ def send_in_order(conn, topic: str, partition: int, entries: list, next_seq: int
             ops.append(entry)
             sent += 1
     flush()
+    return sent
+
+
+def send_finished(conn, topic: str, partition: int, segment) -> int:
+    """What the leader's groups finished of a segment, as its ack file holds it, to a follower (`ReplicaAcks`; one
+    finishes what it holds and still owes). Returns how many (seq, group) finishes were sent."""
+    sent = 0
+    for _, _, kind, payload in iter_file_records(segment.ack_path, 0):  # (none: deleted meanwhile)
+        if kind == KIND_FINISH:
+            group, seqs = payload[0], payload[1]
+            for i in range(0, len(seqs), SEQS_PER_FRAME):
+                conn.send(p.ReplicaAcks(topic, partition, group, seqs[i:i + SEQS_PER_FRAME]))
+            sent += len(seqs)
     return sent
 
 

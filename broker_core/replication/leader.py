@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 from broker_core import protocol as p
 from broker_core.protocol import M_BODY
-from broker_core.replication.catch_up import CatchUp, send_in_order
+from broker_core.replication.catch_up import CatchUp, send_finished, send_in_order
 
 log = logging.getLogger("broker_core.replication")
 
@@ -282,8 +282,9 @@ class PartitionLeader:
         self.catching_up.clear()
 
     def finished(self, group: str, seqs: list[int]) -> None:
-        """The group finished these seqs here: sent to the followers at the next tick (`ReplicaAcks`)."""
-        if self.followers and not self.deposed:
+        """The group finished these seqs here: sent to the followers (and those catching up) at the next tick
+        (`ReplicaAcks`)."""
+        if (self.followers or self.catching_up) and not self.deposed:
             self.finished_out.setdefault(group, []).extend(seqs)
 
     def _send_acks(self) -> None:
@@ -291,8 +292,8 @@ class PartitionLeader:
         for group, seqs in out.items():
             for i in range(0, len(seqs), 10_000):
                 frame = p.ReplicaAcks(self.topic, self.partition, group, seqs[i:i + 10_000])
-                for f in self.followers.values():
-                    f.conn.send(frame)
+                for conn in [f.conn for f in self.followers.values()] + [c.conn for c in self.catching_up.values()]:
+                    conn.send(frame)
             self.acks_sent += len(seqs)
 
     def tick(self, now: float) -> None:
@@ -364,11 +365,17 @@ class PartitionLeader:
 
     def _caught_up(self, conn, from_seq: int, next_seq: int) -> None:
         """The follower got what the files hold (or needed none of it): the batches in memory from `next_seq` on,
-        then every new one."""
-        self.catching_up.pop(id(conn), None)
+        then every new one; then what the groups finished of the segments it got (their ack files) that the catch-up
+        did not send."""
+        catching = self.catching_up.pop(id(conn), None)
         if self.deposed or getattr(conn, "closed", False):
             return
         batches = send_in_order(conn, self.topic, self.partition, list(self.recent), next_seq)
+        sent = catching.finished_sent if catching is not None else set()
+        segments = [s for s in getattr(self.store, "segments", ()) if not s.deleted]
+        for seg, after in zip(segments, segments[1:] + [None], strict=True):
+            if seg.base not in sent and (after is None or after.base > from_seq):
+                send_finished(conn, self.topic, self.partition, seg)
         last = self.store.next_seq - 1
         self.fed[conn.client_id] = max(self.fed.get(conn.client_id, 0), last)
         f = self.followers[id(conn)] = _Follower(conn, from_seq - 1, last)
