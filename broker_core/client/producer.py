@@ -100,6 +100,9 @@ class AsyncProducer(TransactionSending):
         self._links: dict[str, _Link] = {}  # by cluster (its connect string)
         self._topic_links: dict[str, _Link] = {}  # topic -> the link of the cluster its route sends to now
         self._starting: dict[str, asyncio.Task] = {}
+        # sends waiting for their topic's link, per topic, and the last of them: later sends queue behind them
+        self._waiting_link: dict[str, int] = {}
+        self._last_waiting: dict[str, asyncio.Future] = {}
         self._checks: dict[str, CheckSessions] = {}  # by cluster, with a check listener
         self._extra: dict[BrokerAddress, BrokerConnection] = {}  # opened to end a transaction elsewhere
         self._closing: set[asyncio.Task] = set()
@@ -124,6 +127,22 @@ class AsyncProducer(TransactionSending):
             task = self._starting[topic] = asyncio.get_running_loop().create_task(self._start_topic(topic))
             task.add_done_callback(lambda _t: self._starting.pop(topic, None))
         return await asyncio.shield(task)
+
+    async def _link_in_order(self, topic: str) -> _Link:
+        """`_link`, for a send: behind every send of the topic still waiting for it, so that messages are queued
+        in the order they were sent. (Sends waiting for the first link wake up one loop turn after it is made;
+        a send made in that turn found the link and was queued first: a key's messages swapped.)"""
+        loop = asyncio.get_running_loop()
+        before, mine = self._last_waiting.get(topic), loop.create_future()
+        self._last_waiting[topic] = mine
+        self._waiting_link[topic] = self._waiting_link.get(topic, 0) + 1
+        try:
+            if before is not None and not before.done():
+                await before
+            return await self._link(topic)
+        finally:
+            self._waiting_link[topic] -= 1
+            mine.set_result(None)  # the next one goes on after this one queued its message (same loop step)
 
     async def _start_topic(self, topic: str) -> _Link:
         loop = asyncio.get_running_loop()
@@ -218,8 +237,8 @@ class AsyncProducer(TransactionSending):
         """Store one message; returns its id once the broker acknowledged it. `fields` are those of
         `send_nowait` (message_type, key, business_id, headers, ttl_ms, delivery_limit, message_id, delay,
         deliver_at: see "Delayed messages" above)."""
-        if topic not in self._topic_links:
-            await self._link(topic)
+        if topic not in self._topic_links or self._waiting_link.get(topic):
+            await self._link_in_order(topic)
         return await self.send_nowait(topic, body, **fields)
 
     def conn_args(self) -> dict:
@@ -291,7 +310,9 @@ class AsyncProducer(TransactionSending):
         if not arrays:
             return []
         ids = [a[p.M_ID] for a in arrays]
-        link = self._topic_links.get(topic) or await self._link(topic)
+        link = self._topic_links.get(topic)
+        if link is None or self._waiting_link.get(topic):
+            link = await self._link_in_order(topic)
         future = asyncio.get_running_loop().create_future()
         link.submit(topic, arrays, _Waiter(future, len(arrays), ids))
         return await future
