@@ -272,14 +272,14 @@ class _Link:
     def _conn_for(self, topic: str, partition: int | None) -> BrokerConnection | None:
         """The open connection a batch goes through now (None: one is being opened; the flush comes again)."""
         leader = self.placements.get(topic, {}).get(partition) if partition is not None else None
+        own = self.leaders.get(leader) if leader is not None else None
+        if own is not None and own.is_open:  # (kept once made: batches over two connections could swap)
+            return own
         conn = self.conn
         if leader is None or (conn is not None and conn.is_open and conn.address.node_id == leader):
             if conn is None or not conn.is_open:
                 self._ensure_connecting()
                 return None
-            return conn
-        conn = self.leaders.get(leader)
-        if conn is not None and conn.is_open:
             return conn
         task = self._leader_connecting.get(leader)
         if task is None or task.done():
