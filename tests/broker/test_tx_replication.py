@@ -108,4 +108,6 @@ def test_a_prepare_is_acknowledged_only_once_the_follower_holds_it(cluster):
             follower.kill(signal.SIGCONT)
         prepared = frozen.result(timeout=20)
     lose_leader(cluster, leader, follower)
-    assert states(follower, [prepared.message_id]) == {prepared.message_id: "prepared"}
+    # (ZooKeeper names the new leader a moment before it has opened the partition as its own)
+    wait_for(lambda: states(follower, [prepared.message_id]) == {prepared.message_id: "prepared"}, 20,
+             "the new leader holding the prepared message")
