@@ -20,10 +20,8 @@ import argparse
 import json
 import os
 import random
-import shutil
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -38,6 +36,7 @@ from bench.broker_bench import (  # noqa: E402
     SECRET,
     STATE,
     bench_chroot,
+    bench_workdir,
     broker_stats,
     hold_bench_lock,
     start_broker,
@@ -105,11 +104,11 @@ def main() -> int:
     lock = hold_bench_lock()  # noqa: F841  (held until the process ends)
     nodes = ["bench-b0", "bench-b1"]
     rng = random.Random(20)
-    with bench_chroot("sy-delay-replication-bench", topics=(), min_insync=1) as (zk, pv):
+    with bench_chroot("sy-delay-replication-bench", topics=(), min_insync=1) as (zk, pv), \
+            bench_workdir("delay-replication-") as workdir:
         pv.topic(TOPIC, replication_factor=2)
         pv.grant(TOPIC, APP)
         pv.placement(TOPIC, 1, 2, nodes)
-        workdir = Path(tempfile.mkdtemp(prefix="delay-replication-", dir=STATE))
         secret = workdir / "cluster-secret"
         secret.write_text(uuid.uuid4().hex + uuid.uuid4().hex)
         secret.chmod(0o600)
@@ -143,7 +142,6 @@ def main() -> int:
             for proc in brokers.values():
                 proc.terminate()
                 proc.wait(timeout=60)
-            shutil.rmtree(workdir, ignore_errors=True)
     delayed, plain = statistics.median(rates[True]), statistics.median(rates[False])
     scheduled = args.messages * args.rounds
     print(f"delay replication bench: 2 brokers, 1 partition, replication factor 2, min_insync 1, fsync batch, "
