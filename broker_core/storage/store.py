@@ -256,7 +256,7 @@ class TopicStore(Protocol):
 
     durable: bool
     # the encoded record of the last `append` as it goes to the log (None if it failed, or for a level that
-    # encodes none): a trace sink ships it as it is rather than taking its messages' values one by one
+    # encodes none): a partition's leader sends it to its followers as it is (replication/leader.py)
     last_batch: bytes | None
 
     def recover(self) -> list[tuple[StoredMessage, tuple[str, ...]]]:

@@ -1,13 +1,13 @@
 """A trace sink that writes from a child process, so writing trace files never holds the broker's GIL.
 
 The broker side (`ProcessTraceSink`) adds records to a RecordBuffer and writes them to the child's stdin
-through a non-blocking pipe (made 1 MiB where the system allows; `PipeWriter`), as a frame: the lengths of
-its two parts (4 bytes big-endian each), the records as msgpack (records.pack: plain lists, an explicit
-layout, no pickle), then the store's encoded batch records they hold, written as they are (os.writev: no copy). It ships `ship_interval_s` after a first record, and at once (on the next loop turn) when
-`ship_records` records or `ship_bytes` of store records are waiting: each shipment is a short step of the
-event loop, not one long one. The broker builds no Arrow array and decodes no record: that is the child's
-work. Tracing never blocks the broker: when the child is more than `max_buffer_bytes` behind, the
-records are dropped and their events counted in `dropped`.
+through a non-blocking pipe (made 1 MiB where the system allows; `PipeWriter`), as a frame: its length (4
+bytes big-endian), then the records as msgpack (records.pack: plain lists, an explicit layout, no pickle).
+It ships `ship_interval_s` after a first record, and at once (on the next loop turn) when `ship_records`
+records or `ship_messages` messages' events are waiting: each shipment is a short step of the event loop,
+not one long one. The broker builds no Arrow array: that is the child's work. Tracing never blocks the
+broker: when the child is more than `max_buffer_bytes` behind, the records are dropped and their events
+counted in `dropped`.
 
 The child (`python -m broker_core.tracing.process DIR NODE_ID CLUSTER [NICE] [ROLL_BYTES] [ROLL_SECONDS]`,
 at a lower priority: `nice`, default 10) makes the frames waiting in the pipe (up to BATCH_BYTES of them;
@@ -36,20 +36,19 @@ from broker_core.tracing.writer import TraceFileWriter
 
 log = logging.getLogger("broker_core.trace")
 
-HEAD = struct.Struct(">II")  # the lengths of a frame's msgpack and of the encoded records after it
+HEAD = struct.Struct(">I")  # the length of a frame's msgpack
 PIPE_BYTES = 1024 * 1024
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux
-# store bytes that make the sink ship at once: the child's fixed costs of a frame (about half a millisecond)
-# paid once per ~4,000 messages of 1 KiB, not per ~1,000
-SHIP_BYTES = 4 * PIPE_BYTES
+# events that make the sink ship at once (a shipment of this many is about 0.5 MiB of msgpack at most)
+SHIP_MESSAGES = 32768
 IOV_MAX = 1024  # parts per writev (Linux's limit)
 BATCH_BYTES = 8 * PIPE_BYTES  # the child decodes the frames waiting, up to this many bytes of them, as one batch
 
 
 def frame_parts(records: Records) -> list[bytes]:
     """Records as the child reads them, in parts to be written one after the other."""
-    meta, raw = pack(records)
-    return [HEAD.pack(len(meta), sum(map(len, raw))), meta, *raw]
+    packed = pack(records)
+    return [HEAD.pack(len(packed)), packed]
 
 
 def frame(records: Records) -> bytes:
@@ -135,10 +134,10 @@ class PipeWriter:
 
 class ProcessTraceSink:
     def __init__(self, directory: Path, *, node_id: str, cluster: str, ship_interval_s: float = 0.2,
-                 ship_records: int = 256, ship_bytes: int = SHIP_BYTES, max_buffer_bytes: int = 64 * 1024 * 1024,
+                 ship_records: int = 256, ship_messages: int = SHIP_MESSAGES, max_buffer_bytes: int = 64 * 1024 * 1024,
                  nice: int = 10, roll_bytes: int | None = None, roll_s: float | None = None):
         self.ship_interval_s = ship_interval_s
-        self.ship_records, self.ship_bytes = ship_records, ship_bytes
+        self.ship_records, self.ship_messages = ship_records, ship_messages
         self.max_buffer_bytes = max_buffer_bytes
         self.dropped = 0
         self._buffer = RecordBuffer()
@@ -181,7 +180,7 @@ class ProcessTraceSink:
             self._scheduled = True
             self.loop.call_later(self.ship_interval_s, self._timer)
         buffer = self._buffer
-        if not self._soon and (buffer.records >= self.ship_records or buffer.encoded_bytes >= self.ship_bytes):
+        if not self._soon and (buffer.records >= self.ship_records or buffer.events >= self.ship_messages):
             self._soon = True
             self.loop.call_soon(self._ship_soon)
 
@@ -237,12 +236,11 @@ def _read_frame(fd: int) -> tuple[Records, int] | None:
     head = _read_exactly(fd, HEAD.size)
     if head is None:
         return None
-    meta_size, raw_size = HEAD.unpack(head)
-    meta = _read_exactly(fd, meta_size)
-    raw = None if meta is None else _read_exactly(fd, raw_size)
-    if raw is None:
+    size = HEAD.unpack(head)[0]
+    packed = _read_exactly(fd, size)
+    if packed is None:
         return None
-    return unpack(meta, raw), HEAD.size + meta_size + raw_size
+    return unpack(packed), HEAD.size + size
 
 
 def _waiting(fd: int) -> bool:
@@ -261,7 +259,7 @@ def joined(shipments: list[Records]) -> list[Records]:
     return [run[0] if len(run) == 1 else
             Records(run[0].first, *(_chained(run, field) for field in ("scalars", "counts", "refs")),
                     [list(chain.from_iterable(r.parts[c] for r in run)) for c in range(len(run[0].parts))],
-                    _chained(run, "seqs"), _chained(run, "encoded"))
+                    _chained(run, "seqs"))
             for run in runs]
 
 

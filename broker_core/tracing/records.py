@@ -3,12 +3,14 @@
 into msgpack for the trace process, and a `Decoder` (in the trace process) into one Arrow record batch of
 schema.wire_schema(); `take()` does both at once (for a writer in the same process).
 
-The broker does as little per message as it can; the trace process does the rest:
-- a publish batch the file store encoded (`TopicStore.last_batch`: the log record as it goes to disk)
-  ships as those bytes, with its first seq; the Decoder takes its messages' ids, types, keys, business
-  ids and body sizes from them. Without such bytes (the memory level, `prepared`, a single `emit`) the
-  buffer takes them from the messages when the record is emitted, as plain lists (C-level passes), or as
-  a `Run` when they are all the same;
+The broker does as little per message as it can, and ships no message's bytes; the trace process does the
+rest:
+- a publish batch ships its first seq and its messages' ids, types, keys and business ids, each column
+  taken from the messages when the record is emitted in C-level passes: one text joined by NUL (`Joined`)
+  when they are strings, a `Run` when they are all the same, else a plain list; and the body sizes (a
+  `Run` when all are equal). (Shipping the store's encoded record instead, for the trace process to
+  decode, costs the broker more: its kilobyte per message through the pipe cost more CPU than taking the
+  values, bench/broker_trace_ratio.py);
 - a publish batch's `stored` record names its `published` record (the handle `emit_messages` returned);
 - a delivery or ack frame whose seqs lie within published records still nameable ships its seqs (its first
   seq and count when they are one run in order, else int64 bytes) and attempts only; the Decoder turns the seqs into runs of (record, offset, count) of those
@@ -33,11 +35,10 @@ import numpy as np
 import pyarrow as pa
 
 from broker_core.protocol import M_BODY, M_BUSINESS_ID, M_ID, M_KEY, M_TYPE
-from broker_core.storage.store import RECORD_HEADER
 from broker_core.tracing.schema import MESSAGE_VALUES, RECORD_VALUES, RUN_TYPE, SIZED, wire_schema
 
 NAMEABLE_TAKES = 16  # a record may name records of its own batch and of the 15 taken before it
-_NO_VALUES = (None,) * len(MESSAGE_VALUES)  # a record naming its messages, or whose bytes hold them
+_NO_VALUES = (None,) * len(MESSAGE_VALUES)  # a record naming the messages of another
 _FRAMED = (None, None, None, None)  # a frame naming its messages: their attempts only
 _FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
 
@@ -58,8 +59,7 @@ class RecordBuffer:
         self._refs: list = []  # per record: None or its runs as (record, offset, count) tuples
         self._parts: list = []  # per record: one part per MESSAGE_VALUES column (turned into columns at take)
         self._seqs: list = []  # per record: None, a published batch's first seq, or a frame's seqs (int64 bytes)
-        self._encoded: list = []  # per record: None or the store's encoded batch record
-        self.encoded_bytes = 0  # the length of the encoded records since the last take
+        self.events = 0  # the events of the records since the last take
 
     @property
     def records(self) -> int:
@@ -75,7 +75,7 @@ class RecordBuffer:
                   [[message_id], Run(message_type, 1), _one(key), _one(business_id), _one(attempt), _one(size)])
 
     def emit_messages(self, event: str, topic: str, messages: list, *, app_id=None, client_host=None, ts_us=None,
-                      same_as=None, encoded: bytes | None = None) -> int | None:
+                      same_as=None) -> int | None:
         n = len(messages)
         if not n:
             return None
@@ -89,11 +89,7 @@ class RecordBuffer:
             self._add(scalars, n, message_parts([m.fields for m in messages], sized))
             return number
         first_seq = messages[0].seq  # a batch's seqs follow each other (the store appends it whole)
-        if encoded is not None:  # its messages' values are the trace process's work
-            self._add(scalars, n, _NO_VALUES, None, first_seq, encoded)
-            self.encoded_bytes += len(encoded)
-        else:
-            self._add(scalars, n, message_parts([m.fields for m in messages], sized), None, first_seq)
+        self._add(scalars, n, message_parts([m.fields for m in messages], sized), None, first_seq)
         _add_run(self._runs, topic, first_seq, n, number)
         return number
 
@@ -131,13 +127,13 @@ class RecordBuffer:
         else:
             self._add(scalars, n, [*_FRAMED, _attempts(attempts), None], None, struct.pack(f"<{n}q", *seqs))
 
-    def _add(self, scalars: tuple, n: int, parts, runs: list | None = None, seqs=None, encoded=None) -> None:
+    def _add(self, scalars: tuple, n: int, parts, runs: list | None = None, seqs=None) -> None:
         self._scalars.append(scalars)
         self._counts.append(n)
+        self.events += n
         self._refs.append(runs)
         self._parts.append(parts)
         self._seqs.append(seqs)
-        self._encoded.append(encoded)
 
     def _nameable(self, topic: str, low: int, high: int) -> bool:
         """Whether every seq from `low` to `high` is a message of a nameable published record (the runs
@@ -169,7 +165,7 @@ class RecordBuffer:
         if not k:
             return None
         parts = [list(column) for column in zip(*self._parts, strict=True)]
-        records = Records(self._first, self._scalars, self._counts, self._refs, parts, self._seqs, self._encoded)
+        records = Records(self._first, self._scalars, self._counts, self._refs, parts, self._seqs)
         self._taken.append(self._first)
         self._restart(self._taken[0], self._first + k)
         return records
@@ -222,7 +218,7 @@ class Records(NamedTuple):
     its message count and its refs (None, or (record, offset, count) runs); per MESSAGE_VALUES column one
     part per record: None (all null, or values the Decoder fills in), a list of its messages' values, a Run,
     or Joined; and per record its seqs (None; a published record's first seq; a frame's seqs for the Decoder
-    to name: [first, count] when they are one run in order, else little-endian int64 bytes) and its encoded batch record (None, or the store's bytes)."""
+    to name: [first, count] when they are one run in order, else little-endian int64 bytes)."""
 
     first: int
     scalars: list
@@ -230,51 +226,37 @@ class Records(NamedTuple):
     refs: list
     parts: list
     seqs: list
-    encoded: list
 
 
-def pack(records: Records) -> tuple[bytes, list[bytes]]:
-    """Records as msgpack (an array of the seven fields, a Run as the map {"v": value, "n": count}, Joined as
-    {"j": text, "n": count}; a value msgpack cannot hold (a UUID) as its str(); an encoded batch record as
-    its length) and the encoded batch records themselves, to be sent after it as they are (not copied)."""
+def pack(records: Records) -> bytes:
+    """Records as msgpack: an array of the six fields, a Run as the map {"v": value, "n": count}, Joined as
+    {"j": text, "n": count}; a value msgpack cannot hold (a UUID) as its str()."""
     parts = [[{"v": p.value, "n": p.n} if type(p) is Run else {"j": p.text, "n": p.n} if type(p) is Joined else p
               for p in column] for column in records.parts]
-    raw = [e for e in records.encoded if e is not None]
-    lengths = [None if e is None else len(e) for e in records.encoded] if raw else records.encoded
-    meta = msgpack.packb([records.first, records.scalars, records.counts, records.refs, parts, records.seqs,
-                          lengths], use_bin_type=True, default=str)
-    return meta, raw
+    return msgpack.packb([records.first, records.scalars, records.counts, records.refs, parts, records.seqs],
+                         use_bin_type=True, default=str)
 
 
-def unpack(meta: bytes, raw: bytes = b"") -> Records:
-    """pack's msgpack and the encoded batch records after it (joined) as Records."""
-    first, scalars, counts, refs, parts, seqs, lengths = msgpack.unpackb(meta, raw=False)
-    encoded, at, view = [], 0, memoryview(raw)
-    for n in lengths:
-        encoded.append(None if n is None else view[at:at + n])
-        at += n or 0
+def unpack(packed: bytes) -> Records:
+    """pack's msgpack as Records."""
+    first, scalars, counts, refs, parts, seqs = msgpack.unpackb(packed, raw=False)
     return Records(first, scalars, counts, refs,
                    [[p if type(p) is not dict else Run(p["v"], p["n"]) if "v" in p else Joined(p["j"], p["n"])
-                     for p in column] for column in parts], seqs, encoded)
+                     for p in column] for column in parts], seqs)
 
 
 class Decoder:
     """The trace process's side: shipped records as Arrow record batches, in the order they were taken. It
-    fills in the values of records shipped as the store's bytes and names the messages of frames shipped as
-    seqs, from the published seq runs of the batches a record may name (NAMEABLE_TAKES)."""
+    names the messages of frames shipped as seqs, from the published seq runs of the batches a record may
+    name (NAMEABLE_TAKES)."""
 
     def __init__(self) -> None:
         self._runs: dict[str, tuple[list, list, list]] = {}
         self._firsts: deque[int] = deque(maxlen=NAMEABLE_TAKES - 1)  # the first records of the last batches
 
     def batch(self, records: Records) -> pa.RecordBatch:
-        refs, parts = list(records.refs), [list(column) for column in records.parts]
-        for i, (seqs, encoded) in enumerate(zip(records.seqs, records.encoded, strict=True)):
-            if encoded is not None:
-                scalars = records.scalars[i]
-                arrays = msgpack.unpackb(memoryview(encoded)[RECORD_HEADER.size:], raw=False, use_list=False)[3]
-                for column, part in zip(parts, message_parts(arrays, scalars[1] in SIZED), strict=True):
-                    column[i] = part
+        refs = list(records.refs)
+        for i, seqs in enumerate(records.seqs):
             if type(seqs) is int:
                 _add_run(self._runs, records.scalars[i][2], seqs, records.counts[i], records.first + i)
             elif type(seqs) is list:  # a frame of one run of seqs: its first and its count
@@ -283,7 +265,7 @@ class Decoder:
                 refs[i] = self._name(records.scalars[i][2], np.frombuffer(seqs, dtype="<i8").astype(np.int64))
         self._firsts.append(records.first)
         _prune(self._runs, self._firsts[0])
-        return _arrow(records._replace(refs=refs, parts=parts))
+        return _arrow(records._replace(refs=refs))
 
     def _name_run(self, topic: str, seq: int, left: int) -> list:
         """_name() of the seqs `seq` .. `seq + left - 1`, run by run (no array)."""
@@ -400,21 +382,21 @@ def _columns(arrays) -> list[tuple]:
 
 
 def _strings(columns: list[tuple], n: int) -> list:
-    """A record's (ids, types, keys, business ids) from its messages' columns: a list of n values or a Run
-    each, or None when all are null. A column whose values are all the same (often: one type, no key, no
-    business id) ships one value."""
-    ids = columns[M_ID]
-    try:  # joined by NUL when no id holds one (a search for one NUL, not a count of them)
-        joined = None if "\0" in "".join(ids) else "\0".join(ids)
-    except TypeError:  # not all strings
-        joined = None
-    parts = [Joined(joined, n) if joined is not None else list(ids)]
-    for values in (columns[M_TYPE], columns[M_KEY], columns[M_BUSINESS_ID]):
+    """A record's (ids, types, keys, business ids) from its messages' columns, each None when all are null,
+    a Run when all are the same (often: one type, no key, no business id), Joined when they are strings
+    without a NUL (one object to ship, not n), else a list of the n values."""
+    parts = []
+    for values in (columns[M_ID], columns[M_TYPE], columns[M_KEY], columns[M_BUSINESS_ID]):
         first = values[0]
         if values.count(first) == n:
             parts.append(None if first is None else Run(first, n))
-        else:
+            continue
+        try:
+            joined = "\0".join(values)
+        except TypeError:  # not all strings
             parts.append(list(values))
+            continue
+        parts.append(Joined(joined, n) if joined.count("\0") == n - 1 else list(values))
     return parts
 
 

@@ -4,7 +4,7 @@ The sink must not block the event loop. Rare steps call `emit(...)`; the hot pat
 delivery frame, an ack frame) call the batch methods, which take the broker's own lists as they are and
 nothing computed only for the trace (the sink takes what it records from them):
 
-    emit_messages(event, topic, messages, app_id=, client_host=, ts_us=, same_as=, encoded=)
+    emit_messages(event, topic, messages, app_id=, client_host=, ts_us=, same_as=)
                                                               messages: [StoredMessage]
     emit_group(event, topic, group, rows, consumer=, client_host=, ts_us=)
                                                               rows: [(seq, attempt, fields)]
@@ -29,13 +29,10 @@ class TraceSink(Protocol):
              detail: str | None = None, size: int | None = None, ts_us: int | None = None) -> None: ...
 
     def emit_messages(self, event: str, topic: str, messages: list, *, app_id: str | None = None,
-                      client_host: str | None = None, ts_us: int | None = None, same_as: object = None,
-                      encoded: bytes | None = None) -> object:
+                      client_host: str | None = None, ts_us: int | None = None, same_as: object = None) -> object:
         """One event per StoredMessage (`size` on `published` and `prepared`). Returns a handle: a later
         call for the same messages may pass it as `same_as` (a publish batch's `stored` after its
-        `published`), so the record names them instead of repeating their values. `encoded`: the store's
-        record of exactly these messages (`TopicStore.last_batch`), which a sink may keep instead of their
-        values."""
+        `published`), so the record names them instead of repeating their values."""
 
     def emit_group(self, event: str, topic: str, group: str, rows: list, *, consumer: str | None = None,
                    client_host: str | None = None, ts_us: int | None = None) -> None:

@@ -1,7 +1,8 @@
-"""Trace records the broker ships as bytes it already has: a publish batch as the file store's encoded
-record, a delivery or ack frame as its seqs, both decoded by the trace process (records.Decoder). What
-comes out is event for event what records of the messages' own values give; shipments go out in short
-steps when records pile up; a trace process that dies does not stop publishing."""
+"""Trace records as the broker ships them: a publish batch as its messages' values, a column at a time (ids,
+keys and business ids joined by NUL, a type shared by all as one value), no message's bytes; a delivery or
+ack frame as its seqs, which the trace process (records.Decoder) turns into references to the published
+records. Every step comes out with its values; shipments go out in short steps when records pile up; a
+trace process that dies does not stop publishing."""
 
 from __future__ import annotations
 
@@ -13,37 +14,33 @@ from pathlib import Path
 import pyarrow as pa
 
 from broker_core.client import Consumer, Message, Producer
-from broker_core.storage.store import KIND_BATCH, StoredMessage, encode_record
+from broker_core.storage.store import StoredMessage
 from broker_core.tracing.process import HEAD, PipeWriter, ProcessTraceSink, joined, serve
-from broker_core.tracing.records import Decoder, RecordBuffer, pack, unpack
+from broker_core.tracing.records import Decoder, Joined, RecordBuffer, Run, pack, unpack
 from broker_core.tracing.schema import read_trace_events
 from broker_core.tracing.writer import TraceFileWriter
 from tests.broker.conftest import APP, wait_for
 from tests.broker.helpers import Received
 
 
-def _batch(first_seq: int, specs: list[tuple]) -> tuple[list[StoredMessage], bytes]:
-    """StoredMessages from (id, type, key, business id, body) and the file store's record of them."""
+def _batch(first_seq: int, specs: list[tuple]) -> list[StoredMessage]:
+    """StoredMessages from (id, type, key, business id, body)."""
     arrays = [[mid, mtype, key, bid, {"h": "v"}, body, 0, 0, 0, 1_700_000_000_000]
               for mid, mtype, key, bid, body in specs]
-    groups = [("g",)] * len(arrays)
-    messages = [StoredMessage(first_seq + i, a, "shop", 1234, ("g",)) for i, a in enumerate(arrays)]
-    return messages, encode_record(KIND_BATCH, [first_seq, "shop", 1234, arrays, groups])
+    return [StoredMessage(first_seq + i, a, "shop", 1234, ("g",)) for i, a in enumerate(arrays)]
 
 
-def _every_step(buffer: RecordBuffer, use_encoded: bool) -> list[tuple[bytes, bytes]]:
+def _every_step(buffer: RecordBuffer) -> list[bytes]:
     """Every kind of step of two publish batches, shipped in two frames (as the sink ships them)."""
-    one, one_record = _batch(1, [("m-1", "order.created", "k1", "b1", b"12345"),
-                                 ("m-2", "order.paid", None, "b2", b"1234567"),
-                                 ("m-ü", "order.paid", "", None, b"")])
-    two, two_record = _batch(4, [("m-4", "order.paid", None, None, b"abc"), ("m-5", "order.paid", None, None, b"xyz")])
+    one = _batch(1, [("m-1", "order.created", "k1", "b1", b"BODY-12345"),
+                     ("m-2", "order.paid", None, "b2", b"BODY-12"),
+                     ("m-ü", "order.paid", "", None, b"")])
+    two = _batch(4, [("m-4", "order.paid", None, None, b"abc"), ("m-5", "order.paid", None, None, b"xyz")])
     shipped = []
-    handle = buffer.emit_messages("published", "t", one, app_id="shop", client_host="h:1", ts_us=10,
-                                  encoded=one_record if use_encoded else None)
+    handle = buffer.emit_messages("published", "t", one, app_id="shop", client_host="h:1", ts_us=10)
     buffer.emit_messages("stored", "t", one, app_id="shop", client_host="h:1", ts_us=11, same_as=handle)
     shipped.append(_shipped(buffer))
-    handle = buffer.emit_messages("published", "t", two, app_id="shop", client_host="h:1", ts_us=12,
-                                  encoded=two_record if use_encoded else None)
+    handle = buffer.emit_messages("published", "t", two, app_id="shop", client_host="h:1", ts_us=12)
     buffer.emit_messages("stored", "t", two, app_id="shop", client_host="h:1", ts_us=13, same_as=handle)
     everything = one + two
     buffer.emit_group("delivered", "t", "g", [(m.seq, 1, m.fields) for m in everything], consumer="c-1",
@@ -59,7 +56,7 @@ def _every_step(buffer: RecordBuffer, use_encoded: bool) -> list[tuple[bytes, by
                          client_host="h:3", ts_us=24)
     buffer.emit("dead_lettered", message_id=m.id, topic="t", message_type=m.message_type, group="g", attempt=2,
                 detail="delivery limit", ts_us=25)
-    prepared, _ = _batch(6, [("p-6", "order.held", "k6", "b6", b"123")])
+    prepared = _batch(6, [("p-6", "order.held", "k6", "b6", b"123")])
     buffer.emit_messages("prepared", "t", prepared, app_id="shop", client_host="h:1", ts_us=26)
     buffer.emit("committed", message_id="p-6", topic="t", message_type="order.held", key="k6", business_id="b6",
                 detail="reason=commit from_check=false", ts_us=27)
@@ -67,17 +64,16 @@ def _every_step(buffer: RecordBuffer, use_encoded: bool) -> list[tuple[bytes, by
     return shipped
 
 
-def _shipped(buffer: RecordBuffer) -> tuple[bytes, bytes]:
-    """What the sink writes to the pipe: the records' msgpack, then the encoded batch records (joined)."""
-    meta, raw = pack(buffer.take_records())
-    return meta, b"".join(raw)
+def _shipped(buffer: RecordBuffer) -> bytes:
+    """What the sink writes to the pipe after a frame's length: the records' msgpack."""
+    return pack(buffer.take_records())
 
 
-def _written(folder: Path, shipped: list[tuple[bytes, bytes]]) -> list[dict]:
+def _written(folder: Path, shipped: list[bytes]) -> list[dict]:
     writer = TraceFileWriter(folder, node_id="n1", cluster="c")
     decoder = Decoder()
-    for meta, raw in shipped:
-        writer.write(decoder.batch(unpack(meta, raw)))
+    for packed in shipped:
+        writer.write(decoder.batch(unpack(packed)))
     writer.close()
     assert writer.dropped == 0
     return _events(folder)
@@ -91,14 +87,13 @@ def _events(folder: Path) -> list[dict]:
     return rows
 
 
-def test_a_batch_shipped_as_the_stores_record_gives_every_step_as_its_values_do(tmp_path):
+def test_every_step_is_written_with_its_messages_values_and_no_body_is_shipped(tmp_path):
     """published, stored, delivered, acked, a retry (nacked, delivered again out of order), dead_lettered,
-    prepared and committed: the same events, field for field, whether the publish batches went as the
-    store's bytes or as their values; the broker took none of the messages' values for them."""
-    encoded = RecordBuffer()
-    from_bytes = _written(tmp_path / "bytes", _every_step(encoded, use_encoded=True))
-    from_values = _written(tmp_path / "values", _every_step(RecordBuffer(), use_encoded=False))
-    assert from_bytes == from_values
+    prepared and committed: each event with its message's values (delivery and ack frames shipped as seqs
+    only, named by the trace process); the shipments hold no body."""
+    shipped = _every_step(RecordBuffer())
+    assert not any(b"BODY-" in packed for packed in shipped)
+    from_bytes = _written(tmp_path / "written", shipped)
     assert [(r["event"], r["message_id"], r.get("attempt")) for r in from_bytes if r["event"] != "published"] == [
         ("stored", "m-1", None), ("stored", "m-2", None), ("stored", "m-ü", None),
         ("stored", "m-4", None), ("stored", "m-5", None),
@@ -110,7 +105,7 @@ def test_a_batch_shipped_as_the_stores_record_gives_every_step_as_its_values_do(
     published = {r["message_id"]: r for r in from_bytes if r["event"] == "published"}
     assert {i: (r["message_type"], r.get("key"), r.get("business_id"), r["size"], r["app_id"], r["ts_us"])
             for i, r in published.items()} == {
-        "m-1": ("order.created", "k1", "b1", 5, "shop", 10), "m-2": ("order.paid", None, "b2", 7, "shop", 10),
+        "m-1": ("order.created", "k1", "b1", 10, "shop", 10), "m-2": ("order.paid", None, "b2", 7, "shop", 10),
         "m-ü": ("order.paid", "", None, 0, "shop", 10), "m-4": ("order.paid", None, None, 3, "shop", 12),
         "m-5": ("order.paid", None, None, 3, "shop", 12)}
     delivered = [r for r in from_bytes if r["event"] == "delivered" and r["attempt"] == 2]
@@ -118,21 +113,21 @@ def test_a_batch_shipped_as_the_stores_record_gives_every_step_as_its_values_do(
         ("m-5", "order.paid", None, "c-2"), ("m-4", "order.paid", None, "c-2"), ("m-ü", "order.paid", "", "c-2")]
 
 
-def test_the_shipped_publish_batch_holds_the_stores_bytes_and_frames_their_seqs_only():
+def test_the_shipped_publish_batch_holds_its_values_a_column_at_a_time_and_frames_their_seqs_only():
     buffer = RecordBuffer()
-    messages, record = _batch(1, [("m-1", "a", None, None, b"1"), ("m-2", "a", None, None, b"2")])
-    buffer.emit_messages("published", "t", messages, ts_us=1, encoded=record)
+    messages = _batch(1, [("m-1", "a", None, "b-1", b"1"), ("m-2", "a", None, "b-2", b"2")])
+    buffer.emit_messages("published", "t", messages, ts_us=1)
     buffer.emit_group("delivered", "t", "g", [(m.seq, 1, m.fields) for m in messages], ts_us=2)
     buffer.emit_attempts("acked", "t", "g", [(m, 1, 0.0) for m in messages[::-1]], ts_us=3)
     records = buffer.take_records()
-    assert records.encoded == [record, None, None] and records.seqs[0] == 1
-    assert [column[0] for column in records.parts] == [None] * 6  # no value taken by the broker
+    assert records.seqs[0] == 1
+    # ids and business ids one NUL-joined text each, the shared type one value, no key, equal sizes one value
+    assert [column[0] for column in records.parts] == [Joined("m-1\0m-2", 2), Run("a", 2), None,
+                                                       Joined("b-1\0b-2", 2), None, Run(1, 2)]
     assert [column[i] for column in records.parts[:4] for i in (1, 2)] == [None] * 8
     assert records.seqs[1] == [1, 2]  # one run in order: its first seq and count
     assert records.seqs[2] == (2).to_bytes(8, "little") + (1).to_bytes(8, "little")  # else each seq
-    meta, raw = pack(records)
-    assert raw == [record] and record not in meta  # the store's bytes go after the msgpack, as they are
-    batch = Decoder().batch(unpack(meta, b"".join(raw)))
+    batch = Decoder().batch(unpack(pack(records)))
     assert batch.column("message_id").to_pylist() == [["m-1", "m-2"], None, None]
     assert batch.column("refs").to_pylist()[1:] == [[{"record": 0, "offset": 0, "count": 2}],
                                                     [{"record": 0, "offset": 1, "count": 1},
@@ -160,33 +155,48 @@ def test_the_sink_ships_at_once_when_records_pile_up_not_at_its_interval(tmp_pat
         *[("published", f"m-{i}") for i in (1, 2, 3)], *[("stored", f"m-{i}") for i in (1, 2, 3)]]
 
 
+def test_a_column_of_strings_holding_a_nul_or_another_type_ships_as_its_values():
+    """Keys joined by NUL only when none holds one; a null among them, a NUL in one, or a value of another
+    type: the values as they are. The written events hold each value as sent."""
+    buffer = RecordBuffer()
+    messages = _batch(1, [("m-1", "a", "k\0x", None, b""), ("m-2", "b", "k2", 7, b""), ("m-3", "a", None, "b3", b"")])
+    buffer.emit_messages("published", "t", messages, ts_us=1)
+    records = unpack(pack(buffer.take_records()))
+    assert [column[0] for column in records.parts[:4]] == [Joined("m-1\0m-2\0m-3", 3), Joined("a\0b\0a", 3),
+                                                           ["k\0x", "k2", None], [None, 7, "b3"]]
+    batch = Decoder().batch(records)
+    assert batch.column("key").to_pylist() == [["k\0x", "k2", None]]
+    assert batch.column("business_id").to_pylist() == [[None, "7", "b3"]]
+    assert batch.column("message_type").to_pylist() == [["a", "b", "a"]]
+
+
 def test_the_trace_process_decodes_the_frames_waiting_in_its_pipe_as_one_batch(tmp_path):
     """Two frames waiting in the pipe: one Arrow batch in the open file (its fixed costs paid once), and
     event for event what decoding them one by one gives."""
-    shipped = _every_step(RecordBuffer(), use_encoded=True)
+    shipped = _every_step(RecordBuffer())
     read_fd, write_fd = os.pipe()
-    os.write(write_fd, b"".join(HEAD.pack(len(meta), len(raw)) + meta + raw for meta, raw in shipped))
+    os.write(write_fd, b"".join(HEAD.pack(len(packed)) + packed for packed in shipped))
     os.close(write_fd)
     writer = TraceFileWriter(tmp_path / "waiting", node_id="n1", cluster="c")
     serve(read_fd, writer)
     os.close(read_fd)
     (open_file,) = (tmp_path / "waiting").glob("*.arrows.open")
     with pa.ipc.open_stream(open_file) as stream:
-        assert [batch.num_rows for batch in stream] == [sum(len(unpack(*s).counts) for s in shipped)]
+        assert [batch.num_rows for batch in stream] == [sum(len(unpack(s).counts) for s in shipped)]
     writer.close()
     assert _events(tmp_path / "waiting") == _written(tmp_path / "one-by-one", shipped)
 
 
 def test_records_dropped_between_two_takes_part_the_takes_joined():
     buffer = RecordBuffer()
-    messages, record = _batch(1, [("m-1", "a", None, None, b"1")])
+    messages = _batch(1, [("m-1", "a", None, None, b"1")])
     takes = []
     for drop in (False, True, False, False):
-        buffer.emit_messages("published", "t", messages, ts_us=1, encoded=record)
+        buffer.emit_messages("published", "t", messages, ts_us=1)
         if drop:
             buffer.drop()
         else:
-            takes.append(unpack(*_shipped(buffer)))
+            takes.append(unpack(_shipped(buffer)))
     assert [(r.first, len(r.counts)) for r in joined(takes)] == [(0, 1), (2, 2)]
 
 
