@@ -385,19 +385,26 @@ def _strings(columns: list[tuple], n: int) -> list:
     """A record's (ids, types, keys, business ids) from its messages' columns, each None when all are null,
     a Run when all are the same (often: one type, no key, no business id), Joined when they are strings
     without a NUL (one object to ship, not n), else a list of the n values."""
-    parts = []
-    for values in (columns[M_ID], columns[M_TYPE], columns[M_KEY], columns[M_BUSINESS_ID]):
+    parts = [_joined(columns[M_ID], n)]  # (ids differ: no Run check)
+    for values in (columns[M_TYPE], columns[M_KEY], columns[M_BUSINESS_ID]):
         first = values[0]
         if values.count(first) == n:
             parts.append(None if first is None else Run(first, n))
-            continue
-        try:
-            joined = "\0".join(values)
-        except TypeError:  # not all strings
-            parts.append(list(values))
-            continue
-        parts.append(Joined(joined, n) if joined.count("\0") == n - 1 else list(values))
+        else:
+            parts.append(_joined(values, n))
     return parts
+
+
+def _joined(values: tuple, n: int) -> Joined | list:
+    """n values as one text joined by NUL when they are strings without one, else as a list. (A NUL is looked
+    for in the values joined without a separator, by memchr, which costs a tenth of counting the NULs of the
+    text joined with one.)"""
+    try:
+        if "\0" not in "".join(values):
+            return Joined("\0".join(values), n)
+    except TypeError:  # not all strings
+        pass
+    return list(values)
 
 
 def _list_array(parts: list, kind: pa.DataType) -> pa.ListArray:
