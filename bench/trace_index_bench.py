@@ -146,7 +146,7 @@ def baseline(spark, events_dir: Path, out: Path) -> None:
     """performance-notes.md's reference in the same run: events → groupBy message id → summary + sorted
     timeline → Parquet partitioned by date and topic (no dedupe, no incremental bookkeeping)."""
     shutil.rmtree(out, ignore_errors=True)
-    files = sorted(str(p) for p in events_dir.rglob("trace-*.parquet"))
+    files = sorted(str(p) for p in events_dir.rglob("trace-*.arrows"))
     start = time.perf_counter()
     events = read_events(spark, files)  # the trace files' records as events, by the job's own reader
     n = events.count()

@@ -91,13 +91,13 @@ class IndexStore:
 
     @staticmethod
     def trace_files(inputs: list[str]) -> list[str]:
-        """Closed trace files under each input folder: `trace-*.parquet`. Files still being written end in
-        `.arrows.open` or `.parquet.tmp`."""
+        """Closed trace files under each input folder: `trace-*.arrows`. Files still being written end in
+        `.arrows.open` or `.arrows.tmp`."""
         found = set()
         for folder in inputs:
             for dirpath, _dirs, files in os.walk(Path(folder).resolve()):
                 found.update(os.path.join(dirpath, f) for f in files
-                             if f.startswith("trace-") and f.endswith(".parquet"))
+                             if f.startswith("trace-") and f.endswith(".arrows"))
         return sorted(found)
 
     def has_index(self) -> bool:

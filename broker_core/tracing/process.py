@@ -10,10 +10,10 @@ broker: when the child is more than `max_buffer_bytes` behind, the records are d
 counted in `dropped`.
 
 The child (`python -m broker_core.tracing.process DIR NODE_ID CLUSTER [NICE] [ROLL_BYTES] [ROLL_SECONDS]`,
-at a lower priority: `nice`, default 10) makes the frames waiting in the pipe (up to BATCH_BYTES of them;
-one, when it keeps up) one Arrow record batch (`joined`, records.Decoder), hands it to a TraceFileWriter
-and rolls its file when due, also while no frame comes. It stops (closing its file) when its stdin closes,
-also after a kill -9 of the broker.
+at a lower priority: `nice`, default 10) makes the frames read within HOLD_S (half a second) of the first
+one it holds, up to BATCH_BYTES of them, one Arrow record batch (`joined`, records.Decoder), hands it to a
+TraceFileWriter and rolls its file when due, also while no frame comes. It stops (writing what it holds and
+closing its file) when its stdin closes, also after a kill -9 of the broker.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import select
 import struct
 import subprocess
 import sys
+import time
 from collections import deque
 from itertools import chain, islice
 from pathlib import Path
@@ -42,7 +43,8 @@ F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux
 # events that make the sink ship at once (a shipment of this many is about 0.5 MiB of msgpack at most)
 SHIP_MESSAGES = 32768
 IOV_MAX = 1024  # parts per writev (Linux's limit)
-BATCH_BYTES = 8 * PIPE_BYTES  # the child decodes the frames waiting, up to this many bytes of them, as one batch
+BATCH_BYTES = 8 * PIPE_BYTES  # the child decodes the frames it holds, up to this many bytes of them, as one batch
+HOLD_S = 0.5  # and holds frames this long after the first for more to come
 
 
 def frame_parts(records: Records) -> list[bytes]:
@@ -267,24 +269,35 @@ def _chained(run: list[Records], field: str) -> list:
     return list(chain.from_iterable(getattr(records, field) for records in run))
 
 
-def serve(fd: int, writer: TraceFileWriter, batch_bytes: int = BATCH_BYTES) -> None:
-    """Write the frames read from `fd` until it ends, rolling the file when due in between. The frames waiting
-    in the pipe (up to `batch_bytes` of them) are decoded and written as one batch (`joined`): a
-    batch's fixed costs (the Arrow arrays, the write) are paid once for all of them."""
+def serve(fd: int, writer: TraceFileWriter, batch_bytes: int = BATCH_BYTES, hold_s: float = HOLD_S) -> None:
+    """Write the frames read from `fd` until it ends, rolling the file when due in between. The frames read
+    within `hold_s` of the first one not written yet (up to `batch_bytes` of them) are decoded and written as
+    one batch (`joined`): a batch's fixed costs (the Arrow arrays, the write) are paid a few times a second,
+    not once per shipment. The pipe's end writes what is held."""
     decoder = Decoder()
+    held: list[Records] = []
+    size, since = 0, 0.0
     while True:
-        ready, _, _ = select.select([fd], [], [], writer.roll_due_in())
+        waits = [] if (roll := writer.roll_due_in()) is None else [roll]
+        if held:
+            waits.append(max(0.0, since + hold_s - time.monotonic()))
+        ready, _, _ = select.select([fd], [], [], min(waits, default=None))
+        ended = False
         if ready:
-            shipments, size = [], 0
             while (frame := _read_frame(fd)) is not None:
-                shipments.append(frame[0])
+                if not held:
+                    since = time.monotonic()
+                held.append(frame[0])
                 size += frame[1]
                 if size >= batch_bytes or not _waiting(fd):
                     break
-            for records in joined(shipments):
+            ended = frame is None
+        if held and (ended or size >= batch_bytes or time.monotonic() - since >= hold_s):
+            for records in joined(held):
                 writer.write(decoder.batch(records))
-            if frame is None:
-                return
+            held, size = [], 0
+        if ended:
+            return
         writer.roll_if_due()
 
 

@@ -1,6 +1,6 @@
 """The trace file format, shared by the broker (which writes it) and the index job (which reads it).
 
-One format: Parquet files of *records* (docs/trace-events.md). A record is a publish batch, a delivery or
+One format: Arrow IPC streams of *records*, their buffers LZ4-compressed (docs/trace-events.md). A record is a publish batch, a delivery or
 ack frame, or a single event: its own values (`ts_us`, `event`, `topic`, ...) once, `count` messages, and
 its messages' values as lists of `count` items. A record either has its own `message_id`, `message_type`,
 `key` and `business_id` lists, or names messages of earlier records of the same file in `refs` (runs of
@@ -8,7 +8,7 @@ its messages' values as lists of `count` items. A record either has its own `mes
 The i-th message of a record is one event whose `event_id` is `event_id_prefix` + the 16 hex digits of
 `event_id_first` + i.
 
-`wire_schema()` is what the broker ships to its trace process (Arrow IPC), `records_schema()` what a
+`wire_schema()` is what the trace process decodes shipments into, `records_schema()` what a
 file holds (the wire columns plus the writer's own), `event_schema()` one row per event (what
 `read_events` gives the index job). Only pyarrow and numpy here: spark_jobs imports this module and
 nothing else of broker_core.
@@ -22,7 +22,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 FORMAT_VERSION = 2  # the `v` of a record
 EVENT_KINDS = (
@@ -68,12 +67,24 @@ def records_schema() -> pa.Schema:
 
 def event_count(path: str) -> int:
     """How many events a trace file holds, from its small `count` column (no event is read)."""
-    return int(pc.sum(pq.read_table(path, columns=["count"]).column("count")).as_py() or 0)
+    return int(pc.sum(read_records(path, ["count"]).column("count")).as_py() or 0)
+
+
+def read_records(path: str, columns: list[str] | None = None) -> pa.Table:
+    """A trace file's records (an Arrow IPC stream, tracing/writer.py), all columns or only `columns` (whose
+    buffers alone are read and decompressed)."""
+    with pa.memory_map(path) as source:
+        options = None
+        if columns is not None:
+            names = pa.ipc.open_stream(source).schema.names
+            source.seek(0)
+            options = pa.ipc.IpcReadOptions(included_fields=[names.index(c) for c in columns])
+        return pa.ipc.open_stream(source, options=options).read_all()
 
 
 def read_events(path: str) -> pa.Table:
     """A trace file as the table of its events (`event_schema()`)."""
-    return records_to_events(pq.read_table(path))
+    return records_to_events(read_records(path))
 
 
 def records_to_events(table: pa.Table) -> pa.Table:
@@ -193,6 +204,6 @@ def read_trace_events(directory) -> list[dict]:
     """Every event of the closed trace files under `directory`, in file order, as dicts of the fields that
     are set: for tests and tools."""
     events = []
-    for path in sorted(Path(directory).rglob("trace-*.parquet")):
+    for path in sorted(Path(directory).rglob("trace-*.arrows")):
         events += [{k: v for k, v in row.items() if v is not None} for row in read_events(str(path)).to_pylist()]
     return events

@@ -1,12 +1,13 @@
 """Rolling trace files of one broker node (docs/trace-events.md).
 
-`TraceFileWriter.write` appends a batch of records (schema.wire_schema(), what the broker ships) to the
-open file `trace-<node>-<UTC time>-<seq>.arrows.open`, an Arrow IPC stream whose rows are those of the
-Parquet file it becomes, with the writer's own columns added (cluster, broker, event ids). When that file
-reaches `max_bytes` or `max_age_s` it is converted to `trace-...-<seq>.parquet` (written as
-`.parquet.tmp`, fsynced, renamed; then the open file is removed). Readers take only `*.parquet` files,
-so a file is never read half-written. A file a killed writer left open is converted on start, its torn
-last batch cut.
+`TraceFileWriter.write` appends a batch of records (schema.wire_schema(), what the broker ships, with the
+writer's own columns added: cluster, broker, event ids) to the open file
+`trace-<node>-<UTC time>-<seq>.arrows.open`, an Arrow IPC stream (its buffers LZ4-compressed). When that
+file reaches `max_bytes` or `max_age_s` its stream is ended, the file fsynced and renamed
+`trace-...-<seq>.arrows`: the one format of trace files, which the index job reads as it is (no
+conversion). Readers take only `*.arrows` files, so a file is never read half-written. A file a killed
+writer left open is closed on start: renamed if whole, else its complete batches written anew (via
+`.arrows.tmp`), its torn last batch cut.
 
 The writer is also a trace sink in its own process (`emit*` add records to its RecordBuffer, `flush()`
 writes them): what tests and benches use; the broker's trace process (tracing.process) only calls
@@ -26,7 +27,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from broker_core.storage.fsync import fsync_dir
 from broker_core.tracing.records import NAMEABLE_TAKES, RecordBuffer
@@ -35,33 +35,29 @@ from broker_core.tracing.schema import FORMAT_VERSION, NAMED_VALUES, records_sch
 log = logging.getLogger("broker_core.trace")
 
 OPEN_SUFFIX = ".arrows.open"
-PARQUET_SUFFIX = ".parquet"
-PARQUET_TMP_SUFFIX = ".parquet.tmp"
-OPEN_FORMAT = b"records-2"  # the open file's schema metadata `switchyard.trace`
-ROW_GROUP = 64 * 1024  # records per Parquet row group
-# the columns written dictionary-encoded: a record's value (few per file), and message types
-DICTIONARY_COLUMNS = ["event", "topic", "app_id", "client_host", "group", "consumer", "detail", "cluster", "broker",
-                      "event_id_prefix", "message_type"]
+CLOSED_SUFFIX = ".arrows"
+CLOSED_TMP_SUFFIX = ".arrows.tmp"
+FILE_FORMAT = b"records-2"  # the files' schema metadata `switchyard.trace`
+WRITE_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
 
 class TraceFileWriter:
     """directory   the trace folder, normally `<broker data dir>/trace` (created if missing)
     node_id     the broker's node id (in file names and in every record's `broker`)
     cluster     the cluster name written in every record
-    max_bytes   roll once the open (Arrow) file holds this many bytes (default 256 MiB; the Parquet file
-                is several times smaller)
+    max_bytes   roll once the open file holds this many bytes (default 256 MiB)
     max_age_s   roll the open file once it is this old, even if small (default 60 s)"""
 
     def __init__(self, directory: str | os.PathLike, *, node_id: str, cluster: str,
-                 max_bytes: int = 256 * 1024 * 1024, max_age_s: float = 60.0, compression: str = "lz4") -> None:
+                 max_bytes: int = 256 * 1024 * 1024, max_age_s: float = 60.0) -> None:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.node_id, self.cluster = node_id, cluster
-        self.max_bytes, self.max_age_s, self.compression = max_bytes, max_age_s, compression
+        self.max_bytes, self.max_age_s = max_bytes, max_age_s
         self.dropped = 0  # events of records naming records this writer never got
         self.written = 0
         self.files_closed = 0
-        self.schema = records_schema().with_metadata({"switchyard.trace": OPEN_FORMAT})
+        self.schema = records_schema().with_metadata({"switchyard.trace": FILE_FORMAT})
         self.buffer = RecordBuffer()
         self.emit, self.emit_messages = self.buffer.emit, self.buffer.emit_messages
         self.emit_group, self.emit_attempts = self.buffer.emit_group, self.buffer.emit_attempts
@@ -175,53 +171,54 @@ class TraceFileWriter:
         while True:  # a restarted node continues its sequence; never reuse a name
             self._file_seq += 1
             base = f"trace-{self.node_id}-{stamp}-{self._file_seq:06d}"
-            if not any((self.directory / (base + s)).exists() for s in (OPEN_SUFFIX, PARQUET_SUFFIX, PARQUET_TMP_SUFFIX)):
+            if not any((self.directory / (base + s)).exists() for s in (OPEN_SUFFIX, CLOSED_SUFFIX, CLOSED_TMP_SUFFIX)):
                 break
         self._path = self.directory / (base + OPEN_SUFFIX)
         self._sink = pa.OSFile(str(self._path), "wb")
-        self._stream = pa.ipc.new_stream(self._sink, self.schema)
+        self._stream = pa.ipc.new_stream(self._sink, self.schema, options=WRITE_OPTIONS)
         self._file_first = first_record
         self._opened = time.monotonic()
 
     def _roll(self) -> None:
-        """Close the open file and convert it: from now on the index job may read its Parquet file."""
+        """End the open file's stream and close the file: from now on the index job may read it."""
         stream, sink, path = self._stream, self._sink, self._path
         self._stream = self._sink = self._path = None
         stream.close()
         sink.close()
-        to_parquet(path, self.compression)
+        _publish(path, path.with_name(path.name[: -len(OPEN_SUFFIX)] + CLOSED_SUFFIX))
         self.files_closed += 1
 
     def recover(self) -> list[Path]:
-        """Finish files a previous process of this node left (killed): open files (a torn last batch cut)
-        become Parquet files, half-written Parquet files are removed."""
-        for tmp in self.directory.glob(f"trace-{self.node_id}-*{PARQUET_TMP_SUFFIX}"):
+        """Finish files a previous process of this node left (killed): open files become closed ones (a torn
+        last batch cut), half-written copies are removed."""
+        for tmp in self.directory.glob(f"trace-{self.node_id}-*{CLOSED_TMP_SUFFIX}"):
             tmp.unlink()
         closed = [target for path in sorted(self.directory.glob(f"trace-{self.node_id}-*{OPEN_SUFFIX}"))
-                  if (target := to_parquet(path, self.compression)) is not None]
+                  if (target := close_left_open(path)) is not None]
         if closed:
             log.info("closed trace files left open by a previous run",
                      extra={"trace_dir": str(self.directory), "files": [p.name for p in closed]})
         return closed
 
 
-def to_parquet(path: Path, compression: str = "lz4") -> Path | None:
-    """Write the complete record batches of an open file as `<base>.parquet` (via a fsynced `.parquet.tmp`
-    and a rename), then remove the open file. Idempotent: a crash at any point leaves either the open file
-    (done again next time) or the finished Parquet file."""
+def close_left_open(path: Path) -> Path | None:
+    """The closed file of an open file a killed writer left: the file renamed when its stream is whole, else
+    its complete batches written anew (via a fsynced `.arrows.tmp` and a rename) and the open file removed.
+    Idempotent: a crash at any point leaves either the open file (done again next time) or the closed one."""
     base = path.name[: -len(OPEN_SUFFIX)]
-    target = path.with_name(base + PARQUET_SUFFIX)
-    if target.exists():  # converted before a crash; only the removal was missing
+    target = path.with_name(base + CLOSED_SUFFIX)
+    if target.exists():  # closed before a crash; only the removal was missing
         path.unlink()
         fsync_dir(path.parent)
         return None
-    batches, schema = [], None
+    batches, schema, whole = [], None, False
     try:
         with pa.memory_map(str(path)) as source:
             reader = pa.ipc.open_stream(source)
             schema = reader.schema
             for batch in reader:
                 batches.append(batch)
+        whole = True
     except (pa.ArrowInvalid, OSError, EOFError) as exc:  # a torn last batch (or a torn header)
         if not batches:
             log.info("trace file without a complete batch removed", extra={"path": str(path), "error": str(exc)})
@@ -229,21 +226,32 @@ def to_parquet(path: Path, compression: str = "lz4") -> Path | None:
         log.warning("open trace file of an unknown layout kept aside", extra={"path": str(path)})
         path.rename(path.with_name(base + ".unknown"))
         return None
-    if batches:
-        tmp = path.with_name(base + PARQUET_TMP_SUFFIX)
-        table = pa.Table.from_batches(batches, schema=schema.remove_metadata())
-        # statistics on ts_us only, no Arrow schema stored: about 40% of the CPU of pyarrow's defaults
-        pq.write_table(table, str(tmp), compression=compression, row_group_size=ROW_GROUP, store_schema=False,
-                       use_dictionary=DICTIONARY_COLUMNS, write_statistics=["ts_us"])
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.rename(tmp, target)
+    if not batches:
+        path.unlink()
+        fsync_dir(path.parent)
+        return None
+    if whole:  # (ended or not, every batch in it is complete)
+        _publish(path, target)
+        return target
+    tmp = path.with_name(base + CLOSED_TMP_SUFFIX)
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_stream(sink, schema, options=WRITE_OPTIONS) as stream:
+        for batch in batches:
+            stream.write_batch(batch)
+    _publish(tmp, target)
     path.unlink()
     fsync_dir(path.parent)
-    return target if batches else None
+    return target
+
+
+def _publish(path: Path, target: Path) -> None:
+    """`path` made durable under the name `target`."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.rename(path, target)
+    fsync_dir(path.parent)
 
 
 def last_seq(directory: Path, node_id: str) -> int:

@@ -14,7 +14,7 @@ from broker_core.storage.store import StoredMessage
 from broker_core.tracing.process import ProcessTraceSink
 from broker_core.tracing.records import NAMEABLE_TAKES, Joined, RecordBuffer, to_batch
 from broker_core.tracing.schema import read_events, read_trace_events
-from broker_core.tracing.writer import OPEN_FORMAT, TraceFileWriter
+from broker_core.tracing.writer import FILE_FORMAT, TraceFileWriter
 from tests.broker.conftest import APP, wait_for
 from tests.broker.helpers import Received
 
@@ -362,17 +362,17 @@ def test_an_open_file_left_by_a_killed_writer_keeps_its_ids_cluster_and_broker(t
     writer.emit("stored", message_id="m-2", topic="t", message_type="normal", ts_us=2)
     writer.flush()
     (left,) = (tmp_path / "a").glob("*.arrows.open")
-    assert pa.ipc.open_stream(left.read_bytes()).schema.metadata[b"switchyard.trace"] == OPEN_FORMAT
+    assert pa.ipc.open_stream(left.read_bytes()).schema.metadata[b"switchyard.trace"] == FILE_FORMAT
     torn = left.read_bytes()[:-40]  # the second batch torn, as a kill leaves it
     writer.close()
-    (written,) = (tmp_path / "a").glob("*.parquet")
+    (written,) = (tmp_path / "a").glob("*.arrows")
     first_id = read_events(str(written)).column("event_id")[0].as_py()
     assert first_id.endswith("0000000000000001")
 
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / left.name).write_bytes(torn)
     TraceFileWriter(tmp_path / "b", node_id="n1", cluster="other").close()
-    (recovered,) = (tmp_path / "b").glob("*.parquet")
+    (recovered,) = (tmp_path / "b").glob("*.arrows")
     assert read_events(str(recovered)).to_pylist() == [
         {"v": 1, "event_id": first_id, "ts_us": 1, "event": "stored", "message_id": "m-1", "topic": "t",
          "message_type": "normal", "key": "k1", "business_id": None, "cluster": "prod-a", "broker": "n1",
@@ -430,7 +430,7 @@ def test_a_broker_rolls_its_trace_file_at_the_age_it_is_given(cluster):
     folder = broker.data_dir / "trace"
     wait_for(lambda: len({e["message_id"] for e in read_trace_events(folder) if e["event"] == "stored"}) == 5, 15,
              "the stored events in a rolled Parquet file")
-    assert list(folder.glob("*.parquet"))
+    assert list(folder.glob("*.arrows"))
     assert {e["message_id"] for e in read_trace_events(folder)} == set(ids)
     broker.stop()
 

@@ -121,7 +121,7 @@ def test_a_copy_of_a_trace_file_adds_no_event(spark, trace_batch, tmp_path):
     batch.emit("published", "m-1", 0, business_id="b-1")
     batch.emit("stored", "m-1", 1)
     batch.close()
-    [original] = (tmp_path / "brokers").rglob("*.parquet")
+    [original] = (tmp_path / "brokers").rglob("trace-*.arrows")
     copy = tmp_path / "brokers" / "copied" / original.name
     copy.parent.mkdir()
     copy.write_bytes(original.read_bytes())

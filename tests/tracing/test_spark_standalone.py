@@ -31,7 +31,7 @@ def spark_master():
 
 
 def _trace_files(folder) -> list:
-    return [p for p in folder.rglob("*") if p.is_file() and p.suffix == ".parquet"]
+    return [p for p in folder.rglob("*") if p.is_file() and p.suffix == ".arrows"]
 
 
 def test_the_index_job_on_a_standalone_master_finds_messages_traced_on_two_brokers(cluster, spark_master, settings,  # noqa: F811

@@ -8,7 +8,6 @@ import threading
 import time
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 import pytest
 
 from broker_core.storage.store import StoredMessage
@@ -18,6 +17,7 @@ from broker_core.tracing.schema import (
     event_count,
     event_schema,
     read_events,
+    read_records,
     read_trace_events,
     records_schema,
     records_to_events,
@@ -57,14 +57,14 @@ def test_a_second_writer_of_the_node_waits_for_the_first_to_finish(tmp_path):
     second.emit("stored", message_id="m-2", topic="t", message_type="normal", ts_us=2)
     second.close()
     assert [e["message_id"] for e in read_trace_events(tmp_path)] == ["m-1", "m-2"]
-    assert [p.name[-14:] for p in _files(tmp_path)] == ["000001.parquet", "000002.parquet"]
+    assert [p.name[-13:] for p in _files(tmp_path)] == ["000001.arrows", "000002.arrows"]
 
 
 def _message(seq, message_id, body=b"12345", message_type="normal", key=None, business_id=None):
     return StoredMessage(seq, [message_id, message_type, key, business_id, {}, body, 0, 0, 0, 0], "shop", 0, ("g",))
 
 
-def test_emitted_events_are_written_as_parquet_in_closed_files(tmp_path):
+def test_emitted_events_are_written_in_closed_files(tmp_path):
     writer = TraceFileWriter.for_data_dir(tmp_path, node_id="node-1", cluster="prod-a")
     writer.emit("published", message_id="m-1", topic="orders", message_type="normal", key='k"1',
                 business_id="order-7", app_id="shop", client_host="127.0.0.1:5000", size=12, ts_us=1000)
@@ -75,9 +75,9 @@ def test_emitted_events_are_written_as_parquet_in_closed_files(tmp_path):
 
     files = _files(tmp_path / "trace")
     assert len(files) == 1
-    assert files[0].name.startswith("trace-node-1-") and files[0].name.endswith("-000001.parquet")
-    assert pq.read_schema(files[0]).remove_metadata() == records_schema()  # format 2: a row per record
-    assert pq.read_metadata(files[0]).num_rows == 2
+    assert files[0].name.startswith("trace-node-1-") and files[0].name.endswith("-000001.arrows")
+    assert pa.ipc.open_stream(files[0].read_bytes()).schema.remove_metadata() == records_schema()  # format 2: a row per record
+    assert read_records(str(files[0])).num_rows == 2
     assert _rows(files) == [
         {"v": 1, "ts_us": 1000, "event": "published", "message_id": "m-1", "topic": "orders",
          "message_type": "normal", "key": 'k"1', "business_id": "order-7", "app_id": "shop",
@@ -109,7 +109,7 @@ def test_shipped_records_expand_to_one_row_per_message_in_their_order(tmp_path):
     writer.write(shipped)
     writer.close()
     common = {"v": 1, "topic": "orders", "message_type": "normal", "cluster": "c", "broker": "n1"}
-    assert _rows(tmp_path.glob("*.parquet")) == [
+    assert _rows(tmp_path.glob("*.arrows")) == [
         {**common, "event": "published", "ts_us": 100, "message_id": "m-1", "key": "k1", "business_id": "b1",
          "app_id": "shop", "client_host": "10.0.0.1:1", "size": 5},
         {**common, "event": "published", "ts_us": 100, "message_id": "m-2", "app_id": "shop",
@@ -135,42 +135,59 @@ def test_event_ids_are_unique_across_writers_and_batches(tmp_path):
                 writer.flush()
         writer.close()
     ids = pa.concat_arrays([read_events(str(p)).column("event_id").combine_chunks()
-                            for p in sorted(tmp_path.glob("*.parquet"))])
+                            for p in sorted(tmp_path.glob("*.arrows"))])
     assert len(ids) == 140_000 and len(set(ids.to_pylist())) == 140_000
     assert all(len(i) == 32 and int(i, 16) >= 0 for i in ids.to_pylist()[:10])
 
 
-def test_files_roll_by_size_and_only_closed_files_end_in_parquet(tmp_path):
+def test_files_roll_by_size_and_only_closed_files_are_read(tmp_path):
     writer = TraceFileWriter(tmp_path, node_id="n1", cluster="c", max_bytes=2000)
     for i in range(12):
         writer.emit("stored", message_id=f"m-{i}", topic="t", message_type="normal", ts_us=i + 1)
         writer.flush()
-    assert len(list(tmp_path.glob("*.arrows.open"))) <= 1 and len(list(tmp_path.glob("*.parquet"))) >= 2
+    assert len(list(tmp_path.glob("*.arrows.open"))) <= 1 and len(list(tmp_path.glob("*.arrows"))) >= 2
     writer.close()
     files = _files(tmp_path)
-    assert [p.suffix for p in files] == [".parquet"] * len(files)
+    assert [p.suffix for p in files] == [".arrows"] * len(files)
     assert [e["ts_us"] for e in read_trace_events(tmp_path)] == list(range(1, 13))
 
 
-def test_a_file_left_open_by_a_killed_writer_becomes_parquet_without_its_torn_batch(tmp_path):
-    writer = TraceFileWriter(tmp_path / "a", node_id="n1", cluster="c")
+def _left_open(folder) -> tuple[str, bytes]:
+    """The name and bytes of a writer's open file after two batches (m-1, m-2), as a kill would leave it."""
+    writer = TraceFileWriter(folder, node_id="n1", cluster="c")
     for i in (1, 2):
         writer.emit("stored", message_id=f"m-{i}", topic="t", message_type="normal", ts_us=i)
         writer.flush()
-    (left,) = (tmp_path / "a").glob("*.arrows.open")
-    torn = left.read_bytes()[:-40]  # the second batch torn (and no end-of-stream marker)
+    (left,) = folder.glob("*.arrows.open")
+    name, data = left.name, left.read_bytes()
     writer.close()
+    return name, data
+
+
+def test_a_file_left_open_whole_by_a_killed_writer_is_closed_as_it_is(tmp_path):
+    """Killed between two batches (no end-of-stream marker): the file is renamed, byte for byte, not copied."""
+    name, whole = _left_open(tmp_path / "a")
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / name).write_bytes(whole)
+    TraceFileWriter(tmp_path / "b", node_id="n1", cluster="c").close()
+    (closed,) = _files(tmp_path / "b")
+    assert closed.name == name[: -len(".open")] and closed.read_bytes() == whole
+    assert [e["message_id"] for e in read_trace_events(tmp_path / "b")] == ["m-1", "m-2"]
+
+
+def test_a_file_left_open_by_a_killed_writer_is_closed_without_its_torn_batch(tmp_path):
+    torn = _left_open(tmp_path / "a")[1][:-40]  # the second batch torn (and no end-of-stream marker)
     (tmp_path / "b").mkdir()
     (tmp_path / "b" / "trace-n1-20250101T000000-000001.arrows.open").write_bytes(torn)
-    (tmp_path / "b" / "trace-n1-20250101T000000-000000.parquet.tmp").write_bytes(b"half")  # a conversion cut short
+    (tmp_path / "b" / "trace-n1-20250101T000000-000000.arrows.tmp").write_bytes(b"half")  # a copy cut short
     TraceFileWriter(tmp_path / "b", node_id="n1", cluster="c").close()
-    assert [p.name for p in _files(tmp_path / "b")] == ["trace-n1-20250101T000000-000001.parquet"]
+    assert [p.name for p in _files(tmp_path / "b")] == ["trace-n1-20250101T000000-000001.arrows"]
     assert [e["message_id"] for e in read_trace_events(tmp_path / "b")] == ["m-1"]
     # the next file continues the sequence
     writer = TraceFileWriter(tmp_path / "b", node_id="n1", cluster="c")
     writer.emit("stored", message_id="m-3", topic="t", message_type="normal")
     writer.close()
-    assert any(p.name.endswith("-000002.parquet") for p in (tmp_path / "b").iterdir())
+    assert any(p.name.endswith("-000002.arrows") for p in (tmp_path / "b").iterdir())
 
 
 def test_an_open_file_of_an_unknown_layout_is_kept_aside_not_converted(tmp_path):
@@ -220,7 +237,7 @@ def test_the_process_sink_writes_batches_and_single_events_in_order(tmp_path):
     assert [(e["event"], e["message_id"], e["ts_us"]) for e in read_trace_events(tmp_path)] == [
         ("published", "m-1", 10), ("published", "m-2", 10), ("stored", "m-1", 11), ("stored", "m-2", 11),
         ("nacked", "m-1", 12), ("delivered", "m-2", 13)]
-    assert [p.suffix for p in _files(tmp_path)] == [".parquet"]
+    assert [p.suffix for p in _files(tmp_path)] == [".arrows"]
 
 
 def test_the_trace_process_writes_the_frames_it_reads_and_stops_at_their_end(tmp_path):
@@ -318,11 +335,11 @@ def test_names_stay_names_within_a_file_and_become_values_across_a_roll(tmp_path
     writer.flush(roll=True)
     writer.write(second_chunk)
     writer.close()
-    one, two = sorted(tmp_path.glob("*.parquet"))
-    stored_here = pq.read_table(one).to_pylist()[1]
+    one, two = sorted(tmp_path.glob("*.arrows"))
+    stored_here = read_records(str(one)).to_pylist()[1]
     assert stored_here["event"] == "stored" and stored_here["message_id"] is None and stored_here["refs"] == [
         {"record": 0, "offset": 0, "count": 2}]
-    (stored_later,) = pq.read_table(two).to_pylist()
+    (stored_later,) = read_records(str(two)).to_pylist()
     assert stored_later["refs"] is None and stored_later["message_id"] == ["m-3"]
     assert [(e["event"], e["message_id"], e.get("key")) for e in read_trace_events(tmp_path)] == [
         ("published", "m-1", "k1"), ("published", "m-2", None), ("stored", "m-1", "k1"), ("stored", "m-2", None),
@@ -338,5 +355,5 @@ def test_a_files_event_count_comes_from_its_footer_and_record_counts(tmp_path):
     shipper.emit("nacked", message_id="m-1", topic="t", message_type="normal", ts_us=3)
     writer.write(shipper.take())
     writer.close()
-    (records,) = (tmp_path / "two").glob("*.parquet")
-    assert pq.read_metadata(records).num_rows == 3 and event_count(str(records)) == 7
+    (records,) = (tmp_path / "two").glob("*.arrows")
+    assert read_records(str(records)).num_rows == 3 and event_count(str(records)) == 7
