@@ -226,7 +226,7 @@ def main() -> int:
     args = parser.parse_args()
     env = env_for_bench()
     os.environ.update({k: v for k, v in env.items() if k.startswith(("SWITCHYARD_", "DJANGO_"))})
-    events_dir = Path(args.work) / f"events-{args.events}-records"
+    events_dir = Path(args.work) / f"events-{args.events}-arrows"  # (the folders of Parquet trace files are not read)
     if not events_dir.exists():
         t = time.perf_counter()
         n, m = generate(events_dir, args.events)

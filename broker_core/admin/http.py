@@ -71,6 +71,11 @@ class BrokerCollector:
         auth = CounterMetricFamily("switchyard_broker_auth_failures", "Refused authentications", labels=base)
         auth.add_metric(list(labels.values()), stats["auth_failures"])
         yield auth
+        if stats.get("trace") is not None:  # (tracing on)
+            dropped = CounterMetricFamily("switchyard_broker_trace_events_dropped", "Trace events dropped because "
+                                          "the trace process was too far behind", labels=base)
+            dropped.add_metric(list(labels.values()), stats["trace"]["dropped"])
+            yield dropped
         published = CounterMetricFamily("switchyard_topic_published", "Messages made visible to groups: stored, "
                                         "or committed (transactions)", labels=[*base, "topic"])
         pub_bytes = CounterMetricFamily("switchyard_topic_published_bytes", "Bytes stored", labels=[*base, "topic"])

@@ -375,6 +375,8 @@ class Broker(ReplicaHooks):
          "connections": int, "refused_connections": int (over max_connections[_per_host]), "auth_failures": int,
          "transactions": {"prepared", "checks_sent", "checks_answered", "checks_timed_out", "checks_waiting",
                           "listeners"},
+         "trace": {"dropped": int (events), "waiting_bytes": int (shipped, not read by the trace process yet)}
+                  | None (tracing off),
          "topics": {<topic>: {"revision": int|None, "status": "active"|"retired"|None, "held": int,
                               "leads": [int]|None,
                               "storage_wanted": "file"|"memory"|None,
@@ -421,6 +423,7 @@ class Broker(ReplicaHooks):
             "refused_connections": self.refused_connections,
             "auth_failures": self.auth_failures,
             "transactions": self.tx.stats(),
+            "trace": self.trace.stats(),
             "topics": {name: {**t.stats(), "storage_wanted": self.lifecycle.storage_due.get(name),
                               "leads": self._leads(name), "replication": self.replication.stats(name)}
                        for name, t in sorted(self.topics.items())},

@@ -10,7 +10,7 @@ broker: when the child is more than `max_buffer_bytes` behind, the records are d
 counted in `dropped`.
 
 The child (`python -m broker_core.tracing.process DIR NODE_ID CLUSTER [NICE] [ROLL_BYTES] [ROLL_SECONDS]`,
-at a lower priority: `nice`, default 10) makes the frames read within HOLD_S (half a second) of the first
+at the lowest priority: SCHED_IDLE where Linux allows it, else `nice`, default 10) makes the frames read within HOLD_S (half a second) of the first
 one it holds, up to BATCH_BYTES of them, one Arrow record batch (`joined`, records.Decoder), hands it to a
 TraceFileWriter and rolls its file when due, also while no frame comes. It stops (writing what it holds and
 closing its file) when its stdin closes, also after a kill -9 of the broker.
@@ -204,6 +204,10 @@ class ProcessTraceSink:
             return
         transport.writelines(frame_parts(self._buffer.take_records()))
 
+    def stats(self) -> dict:
+        transport = self._transport
+        return {"dropped": self.dropped, "waiting_bytes": transport.get_write_buffer_size() if transport else 0}
+
     def close(self) -> None:
         self.ship()
         if self._transport is not None:
@@ -301,9 +305,19 @@ def serve(fd: int, writer: TraceFileWriter, batch_bytes: int = BATCH_BYTES, hold
         writer.roll_if_due()
 
 
+def lower_priority(nice: int) -> None:
+    """Run only when a core would otherwise idle (SCHED_IDLE, Linux): the broker and its clients come first,
+    and a waking broker takes the core at once. Elsewhere, or if refused: `nice`."""
+    try:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        if nice:
+            os.nice(nice)
+
+
 def main(directory: str, node_id: str, cluster: str, nice: str = "0", roll_bytes: str = "", roll_s: str = "") -> None:
     if int(nice):
-        os.nice(int(nice))  # the broker and its clients come first; the writer catches up when they idle
+        lower_priority(int(nice))
     gc.freeze()  # what a batch decodes dies with it: no full collections over the modules' objects
     gc.set_threshold(100_000, 50, 1000)
     roll = {**({"max_bytes": int(roll_bytes)} if roll_bytes else {}), **({"max_age_s": float(roll_s)} if roll_s else {})}

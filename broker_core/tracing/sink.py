@@ -42,6 +42,10 @@ class TraceSink(Protocol):
                       client_host: str | None = None, ts_us: int | None = None) -> None:
         """One per-group event per (StoredMessage, attempt, ...) entry."""
 
+    def stats(self) -> dict | None:
+        """{"dropped": events dropped, "waiting_bytes": shipped bytes the trace process has not read yet};
+        None when tracing is off."""
+
     def close(self) -> None: ...
 
 
@@ -52,4 +56,4 @@ def _nothing(*args, **fields) -> None:
 class NullTraceSink:
     """Tracing off: every method is one plain function that returns None (no bound method, no work)."""
 
-    emit = emit_messages = emit_group = emit_attempts = close = staticmethod(_nothing)
+    emit = emit_messages = emit_group = emit_attempts = stats = close = staticmethod(_nothing)

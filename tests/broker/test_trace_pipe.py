@@ -240,13 +240,16 @@ def _trace_child(broker_pid: int) -> int:
 
 def test_publishing_goes_on_after_the_trace_process_is_killed(cluster):
     """kill -9 of the trace process: every publish is still acknowledged and delivered; the broker only
-    stops recording (what it can no longer ship is dropped)."""
+    stops recording: what it can no longer ship is dropped and counted (/stats, /metrics). The trace process
+    runs only on a core nothing else wants (SCHED_IDLE)."""
     cluster.standard("orders")
     cluster.pv.binding("orders", "billing", APP)
     broker = cluster.broker()
     child = _trace_child(broker.proc.pid)
+    wait_for(lambda: os.sched_getscheduler(child) == os.SCHED_IDLE, 10, "the trace process at idle priority")
     with Producer(**cluster.client_kwargs()) as producer:
         before = producer.send_many("orders", [Message(b"a" * 10) for _ in range(50)])
+        assert broker.stats()["trace"]["dropped"] == 0
         os.kill(child, signal.SIGKILL)
         wait_for(lambda: not Path(f"/proc/{child}").exists() or
                  Path(f"/proc/{child}/stat").read_text().split()[2] == "Z", 10, "the trace process to die")
@@ -257,4 +260,9 @@ def test_publishing_goes_on_after_the_trace_process_is_killed(cluster):
         wait_for(lambda: got.count("c") >= 750, 20, "every message delivered")
     assert set(got.ids("c")) == {*before, *after}
     assert broker.proc.poll() is None
+    wait_for(lambda: broker.stats()["trace"]["dropped"] > 0, 10, "dropped trace events counted")
+    dropped = broker.stats()["trace"]["dropped"]
+    metric = next(line for line in broker.http("/metrics").decode().splitlines()
+                  if line.startswith("switchyard_broker_trace_events_dropped_total{"))
+    assert float(metric.rsplit(" ", 1)[1]) >= dropped > 0
     broker.stop()
