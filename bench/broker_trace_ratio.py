@@ -26,7 +26,8 @@ Printed per phase: the rates of each side (median), the ratio of the totals (mes
 time, on / off: target ≥ 0.95) with a 95% bootstrap interval over the pairs, the median and the lowest
 of the pair ratios; CPU per message (mean over the segments) of
 the broker process, its trace process and the client; and the paced latency of each side, side by side:
-p50 / p99 / max over all its paced segments, and the median of its segments' p99 (target: p99 ≤ 4 ms traced). Ports: ZooKeeper 27592 (or $SWITCHYARD_ZK),
+p50 / p99 / max over all its paced segments, and the median of its segments' p99 (target: p99 ≤ 4 ms traced). Last, the
+trace events the traced broker dropped (its /metrics): figures of a run that dropped some are not comparable. Ports: ZooKeeper 27592 (or $SWITCHYARD_ZK),
 brokers 27580-27583 (or those of $SWITCHYARD_BENCH_PORT, see broker_bench.py). Prints figures only; `--json`
 prints them as JSON.
 """
@@ -42,6 +43,7 @@ import random
 import statistics
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -133,6 +135,13 @@ class Side:
     async def paced_segment(self, rate: int, seconds: float) -> None:
         self.paced.append(await bb.paced_latency(self.producer, self.kwargs, rate, seconds, E2E_TOPIC, GROUP))
         await self.settle()
+
+    def trace_dropped(self) -> int:
+        """Trace events the broker dropped so far (its /metrics; a run that drops some measured less work)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port + 1}/metrics", timeout=5) as r:
+            lines = r.read().decode().splitlines()
+        return sum(int(float(line.rsplit(" ", 1)[1])) for line in lines
+                   if line.startswith("switchyard_broker_trace_events_dropped_total{"))
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -268,8 +277,10 @@ def main() -> int:
         loop = new_event_loop()
         loop.run_until_complete(drive(sides, args))
         loop.close()
+        dropped = sides["on"].trace_dropped()
 
     results = summary(sides, args.messages)
+    results["trace_events_dropped"] = dropped
     if args.json:
         print(json.dumps({"load_before": load, "load_after": os.getloadavg()[0], "phases": results}, indent=2))
         return 0
@@ -293,6 +304,7 @@ def main() -> int:
             r = results[PACED][name]
             print(f"  tracing {name:3s}  {r['p50_ms']:6.2f} / {r['p99_ms']:6.2f} / {r['max_ms']:7.2f} ms"
                   f"   segment p99 median {r['median_segment_p99_ms']:6.2f} ms   ({r['messages']:,} messages)")
+    print(f"  trace events the traced broker dropped (its trace process too far behind): {dropped:,}")
     return 0
 
 

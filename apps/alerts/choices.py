@@ -6,7 +6,8 @@ RuleKind = text_choices("RuleKind", ("lag_age", "Oldest waiting message older th
                         ("auth_failures", "Authentication failures in 5 minutes above"),
                         ("unresolved_tx", "Unresolved transaction messages above"),
                         ("broker_down", "Fewer live brokers than"), ("zookeeper_drift", "ZooKeeper nodes drifted above"),
-                        ("under_replicated", "Under-replicated partitions above"))
+                        ("under_replicated", "Under-replicated partitions above"),
+                        ("trace_dropped", "Trace events dropped in 5 minutes above"))
 
 
 # kinds that watch a topic (and, for the first three, a consumer group); the rest watch a whole cluster

@@ -26,6 +26,7 @@ ALERT_NAMES = {
     RuleKind.BROKER_DOWN: "SwitchyardBrokerDown",
     RuleKind.ZOOKEEPER_DRIFT: "SwitchyardZooKeeperDrift",
     RuleKind.UNDER_REPLICATED: "SwitchyardUnderReplicatedPartitions",
+    RuleKind.TRACE_DROPPED: "SwitchyardTraceEventsDropped",
 }
 
 
@@ -39,6 +40,7 @@ CONDITIONS = {
     RuleKind.BROKER_DOWN: "fewer live brokers than {t}",
     RuleKind.ZOOKEEPER_DRIFT: "more than {t} ZooKeeper nodes drifted",
     RuleKind.UNDER_REPLICATED: "more than {t} partitions under-replicated",
+    RuleKind.TRACE_DROPPED: "more than {t} trace events dropped in 5 minutes (a trace process too far behind)",
 }
 
 
@@ -70,6 +72,8 @@ def expression(rule: AlertRule) -> str:
         return f"sum by (cluster, topic, group) (switchyard_group_consumers{s}) < {t}"
     if kind == RuleKind.AUTH_FAILURES:
         return f"sum by (cluster) (increase(switchyard_broker_auth_failures_total{s}[5m])) > {t}"
+    if kind == RuleKind.TRACE_DROPPED:
+        return f"sum by (cluster) (increase(switchyard_broker_trace_events_dropped_total{s}[5m])) > {t}"
     if kind == RuleKind.UNRESOLVED_TX:
         return f"sum by (cluster, topic) (switchyard_tx_unresolved_total{s}) > {t}"
     if kind == RuleKind.BROKER_DOWN:

@@ -97,6 +97,22 @@ CASES = {
         "labels": [{}],
         "summaries": [f"refused logins: more than 20 authentication failures in 5 minutes on {CLUSTER}"],
     },
+    "trace_dropped": {
+        "rules": [dict(name="lost traces", threshold=0, for_seconds=60)],
+        "series": {
+            # a broker whose trace process falls behind from 5m30s to 8m30s (100 events dropped every 30 s), then keeps up
+            broker("switchyard_broker_trace_events_dropped_total", "n1"): "0+0x10 0+100x6 600+0x23",
+            broker("switchyard_broker_trace_events_dropped_total", "n2"): "0+0x41",
+            broker("switchyard_broker_trace_events_dropped_total", "n1", cluster=OTHER_CLUSTER): "0+100x41",
+        },
+        # 5m30s: none yet; 6m30s: above since 6m, pending; 14m: none in the last 5 minutes
+        "quiet": ["5m30s", "6m30s", "14m"],
+        # 7m30s: 0 at 2m30s → 400 at 7m30s; 9m: 0 at 4m → 600 at 9m
+        "firing": {"7m30s": ["400"], "9m": ["600"]},
+        "labels": [{}],
+        "summaries": [f"lost traces: more than 0 trace events dropped in 5 minutes (a trace process too far behind) "
+                      f"on {CLUSTER}"],
+    },
     "unresolved_tx": {
         "rules": [dict(name="order-paid unresolved", topic=True, threshold=0, for_seconds=0),
                   dict(name="any unresolved", threshold=5, for_seconds=0)],
