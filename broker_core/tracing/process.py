@@ -10,8 +10,8 @@ broker: when the child is more than `max_buffer_bytes` behind, the records are d
 counted in `dropped`.
 
 The child (`python -m broker_core.tracing.process DIR NODE_ID CLUSTER [NICE] [ROLL_BYTES] [ROLL_SECONDS]`,
-at the lowest priority: SCHED_IDLE where Linux allows it, else `nice`, default 10) makes the frames read within HOLD_S (half a second) of the first
-one it holds, up to BATCH_BYTES of them, one Arrow record batch (`joined`, records.Decoder), hands it to a
+at the lowest priority: SCHED_IDLE where Linux allows it, else `nice`, default 10) makes the frames read
+within HOLD_S (half a second) of the first one it holds, up to BATCH_BYTES of them, one Arrow record batch (`joined`, records.Decoder), hands it to a
 TraceFileWriter and rolls its file when due, also while no frame comes. It stops (writing what it holds and
 closing its file) when its stdin closes, also after a kill -9 of the broker.
 """

@@ -73,12 +73,11 @@ def event_count(path: str) -> int:
 def read_records(path: str, columns: list[str] | None = None) -> pa.Table:
     """A trace file's records (an Arrow IPC stream, tracing/writer.py), all columns or only `columns` (whose
     buffers alone are read and decompressed)."""
+    options = None
+    if columns is not None:
+        names = records_schema().names
+        options = pa.ipc.IpcReadOptions(included_fields=[names.index(c) for c in columns])
     with pa.memory_map(path) as source:
-        options = None
-        if columns is not None:
-            names = pa.ipc.open_stream(source).schema.names
-            source.seek(0)
-            options = pa.ipc.IpcReadOptions(included_fields=[names.index(c) for c in columns])
         return pa.ipc.open_stream(source, options=options).read_all()
 
 
