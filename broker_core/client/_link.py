@@ -82,6 +82,7 @@ class _Link:
         # of the topic is sent until every batch of it in flight is answered; then they are queued again, first
         self._refused: dict[str, list[tuple[int, _Batch]]] = {}
         self._refused_at: dict[str, float] = {}
+        self._remapped: dict[str, int] = {}  # topic -> how often refused batches were queued again (`Publish.remapped`)
         self._elected: dict[tuple[str, int], str] = {}  # (topic, partition) -> the leader its partition state names
         self._placement_read: dict[str, asyncio.Future] = {}
         self.leaders: dict[str, BrokerConnection] = {}  # node id -> the connection to that partition leader
@@ -315,7 +316,8 @@ class _Link:
     def _send(self, conn: BrokerConnection, batch: _Batch) -> None:
         number = next(self._numbers)
         self.in_flight[number] = batch
-        answer = conn.request(p.Publish(conn.next_ref(), batch.topic, batch.messages, batch.partition))
+        remapped = None if batch.partition is None else self._remapped.get(batch.topic, 0)
+        answer = conn.request(p.Publish(conn.next_ref(), batch.topic, batch.messages, batch.partition, remapped))
         answer.add_done_callback(lambda f, number=number: self._answered(number, f))
 
     def _answered(self, number: int, answer: asyncio.Future) -> None:
@@ -355,6 +357,7 @@ class _Link:
             self.loop.call_later(wait, self._schedule)
             return
         del self._refused_at[topic]
+        self._remapped[topic] = self._remapped.get(topic, 0) + 1  # (what was sent before is refused: p.Publish)
         for _, batch in sorted(self._refused.pop(topic), key=lambda nb: nb[0], reverse=True):
             self._requeue(batch)
 

@@ -56,6 +56,7 @@ class ClientConnection(ReplicaServing, asyncio.Protocol):
         self.check_listener = False  # Hello said it answers back-checks (CheckTx)
         self.closed = False
         self.subs: dict[int, Subscription] = {}
+        self.refused_remapped: dict[str, int] = {}  # topic -> `remapped` of its last publish refused stale_mapping
         self._sub_ids = itertools.count(1)
         self.heartbeat_s = self.options.heartbeat_ms / 1000
         self.opened_at = self.last_recv = self.last_send = time.monotonic()
@@ -343,9 +344,13 @@ class ClientConnection(ReplicaServing, asyncio.Protocol):
                             opts.max_frame_bytes))
 
     def on_publish(self, ev: p.Publish) -> None:
+        if self.refused_remapped and ev.remapped is not None and self._after_refusal(ev):
+            return
         plan = check_publish(self.broker.state, self.options.cluster, ev.topic, self.app_id, ev.messages,
                              self.options.max_message_bytes, self.broker.node_id, ev.partition)
         if isinstance(plan, Refusal):
+            if plan.code == p.E_STALE_MAPPING and ev.remapped is not None:
+                self.refused_remapped[ev.topic] = ev.remapped
             self.error(ev.ref, plan.code, plan.message)
             return
         topic = self.broker.topic(ev.topic)
@@ -363,6 +368,17 @@ class ClientConnection(ReplicaServing, asyncio.Protocol):
             topic.publish_delayed(self.app_id, self.peer, ev.messages, plan, reply)
         else:
             topic.publish(self.app_id, self.peer, ev.messages, plan.size, reply, plan.partition)
+
+    def _after_refusal(self, ev: p.Publish) -> bool:
+        """A publish sent before its producer knew an earlier one of the topic was refused `stale_mapping` here is
+        refused too (stored, it would put a key's later messages before the refused ones); True if refused."""
+        refused = self.refused_remapped.get(ev.topic)
+        if refused is None or ev.remapped > refused:
+            return False
+        self.error(ev.ref, p.E_STALE_MAPPING, f"an earlier publish of topic {ev.topic!r} on this connection was "
+                                              f"refused stale_mapping: send this again after it, with remapped > "
+                                              f"{refused} (the SDK does)")
+        return True
 
     def on_end_tx(self, ev: p.EndTx) -> None:
         found = self.broker.tx.find(ev.message_id, ev.topic)

@@ -133,21 +133,33 @@ Hello = _kind(1, CLIENT, "Hello", "First frame of a client: who it is and how of
               features=(dict, field(default_factory=dict)))
 Publish = _kind(2, CLIENT, "Publish", "Store these messages (message arrays, see `message`) on the topic; answered "
                 "by `Published` or `Error` with the same ref. `partition` (issue 20): the partition, whose leader "
-                "takes it; nil, or absent (a client from before partitions), lets the broker choose.",
-                ref=int, topic=str, messages=list, partition=(int | None, field(default=None)))
-Publish.schema = Publish.schema[:3]  # the partition may be absent on the wire: checked by `_publish_from_body`
+                "takes it; nil, or absent (a client from before partitions), lets the broker choose. `remapped`: how "
+                "often the producer chose this topic's partitions again after `stale_mapping` refusals; once a "
+                "publish of the topic was refused `stale_mapping` on a connection, every later one there whose "
+                "`remapped` is not higher is refused too (it was sent before the producer knew: storing it would put "
+                "a key's later messages before the refused ones). Absent or nil: no such check.",
+                ref=int, topic=str, messages=list, partition=(int | None, field(default=None)),
+                remapped=(int | None, field(default=None)))
+Publish.schema = Publish.schema[:3]  # partition and remapped may be absent on the wire: see `_publish_from_body`
 
 
 def _publish_from_body(cls, body: Any) -> Event:
     ev = Event.from_body.__func__(cls, body)
-    if len(body) > 3 and body[3] is not None:
-        if type(body[3]) is not int or body[3] < 0:
-            raise ProtocolError("malformed Publish: partition must be a non-negative integer")
-        ev.partition = body[3]
+    for at, name in ((3, "partition"), (4, "remapped")):
+        if len(body) > at and body[at] is not None:
+            if type(body[at]) is not int or body[at] < 0:
+                raise ProtocolError(f"malformed Publish: {name} must be a non-negative integer")
+            setattr(ev, name, body[at])
     return ev
 
 
+def _publish_fields(self) -> list:
+    fields = [self.ref, self.topic, self.messages, self.partition]
+    return fields if self.remapped is None else [*fields, self.remapped]  # (absent when nil: as before it existed)
+
+
 Publish.from_body = classmethod(_publish_from_body)
+Publish.fields = _publish_fields
 Subscribe = _kind(3, CLIENT, "Subscribe", "Receive the group's messages of the topic: `credit` unacknowledged at most "
                   "(NSQ's RDY); `ack_timeout_ms` 0 is the broker's default.",
                   ref=int, topic=str, group=str, credit=int, ack_timeout_ms=int)

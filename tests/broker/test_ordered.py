@@ -95,6 +95,46 @@ def test_a_keyless_message_and_a_key_sent_to_another_partition_are_refused(clust
     assert b.stats()["topics"]["orders"]["published"] == 1, "only the keyed message was stored"
 
 
+def test_after_a_stale_mapping_refusal_what_the_producer_sent_before_knowing_is_refused_too(cluster):
+    """A pipelining producer's batches of one partition: the first is refused `stale_mapping` (one of its keys maps
+    elsewhere), the next holds only a key that did not move. Stored, the next would put that key's later message
+    before the refused one; the broker refuses it until the producer says it knows (`remapped` higher). A client
+    that does not send `remapped` is not held to it."""
+    (b,), _ = ordered_cluster(cluster, 2)
+    stays, home = "k", physical_partition("k", 2)
+    moved = next(k for k in (f"x{i}" for i in range(100)) if physical_partition(k, 2) != home)
+
+    async def pipelined(remapped):
+        conn = await BrokerConnection.open(BrokerAddress(b.node_id, "127.0.0.1", b.port), app_id=APP, secret=SECRET,
+                                           client_id="raw")
+        tag = "none" if remapped is None else remapped
+        try:
+            first = conn.request(p.Publish(conn.next_ref(), "orders", [
+                p.message(f"{tag}-1", "default", b"k:1", key=stays), p.message(f"{tag}-2", "default", b"x", key=moved)],
+                home, remapped))
+            second = conn.request(p.Publish(conn.next_ref(), "orders", [p.message(f"{tag}-3", "default", b"k:2",
+                                                                                   key=stays)], home, remapped))
+            answers = await asyncio.gather(first, second, return_exceptions=True)
+            again = None
+            if remapped is not None:  # the producer sends both again, knowing of the refusal
+                again = await conn.request(p.Publish(conn.next_ref(), "orders", [
+                    p.message(f"{tag}-1", "default", b"k:1", key=stays), p.message(f"{tag}-3", "default", b"k:2",
+                                                                                  key=stays)], home, remapped + 1))
+            return answers, again
+        finally:
+            conn.close()
+
+    (first, second), again = asyncio.run(pipelined(0))
+    assert isinstance(first, BrokerError) and first.code == p.E_STALE_MAPPING and repr(moved) in str(first)
+    assert isinstance(second, BrokerError) and second.code == p.E_STALE_MAPPING, second
+    assert "earlier publish" in str(second) and "remapped > 0" in str(second)
+    assert isinstance(again, p.Published) and again.count == 2
+    assert b.stats()["topics"]["orders"]["published"] == 2, "only the batch sent again was stored"
+    (first, second), _ = asyncio.run(pipelined(None))
+    assert isinstance(first, BrokerError) and first.code == p.E_STALE_MAPPING
+    assert isinstance(second, p.Published), "a client that does not send remapped: each publish checked alone"
+
+
 def test_one_message_per_key_in_flight_and_the_next_only_after_the_ack(cluster):
     (b,), _ = ordered_cluster(cluster, 2)
     keys = [f"k{i}" for i in range(5)]

@@ -11,7 +11,7 @@ from broker_core import protocol as p
 # name: (code, who sends it, fields in wire order)
 KINDS = {
     "Hello": (1, "client", ("version", "client_id", "app_id", "secret", "heartbeat_ms", "features")),
-    "Publish": (2, "client", ("ref", "topic", "messages", "partition")),  # partition: issue 20, optional
+    "Publish": (2, "client", ("ref", "topic", "messages", "partition", "remapped")),  # both optional (issue 20, 21)
     "Subscribe": (3, "client", ("ref", "topic", "group", "credit", "ack_timeout_ms")),
     "Ready": (4, "client", ("sub_id", "credit")),
     "Ack": (5, "client", ("sub_id", "seqs")),
@@ -53,6 +53,7 @@ FRAMES = [
      "01 00000016", "96 01 a2 6331 a3 617070 a1 73 cd 01f4 81 a3 73646b a2 7079"),
     (p.Publish(7, "t", [p.message("m1", "x", b"b")]), "02 00000016", "94 07 a1 74 91" + MESSAGE + " c0"),
     (p.Publish(7, "t", [p.message("m1", "x", b"b")], 3), "02 00000016", "94 07 a1 74 91" + MESSAGE + " 03"),
+    (p.Publish(7, "t", [p.message("m1", "x", b"b")], 3, 2), "02 00000017", "95 07 a1 74 91" + MESSAGE + " 03 02"),
     (p.Subscribe(8, "t", "g", 100, 2000), "03 0000000a", "95 08 a1 74 a1 67 64 cd 07d0"),
     (p.Ready(1, 50), "04 00000003", "92 01 32"),
     (p.Ack(1, [1, 2, 3]), "05 00000006", "92 01 93 01 02 03"),
@@ -136,7 +137,7 @@ def test_a_field_of_the_wrong_type_is_refused(kind, body):
         cls.from_body(body)
 
 
-def test_a_publish_of_a_client_from_before_partitions_is_read_and_a_bad_partition_refused():
+def test_a_publish_of_a_client_from_before_partitions_is_read_and_a_bad_partition_or_remapped_refused():
     old = literal("02 00000015", "93 07 a1 74 91" + MESSAGE)  # three fields, as before issue 20
     conn = p.Connection(p.SERVER)
     conn.receive_data(old)
@@ -144,3 +145,8 @@ def test_a_publish_of_a_client_from_before_partitions_is_read_and_a_bad_partitio
     for bad in (-1, "0"):
         with pytest.raises(p.ProtocolError, match="partition"):
             p.Publish.from_body([7, "t", [], bad])
+    for bad in (-1, "1", 1.0):
+        with pytest.raises(p.ProtocolError, match="remapped"):
+            p.Publish.from_body([7, "t", [], 0, bad])
+    assert p.Publish.from_body([7, "t", [], 0, None]).remapped is None
+    assert p.Publish.from_body([7, "t", [], None, 3]) == p.Publish(7, "t", [], None, 3)
