@@ -4,11 +4,10 @@
                                                  [--paced-pairs 6] [--paced-seconds 5] [--phases ...]
 
 One ZooKeeper, two broker processes started once and kept for the whole run: one with `--trace` (its
-trace process writes Parquet files, broker_core.tracing.writer.TraceFileWriter), one with `--no-trace`.
-The traced broker rolls its trace file every `--roll-mb` MiB of open file (`--trace-roll-mb`; about
-110,000 messages published at 16), so the conversion to Parquet that follows each roll happens, and is
-counted, within the run and spread over it, as under sustained load (by default a broker rolls at 256 MiB
-or 60 s, which a run this short may never reach).
+trace process writes Arrow IPC files, broker_core.tracing.writer.TraceFileWriter), one with `--no-trace`.
+The traced broker rolls its trace file every `--roll-mb` MiB of open file (`--trace-roll-mb`), so the
+closing of rolled files happens, and is counted, within the run and spread over it, as under sustained load
+(by default a broker rolls at 256 MiB or 60 s, which a run this short may never reach).
 One client process (this one) drives them in turns, one segment of `--messages` 1 KiB messages at a
 time, in pairs whose order alternates (on, off, off, on, ...): on a shared machine whose speed drifts
 by the second, the two sides of a pair see the same machine. Phases, as in bench/broker_bench.py:
