@@ -1,6 +1,6 @@
 """Broker throughput with tracing on vs off, as ratios from one run: two brokers side by side, driven in turns.
 
-    .venv/bin/python bench/broker_trace_ratio.py [--messages 50000] [--pairs 16] [--fsync batch] [--roll-mb 16]
+    .venv/bin/python bench/broker_trace_ratio.py [--messages 200000] [--pairs 8] [--fsync batch] [--roll-mb 16]
                                                  [--paced-pairs 6] [--paced-seconds 5] [--phases ...]
 
 One ZooKeeper, two broker processes started once and kept for the whole run: one with `--trace` (its
@@ -250,8 +250,8 @@ def two_brokers(make_side, prefix: str):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--messages", type=int, default=50_000, help="messages per segment")
-    parser.add_argument("--pairs", type=int, default=16, help="segment pairs (on + off) per phase")
+    parser.add_argument("--messages", type=int, default=200_000, help="messages per segment (shorter: noisier)")
+    parser.add_argument("--pairs", type=int, default=8, help="segment pairs (on + off) per phase")
     parser.add_argument("--roll-mb", type=int, default=16, help="the traced broker's --trace-roll-mb")
     parser.add_argument("--fsync", default="batch", choices=["batch", "interval", "never"])
     parser.add_argument("--paced-pairs", type=int, default=6, help="paced segment pairs (on + off)")
