@@ -55,6 +55,7 @@ from bench import broker_bench as bb  # noqa: E402
 from broker_core.client import AsyncProducer  # noqa: E402
 from broker_core.client._loop import new_event_loop  # noqa: E402
 from broker_core.cluster.provision import Provisioner  # noqa: E402
+from broker_core.tracing.process import HOLD_S  # noqa: E402
 
 PUB_TOPIC, E2E_TOPIC, GROUP = "ratio-pub", "ratio-e2e", "ratio-group"
 PHASES = (("publish_pipelined", "publish (pipelined)"), ("publish_send_many", "publish (send_many)"),
@@ -105,15 +106,21 @@ class Side:
         broker, _, children = self.meter.now()
         return broker + children
 
-    async def settle(self, timeout: float = 5.0) -> float:
-        """Wait until the broker and its trace process use no more CPU; returns the CPU they used meanwhile."""
+    async def settle(self, timeout: float = 15.0) -> float:
+        """Wait until the broker and its trace process use no more CPU for longer than the trace process holds
+        frames for more to come (HOLD_S: what it holds then is written and charged here, not to the next segment); returns the CPU they used meanwhile."""
         first = last = self.busy_cpu()
         deadline = time.monotonic() + timeout
+        quiet_since = None
         while time.monotonic() < deadline:
             await asyncio.sleep(0.06)
             now = self.busy_cpu()
             if now - last <= 0.01:  # at most one clock tick in 60 ms: idle
-                return now - first
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since >= HOLD_S + 0.2:
+                    return now - first
+            else:
+                quiet_since = None
             last = now
         return last - first
 

@@ -266,3 +266,28 @@ def test_publishing_goes_on_after_the_trace_process_is_killed(cluster):
                   if line.startswith("switchyard_broker_trace_events_dropped_total{"))
     assert float(metric.rsplit(" ", 1)[1]) >= dropped > 0
     broker.stop()
+
+
+def test_columns_of_runs_decode_to_each_records_value_repeated():
+    """Records whose type, attempts and sizes are runs (one value for the record) come out value by value
+    with each record's own value: several records, a non-ASCII type, a run of a value of another type (a
+    business id sent as a number comes out as its text)."""
+    buffer = RecordBuffer()
+    buffer.emit_messages("published", "t", _batch(1, [("m-1", "tÿpe", None, 7, b"ab"), ("m-2", "tÿpe", None, 7,
+                                                                                         b"cd")]), ts_us=1)
+    buffer.emit_messages("published", "t", _batch(3, [(f"m-{i}", "other", None, None, b"xyz") for i in (3, 4, 5)]),
+                         ts_us=2)
+    buffer.emit_messages("prepared", "t", _batch(6, [("m-6", "o", None, None, b"")]), ts_us=3)
+    records = unpack(pack(buffer.take_records()))
+    assert [type(part) for part in records.parts[1]] == [Run, Run, Run]  # the types: a run per record
+    batch = Decoder().batch(records)
+    assert batch.column("message_type").to_pylist() == [["tÿpe"] * 2, ["other"] * 3, ["o"]]
+    assert batch.column("business_id").to_pylist() == [["7", "7"], None, None]
+    assert batch.column("size").to_pylist() == [[2, 2], [3, 3, 3], [0]]
+    buffer.emit_group("delivered", "t", "g", [(seq, 1, None) for seq in (1, 2, 3)], ts_us=4)
+    buffer.emit_group("delivered", "t", "g", [(seq, 1, None) for seq in (4, 5)], ts_us=5)
+    later = Decoder()
+    later.batch(records)
+    frames = unpack(pack(buffer.take_records()))
+    assert frames.parts[4] == [Run(1, 3), Run(1, 2)]  # first attempts: a run per frame
+    assert later.batch(frames).column("attempt").to_pylist() == [[1, 1, 1], [1, 1]]
