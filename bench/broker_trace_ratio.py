@@ -17,9 +17,10 @@ by the second, the two sides of a pair see the same machine. Phases, as in bench
   4. paced: 2,000 messages/s for `--paced-seconds` to that group, latency from send to the handler, in
      `--paced-pairs` pairs (alternating too).
 
-After each segment the client waits until the broker and its trace process are idle, and adds the CPU
-time they spent meanwhile (the trace process's last interval, at most) to the segment's time: tracing
-work that would run after a burst is charged to the traced side, not left to slow the next segment.
+After each segment the client waits until the broker and its trace process have been idle for longer than
+the trace process holds frames for more to come (HOLD_S, + 0.2 s), and adds the CPU time they spent
+meanwhile to the segment's time: tracing work that runs after a burst, also what the trace process held at
+its end, is charged to the traced side, not left to slow the next segment (the other side's, half the time).
 
 Printed per phase: the rates of each side (median), the ratio of the totals (messages over summed
 time, on / off: target ≥ 0.95) with a 95% bootstrap interval over the pairs, the median and the lowest
@@ -107,8 +108,9 @@ class Side:
         return broker + children
 
     async def settle(self, timeout: float = 15.0) -> float:
-        """Wait until the broker and its trace process use no more CPU for longer than the trace process holds
-        frames for more to come (HOLD_S: what it holds then is written and charged here, not to the next segment); returns the CPU they used meanwhile."""
+        """Wait until the broker and its trace process have used no CPU for longer than the trace process holds
+        frames for more to come (HOLD_S): what it held is written and charged here, not to the next segment.
+        Returns the CPU they used meanwhile."""
         first = last = self.busy_cpu()
         deadline = time.monotonic() + timeout
         quiet_since = None
