@@ -212,7 +212,7 @@ class Topic:
         if leader is not None:
             leader.published(stored[0], app_id, received_ms, arrays, groups)
         traced.append(self.trace.emit_messages("published", self.name, stored[0], app_id=app_id,
-                                               client_host=client_host, ts_us=received_ms * 1000))
+                                               client_host=client_host, ts_us=received_ms * 1000, arrays=arrays))
 
     def publish_delayed(self, app_id: str, client_host: str | None, arrays: list[list], plan: PublishPlan,
                         reply: PublishReply) -> None:

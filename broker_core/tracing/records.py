@@ -76,7 +76,7 @@ class RecordBuffer:
                   [[message_id], Run(message_type, 1), _one(key), _one(business_id), _one(attempt), _one(size)])
 
     def emit_messages(self, event: str, topic: str, messages: list, *, app_id=None, client_host=None, ts_us=None,
-                      same_as=None) -> int | None:
+                      same_as=None, arrays: list | None = None) -> int | None:
         n = len(messages)
         if not n:
             return None
@@ -86,11 +86,13 @@ class RecordBuffer:
         if same_as is not None and same_as >= self._floor and not sized:
             self._add(scalars, n, _NO_VALUES, [(same_as, 0, n)])
             return None
+        if arrays is None:
+            arrays = [m.fields for m in messages]
         if event != "published":
-            self._add(scalars, n, message_parts([m.fields for m in messages], sized))
+            self._add(scalars, n, message_parts(arrays, sized))
             return number
         first_seq = messages[0].seq  # a batch's seqs follow each other (the store appends it whole)
-        self._add(scalars, n, message_parts([m.fields for m in messages], sized), None, first_seq)
+        self._add(scalars, n, message_parts(arrays, sized), None, first_seq)
         _add_run(self._runs, topic, first_seq, n, number)
         return number
 

@@ -4,8 +4,9 @@ The sink must not block the event loop. Rare steps call `emit(...)`; the hot pat
 delivery frame, an ack frame) call the batch methods, which take the broker's own lists as they are and
 nothing computed only for the trace (the sink takes what it records from them):
 
-    emit_messages(event, topic, messages, app_id=, client_host=, ts_us=, same_as=)
+    emit_messages(event, topic, messages, app_id=, client_host=, ts_us=, same_as=, arrays=)
                                                               messages: [StoredMessage]
+                                                              arrays: their fields, when the caller holds them
     emit_group(event, topic, group, rows, consumer=, client_host=, ts_us=)
                                                               rows: [(seq, attempt, fields)]
     emit_attempts(event, topic, group, entries, consumer=, client_host=, ts_us=)
@@ -29,10 +30,13 @@ class TraceSink(Protocol):
              detail: str | None = None, size: int | None = None, ts_us: int | None = None) -> None: ...
 
     def emit_messages(self, event: str, topic: str, messages: list, *, app_id: str | None = None,
-                      client_host: str | None = None, ts_us: int | None = None, same_as: object = None) -> object:
+                      client_host: str | None = None, ts_us: int | None = None, same_as: object = None,
+                      arrays: list | None = None) -> object:
         """One event per StoredMessage (`size` on `published` and `prepared`). Returns a handle: a later
         call for the same messages may pass it as `same_as` (a publish batch's `stored` after its
-        `published`), so the record names them instead of repeating their values."""
+        `published`), so the record names them instead of repeating their values. `arrays`: the messages'
+        field arrays in their order, when the caller holds that list (a publish: the values are taken from it
+        without a pass over the StoredMessages)."""
 
     def emit_group(self, event: str, topic: str, group: str, rows: list, *, consumer: str | None = None,
                    client_host: str | None = None, ts_us: int | None = None) -> None:
