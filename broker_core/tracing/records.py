@@ -26,7 +26,7 @@ import contextlib
 import struct
 from bisect import bisect_left, bisect_right
 from collections import deque
-from itertools import chain, repeat
+from itertools import chain, islice, repeat
 from operator import itemgetter
 from time import time_ns
 from typing import NamedTuple
@@ -42,6 +42,7 @@ NAMEABLE_TAKES = 16  # a record may name records of its own batch and of the 15 
 _NO_VALUES = (None,) * len(MESSAGE_VALUES)  # a record naming the messages of another
 _FRAMED = (None, None, None, None)  # a frame naming its messages: their attempts only
 _FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
+_TAKEN = max(M_ID, M_TYPE, M_KEY, M_BUSINESS_ID, M_BODY) + 1  # the fields a record takes, from the first
 
 
 class RecordBuffer:
@@ -379,9 +380,11 @@ def _attempts(attempts: tuple):
 
 
 def _columns(arrays) -> list[tuple]:
-    """Message arrays as their columns, one tuple per field (zip: one pass in C over every value, cheaper
-    than a pass per field, in C or in Python)."""
-    return list(zip(*arrays, strict=False))  # (an array may hold more fields than the ten)
+    """The columns a record takes from its messages' arrays, one tuple per field up to the body (ids, types,
+    keys, business ids, headers, bodies): one `zip` of the arrays, one pass in C over their values (cheaper
+    than a pass per field, in C or in Python), stopped after the body (`islice`): the fields after it
+    (ttl, limits, flags, timestamps) are not touched."""
+    return list(islice(zip(*arrays, strict=False), _TAKEN))  # (an array may hold more fields than ten)
 
 
 def _strings(columns: list[tuple], n: int) -> list:
