@@ -1,13 +1,14 @@
 """Broker throughput with tracing on vs off, as ratios from one run: two brokers side by side, driven in turns.
 
-    .venv/bin/python bench/broker_trace_ratio.py [--messages 200000] [--pairs 8] [--fsync batch] [--roll-mb 16]
+    .venv/bin/python bench/broker_trace_ratio.py [--messages 200000] [--pairs 8] [--fsync batch] [--roll-mb MB]
                                                  [--paced-pairs 6] [--paced-seconds 5] [--phases ...]
 
 One ZooKeeper, two broker processes started once and kept for the whole run: one with `--trace` (its
 trace process writes Arrow IPC files, broker_core.tracing.writer.TraceFileWriter), one with `--no-trace`.
-The traced broker rolls its trace file every `--roll-mb` MiB of open file (`--trace-roll-mb`), so the
-closing of rolled files happens, and is counted, within the run and spread over it, as under sustained load
-(by default a broker rolls at 256 MiB or 60 s, which a run this short may never reach).
+The traced broker runs with tracing's defaults, as users run it: its trace file rolls at 256 MiB or 60 s,
+which a run of several minutes reaches a few times, so closing rolled files is counted within the run.
+`--roll-mb` rolls it every so many MiB instead (`--trace-roll-mb`): more often than a broker at its defaults,
+each roll charging the traced side the work of resolving the names that point into the file before.
 One client process (this one) drives them in turns, one segment of `--messages` 1 KiB messages at a
 time, in pairs whose order alternates (on, off, off, on, ...): on a shared machine whose speed drifts
 by the second, the two sides of a pair see the same machine. Phases, as in bench/broker_bench.py:
@@ -68,7 +69,7 @@ SIDES = ("on", "off")
 class Side:
     """One broker (tracing on or off), its producer and its CPU meter."""
 
-    def __init__(self, name: str, zk_hosts: str, workdir: Path, fsync: str, port: int, roll_mb: int = 16):
+    def __init__(self, name: str, zk_hosts: str, workdir: Path, fsync: str, port: int, roll_mb: int | None = None):
         self.name = name
         self.chroot = f"/sy-broker-ratio/{uuid.uuid4().hex[:8]}-{name}"
         self.zk = f"{zk_hosts}{self.chroot}"
@@ -88,7 +89,8 @@ class Side:
         """Its broker (`prefix`: a command to run it under), its CPU meter and the SDK's arguments."""
         self.proc = bb.start_broker(self.zk, self.data, self.fsync, self.name == "on", port=self.port,
                                  cluster=f"ratio-{self.name}", prefix=prefix, start_timeout=start_timeout,
-                                 extra=("--trace-roll-mb", str(self.roll_mb)) if self.name == "on" else ())
+                                 extra=("--trace-roll-mb", str(self.roll_mb)) if self.name == "on" and self.roll_mb
+                                 else ())
         self.meter = bb.CpuMeter(self.proc.pid)
         self.kwargs = bb.client_kwargs(self.zk, self.data.parent / "sdk-cache")
 
@@ -261,7 +263,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=200_000, help="messages per segment (shorter: noisier)")
     parser.add_argument("--pairs", type=int, default=8, help="segment pairs (on + off) per phase")
-    parser.add_argument("--roll-mb", type=int, default=16, help="the traced broker's --trace-roll-mb")
+    parser.add_argument("--roll-mb", type=int, default=None,
+                        help="the traced broker's --trace-roll-mb (default: none, the broker's own: 256 MiB or 60 s)")
     parser.add_argument("--fsync", default="batch", choices=["batch", "interval", "never"])
     parser.add_argument("--paced-pairs", type=int, default=6, help="paced segment pairs (on + off)")
     parser.add_argument("--paced-seconds", type=float, default=5.0, help="length of a paced segment")
@@ -275,7 +278,8 @@ def main() -> int:
     load = os.getloadavg()[0]
     if not args.json:
         print(f"broker throughput, tracing on vs off: two brokers, {args.pairs} pairs of {args.messages:,}-message "
-              f"segments per phase, 1 KiB messages, fsync={args.fsync}, trace file rolled every {args.roll_mb} MiB, "
+              f"segments per phase, 1 KiB messages, fsync={args.fsync}, trace file rolled at "
+              f"{f'{args.roll_mb} MiB' if args.roll_mb else 'the defaults (256 MiB or 60 s)'}, "
               f"{os.cpu_count()} cores (load {load:.2f})",
               flush=True)
     def make_side(name: str, zk_hosts: str, workdir: Path, port: int) -> Side:

@@ -142,8 +142,12 @@ class ProcessTraceSink:
         self.ship_records, self.ship_messages = ship_records, ship_messages
         self.max_buffer_bytes = max_buffer_bytes
         self.dropped = 0
-        self._buffer = RecordBuffer()
-        self._scheduled = self._soon = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._buffer = RecordBuffer(self._notified)
+        self._buffer.notify_records = 1  # the first record arms the timer
+        # the sink methods are the buffer's own (no call in between on the hot paths)
+        self.emit, self.emit_messages = self._buffer.emit, self._buffer.emit_messages
+        self.emit_group, self.emit_attempts = self._buffer.emit_group, self._buffer.emit_attempts
         self._transport: PipeWriter | None = None
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "broker_core.tracing.process", str(directory), node_id, cluster, str(nice),
@@ -160,49 +164,31 @@ class ProcessTraceSink:
         self._proc.stdin.close()  # (the writer holds its own descriptor of the pipe)
         return self
 
-    def emit(self, event: str, **fields) -> None:
-        self._buffer.emit(event, **fields)
-        self._added()
-
-    def emit_messages(self, event: str, topic: str, messages: list, **fields) -> int | None:
-        handle = self._buffer.emit_messages(event, topic, messages, **fields)
-        self._added()
-        return handle
-
-    def emit_group(self, event: str, topic: str, group: str, rows: list, **fields) -> None:
-        self._buffer.emit_group(event, topic, group, rows, **fields)
-        self._added()
-
-    def emit_attempts(self, event: str, topic: str, group: str, entries: list, **fields) -> None:
-        self._buffer.emit_attempts(event, topic, group, entries, **fields)
-        self._added()
-
-    def _added(self) -> None:
-        if not self._scheduled:
-            self._scheduled = True
-            self.loop.call_later(self.ship_interval_s, self._timer)
+    def _notified(self) -> None:
+        """The buffer's first record since a shipment (ship `ship_interval_s` later), or enough records to
+        ship at once (on the next loop turn: each shipment is a short step of the loop)."""
         buffer = self._buffer
-        if not self._soon and (buffer.records >= self.ship_records or buffer.events >= self.ship_messages):
-            self._soon = True
-            self.loop.call_soon(self._ship_soon)
-
-    def _timer(self) -> None:
-        self._scheduled = False
-        self.ship()
-
-    def _ship_soon(self) -> None:
-        self._soon = False
-        self.ship()
+        if buffer.records >= self.ship_records or buffer.events >= self.ship_messages:
+            buffer.notify_records = buffer.notify_events = 1 << 62  # (until shipped)
+            self.loop.call_soon(self.ship)
+        else:
+            buffer.notify_records, buffer.notify_events = self.ship_records, self.ship_messages
+            self._timer = self.loop.call_later(self.ship_interval_s, self.ship)
 
     def ship(self) -> None:
         """Send what was recorded to the child now (the timer does, `ship_interval_s` after a first record)."""
-        if not self._buffer.records:
+        buffer = self._buffer
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        buffer.notify_records, buffer.notify_events = 1, 1 << 62  # the next first record arms the timer again
+        if not buffer.records:
             return
         transport = self._transport
         if transport is None or transport.is_closing() or transport.get_write_buffer_size() > self.max_buffer_bytes:
-            self.dropped += self._buffer.drop()
+            self.dropped += buffer.drop()
             return
-        transport.writelines(frame_parts(self._buffer.take_records()))
+        transport.writelines(frame_parts(buffer.take_records()))
 
     def stats(self) -> dict:
         transport = self._transport

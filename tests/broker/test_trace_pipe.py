@@ -170,6 +170,51 @@ def test_a_column_of_strings_holding_a_nul_or_another_type_ships_as_its_values()
     assert batch.column("message_type").to_pylist() == [["a", "b", "a"]]
 
 
+def test_strings_of_several_records_split_in_one_pass_keep_each_value_and_one_holding_a_nul():
+    """A column's strings of several records decoded at once (one text split by NUL): every record's values in
+    order, also empty ones; a value holding a NUL (a key shared by a whole batch, or one among others) is not
+    cut in two."""
+    buffer = RecordBuffer()
+    buffer.emit_messages("published", "t", _batch(1, [("m-1", "a", "k1", "", b""), ("m-2", "b", "", "b2", b"")]),
+                         ts_us=1)
+    buffer.emit_messages("published", "t", _batch(3, [("m-3", "a", "k\0x", "b3", b""), ("m-4", "a", "k\0x", "b4", b"")]),
+                         ts_us=2)
+    buffer.emit_messages("published", "t", _batch(5, [("m-5", "c", "k5", "b\0z", b""), ("m-6", "c", "k6", "b6", b"")]),
+                         ts_us=3)
+    batch = Decoder().batch(unpack(pack(buffer.take_records())))
+    assert batch.column("message_id").to_pylist() == [["m-1", "m-2"], ["m-3", "m-4"], ["m-5", "m-6"]]
+    assert batch.column("message_type").to_pylist() == [["a", "b"], ["a", "a"], ["c", "c"]]
+    assert batch.column("key").to_pylist() == [["k1", ""], ["k\0x", "k\0x"], ["k5", "k6"]]
+    assert batch.column("business_id").to_pylist() == [["", "b2"], ["b3", "b4"], ["b\0z", "b6"]]
+
+
+def test_the_sink_ships_its_first_record_after_its_interval_also_after_shipping_at_once(tmp_path):
+    """A first record is shipped `ship_interval_s` after it was added, also the first one after a shipment made
+    at once (a full buffer): nothing waits for more records to come."""
+    messages = [StoredMessage(i, [f"m-{i}", "a", None, None, None, b"x", 0, 0, 0, 0], "shop", 0, ("g",))
+                for i in range(1, 3)]
+
+    async def main():
+        sink = await ProcessTraceSink(tmp_path, node_id="n1", cluster="c", ship_interval_s=0.05,
+                                      ship_records=2).start()
+        for ts in (1, 2):  # two records: shipped at once
+            sink.emit_messages("published", "t", messages, ts_us=ts)
+        await asyncio.sleep(0)
+        assert sink._buffer.records == 0
+        sink.emit_messages("published", "t", messages, ts_us=3)  # one record: shipped by the timer
+        for _ in range(200):
+            if not sink._buffer.records:
+                break
+            await asyncio.sleep(0.01)
+        left = sink._buffer.records
+        sink.close()
+        await sink.wait_closed()
+        return left
+
+    assert asyncio.run(main()) == 0
+    assert [e["ts_us"] for e in read_trace_events(tmp_path)] == [1, 1, 2, 2, 3, 3]
+
+
 def test_the_trace_process_decodes_the_frames_waiting_in_its_pipe_as_one_batch(tmp_path):
     """Two frames waiting in the pipe: one Arrow batch in the open file (its fixed costs paid once), and
     event for event what decoding them one by one gives."""
