@@ -1,6 +1,6 @@
 """The trace file format, shared by the broker (which writes it) and the index job (which reads it).
 
-One format: Arrow IPC streams of *records*, their buffers LZ4-compressed (docs/trace-events.md). A record is a publish batch, a delivery or
+One format: Arrow IPC streams of *records*, their buffers zstd-compressed (docs/trace-events.md). A record is a publish batch, a delivery or
 ack frame, or a single event: its own values (`ts_us`, `event`, `topic`, ...) once, `count` messages, and
 its messages' values as lists of `count` items. A record either has its own `message_id`, `message_type`,
 `key` and `business_id` lists, or names messages of earlier records of the same file in `refs` (runs of

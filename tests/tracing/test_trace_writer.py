@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 
 import pyarrow as pa
 import pytest
@@ -86,6 +87,26 @@ def test_emitted_events_are_written_in_closed_files(tmp_path):
          "message_type": "normal", "group": "billing", "consumer": "c-9", "attempt": 1,
          "cluster": "prod-a", "broker": "node-1"},
     ]
+
+
+def test_files_compress_smaller_than_lz4_and_an_lz4_file_of_an_earlier_version_reads_the_same(tmp_path):
+    """Trace files compress their buffers with zstd: smaller than the same records as LZ4 (what earlier
+    versions wrote). Such an LZ4 file is read as it is, event for event what the zstd file gives."""
+    writer = TraceFileWriter.for_data_dir(tmp_path / "new", node_id="node-1", cluster="prod-a")
+    for b in range(20):
+        messages = [StoredMessage(b * 100 + i, [str(uuid.uuid4()), "order.created", None, None, {}, b"x" * 1000, 0,
+                                                0, 0, 0], "shop", 0, ("g",)) for i in range(100)]
+        writer.emit_messages("published", "orders", messages, app_id="shop", ts_us=1000 + b)
+    writer.close()
+    [path] = _files(tmp_path / "new" / "trace")
+    table = read_records(str(path))
+    old = tmp_path / path.name
+    with pa.OSFile(str(old), "wb") as sink, pa.ipc.new_stream(
+            sink, table.schema, options=pa.ipc.IpcWriteOptions(compression="lz4")) as stream:
+        stream.write_table(table)
+    assert path.stat().st_size < 0.8 * old.stat().st_size
+    events = read_events(str(old)).to_pylist()
+    assert len(events) == 2000 and events == read_events(str(path)).to_pylist()
 
 
 def test_shipped_records_expand_to_one_row_per_message_in_their_order(tmp_path):
