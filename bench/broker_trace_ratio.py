@@ -26,7 +26,8 @@ its end, is charged to the traced side, not left to slow the next segment (the o
 Printed per phase: the rates of each side (median), the ratio of the totals (messages over summed
 time, on / off: target ≥ 0.95) with a 95% bootstrap interval over the pairs, the median and the lowest
 of the pair ratios; CPU per message (mean over the segments) of
-the broker process, its trace process and the client; and the paced latency of each side, side by side:
+the broker process, its trace process and the client, and the ratio that CPU predicts (`cpu_ratio`, steadier
+than the rates on a noisy machine); and the paced latency of each side, side by side:
 p50 / p99 / max over all its paced segments, and the median of its segments' p99 (target: p99 ≤ 4 ms traced). Last, the
 trace events the traced broker dropped (its /metrics): figures of a run that dropped some are not comparable. Ports: ZooKeeper 27592 (or $SWITCHYARD_ZK),
 brokers 27580-27583 (or those of $SWITCHYARD_BENCH_PORT, see broker_bench.py). Prints figures only; `--json`
@@ -224,9 +225,19 @@ def summary(sides: dict[str, Side], count: int) -> dict:
                               for k in ("broker_cpu_us", "trace_cpu_us", "client_cpu_us")}
                        for name, s in sides.items()},
         }
+        out[phase]["cpu_ratio"] = cpu_ratio(out[phase]["cpu_us"])
     if sides["on"].paced:
         out[PACED] = {name: paced_summary(s.paced) for name, s in sides.items()}
     return out
+
+
+def cpu_ratio(cpu: dict) -> float:
+    """The ratio the CPU per message predicts: untraced broker + client over traced broker + its trace process
+    + client. On a machine the three processes share (two cores here) it follows the measured ratio within a
+    few points (broker_core/README.md, "A model that fits"): every process's work costs throughput, also the
+    trace process's at idle priority."""
+    on, off = cpu["on"], cpu["off"]
+    return (off["broker_cpu_us"] + off["client_cpu_us"]) / (on["broker_cpu_us"] + on["trace_cpu_us"] + on["client_cpu_us"])
 
 
 def paced_summary(segments: list[list[float]]) -> dict:
@@ -304,11 +315,12 @@ def main() -> int:
         low, high = r["interval_95"]
         print(f"  {label:22s} {r['on_median']:9,.0f}/s   {r['off_median']:9,.0f}/s   {r['ratio_of_totals']:15.2f}"
               f" ({low:.2f}-{high:.2f})   {r['median_pair_ratio']:11.2f}   {r['lowest_pair_ratio']:11.2f}")
-    print("  CPU per message (µs), mean of segments: on broker / its trace process / client   off broker / client")
+    print("  CPU per message (µs), mean of segments: on broker / its trace process / client   off broker / client"
+          "   ratio the CPU predicts (off broker + client over on broker + trace + client)")
     for phase, label in ran:
         on, off = results[phase]["cpu_us"]["on"], results[phase]["cpu_us"]["off"]
-        print(f"  {label:22s} {on['broker_cpu_us']:5.1f} / {on['trace_cpu_us']:4.1f} / {on['client_cpu_us']:5.1f}"
-              f"        {off['broker_cpu_us']:5.1f} / {off['client_cpu_us']:5.1f}")
+        print(f"  {label:22s} {on['broker_cpu_us']:5.2f} / {on['trace_cpu_us']:4.2f} / {on['client_cpu_us']:5.2f}"
+              f"     {off['broker_cpu_us']:5.2f} / {off['client_cpu_us']:5.2f}   {results[phase]['cpu_ratio']:5.2f}")
     if PACED in results:
         print(f"  paced {args.paced_rate:,}/s, {args.paced_pairs} pairs of {args.paced_seconds:g} s: p50 / p99 / max over"
               " all segments, median of segment p99 (target: p99 ≤ 4 ms traced)")
