@@ -78,7 +78,7 @@ class ScheduleLeading:
                 reply(self._not_leading("while storing these delayed messages"), 0, 0)
             else:
                 self.pending.append((number, time.monotonic(), reply, count))
-                self._release()
+                self.release()
         return durable
 
     def _send(self, ops: list) -> None:
@@ -97,9 +97,9 @@ class ScheduleLeading:
             log.info("topic %s: follower %s holds the schedule of delayed messages", self.leader.topic,
                      conn.client_id)
             self.leader.schedule_synced(conn)
-        self._release()
+        self.release()
 
-    def _release(self) -> None:
+    def release(self) -> None:
         if self.leader.deposed:
             return
         needed = self.leader.min_insync()
