@@ -1,6 +1,7 @@
 """What tracing costs the broker process, in instructions per message: the on/off bench's two brokers run
-under valgrind's callgrind, which counts instructions, not seconds, so the figures repeat whatever else
-the shared machine is doing (bench/broker_trace_ratio.py measures time, with its noise).
+under valgrind's callgrind, which counts instructions, not seconds: what else the shared machine does
+changes them little (bench/broker_trace_ratio.py measures time, with its noise), though they vary by a few
+hundred per message from run to run, as the broker's batching follows timing.
 
     .venv/bin/python bench/broker_trace_instructions.py [--messages 20000] [--keep DIR]
 
