@@ -32,7 +32,7 @@ from collections import deque
 from itertools import chain, islice
 from pathlib import Path
 
-from broker_core.tracing.records import Decoder, RecordBuffer, Records, pack, unpack
+from broker_core.tracing.records import NEVER, Decoder, RecordBuffer, Records, pack, unpack
 from broker_core.tracing.writer import TraceFileWriter
 
 log = logging.getLogger("broker_core.trace")
@@ -144,7 +144,7 @@ class ProcessTraceSink:
         self.dropped = 0
         self._timer: asyncio.TimerHandle | None = None
         self._buffer = RecordBuffer(self._notified)
-        self._buffer.notify_records = 1  # the first record arms the timer
+        self._await_first()
         # the sink methods are the buffer's own (no call in between on the hot paths)
         self.emit, self.emit_messages = self._buffer.emit, self._buffer.emit_messages
         self.emit_group, self.emit_attempts = self._buffer.emit_group, self._buffer.emit_attempts
@@ -164,12 +164,16 @@ class ProcessTraceSink:
         self._proc.stdin.close()  # (the writer holds its own descriptor of the pipe)
         return self
 
+    def _await_first(self) -> None:
+        """The buffer's next first record notifies (and arms the timer)."""
+        self._buffer.notify_records, self._buffer.notify_events = 1, NEVER
+
     def _notified(self) -> None:
         """The buffer's first record since a shipment (ship `ship_interval_s` later), or enough records to
         ship at once (on the next loop turn: each shipment is a short step of the loop)."""
         buffer = self._buffer
         if buffer.records >= self.ship_records or buffer.events >= self.ship_messages:
-            buffer.notify_records = buffer.notify_events = 1 << 62  # (until shipped)
+            buffer.notify_records = buffer.notify_events = NEVER  # (until shipped)
             self.loop.call_soon(self.ship)
         else:
             buffer.notify_records, buffer.notify_events = self.ship_records, self.ship_messages
@@ -181,7 +185,7 @@ class ProcessTraceSink:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        buffer.notify_records, buffer.notify_events = 1, 1 << 62  # the next first record arms the timer again
+        self._await_first()
         if not buffer.records:
             return
         transport = self._transport

@@ -44,6 +44,7 @@ _NO_VALUES = (None,) * len(MESSAGE_VALUES)  # a record naming the messages of an
 _FRAMED = (None, None, None, None)  # a frame naming its messages: their attempts only
 _FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
 _TAKEN = max(M_ID, M_TYPE, M_KEY, M_BUSINESS_ID, M_BODY) + 1  # the fields a record takes, from the first
+NEVER = 1 << 62  # a notify threshold no buffer reaches
 
 
 class RecordBuffer:
@@ -54,7 +55,7 @@ class RecordBuffer:
 
     def __init__(self, notify=None) -> None:
         self.notify = notify
-        self.notify_records = self.notify_events = 1 << 62  # (never, until the owner sets them)
+        self.notify_records = self.notify_events = NEVER  # (until the owner sets them)
         self._first = 0  # the number of the first record since the last take
         self._floor = 0  # the first record a new record may name
         self._taken: deque[int] = deque(maxlen=NAMEABLE_TAKES - 1)  # the first records of the last takes
