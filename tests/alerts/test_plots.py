@@ -5,6 +5,7 @@ restarts. Real Prometheus (per module, 1 s scrapes), real broker, real Celery wo
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 
@@ -114,6 +115,23 @@ def test_after_traffic_the_pages_plot_series_the_range_picker_queries_its_range_
     group_answer = series_answer(page, lambda: page.goto(f"{live_server.url}/bindings/{binding.pk}/"))
     assert group_answer["scope"]["group"] == "shipping" and points(group_answer, "backlog", "waiting")[-1] == 40
     assert drawn(page) == 6
+
+
+def test_the_last_step_of_every_range_is_not_before_now_even_just_past_a_step(monitoring):
+    """The plots' last point sees the latest scrape: with the clock a fraction of a second past a step, the time axis
+    ends at the next step, not at the second floored (CI: the 15-minute range of a topic scraped for two seconds had
+    no rate at all, its last step before the second sample)."""
+    import math
+
+    from apps.clusters.series import RANGES, Prometheus, Scope, read_series
+
+    with Prometheus(monitoring["prometheus"]) as prometheus:
+        for range_key in RANGES:
+            step = read_series(prometheus, Scope("no-such-cluster"), range_key)["step"]
+            now = (math.floor(time.time() / step) - 1) * step + 0.6  # just past a step, in the past
+            answer = read_series(prometheus, Scope("no-such-cluster"), range_key, now=now)
+            assert answer["times"][-1] == answer["end"] and now <= answer["end"] < now + step, range_key
+            assert answer["end"] - answer["start"] == RANGES[range_key] and answer["end"] % step == 0
 
 
 def test_the_series_endpoint_refuses_readers_without_permission_and_bad_ranges(make_cluster, approved_topic,
