@@ -119,7 +119,7 @@ class Broker(ReplicaHooks):
                 "version": __version__}
         self.membership = ZkMembership(opts.zk_hosts, opts.zk_chroot, self.node_id, info,
                                        notify=self.loop.call_soon_threadsafe, apply=self.state.apply,
-                                       on_synced=self._zk_synced, on_meta=self.state.set_meta,
+                                       on_synced=self._zk_synced, on_meta=self.replication.meta_changed,
                                        session_timeout=opts.zk_session_timeout_s, credential=broker_credential())
         self.replication.writer = StateWriter(self.membership.client, opts.zk_chroot, self.loop.call_soon_threadsafe)
         self.drain.marks = DrainMarks(self.membership.client, self.membership.root, self.membership.node_acl)

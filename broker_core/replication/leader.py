@@ -252,11 +252,15 @@ class PartitionLeader:
         self.isr_writing = False
         if isr is not None:
             self.isr = set(isr)
-            # what waited on a replica that left it (a publish, a transaction's end, delayed messages) is answered
-            self._release()
-            self._release_tx()
-            if self.schedule is not None:
-                self.schedule.release()
+            self.review_waiting()  # what waited on a replica that left it
+
+    def review_waiting(self) -> None:
+        """Answer what waits on replicas (publishes, transaction ends, delayed messages) and no longer needs to: after
+        the ISR shrank, or `min_insync` was lowered."""
+        self._release()
+        self._release_tx()
+        if self.schedule is not None:
+            self.schedule.release()
 
     def step_down(self, why: str) -> None:
         """Deposed: never acknowledge again; what waits fails with `not_leader` (the producer sends it again)."""

@@ -53,6 +53,13 @@ class Replication:
     def min_insync(self) -> int:
         return int((self.state.meta or {}).get("min_insync") or 1)
 
+    def meta_changed(self, doc: dict | None) -> None:
+        """The cluster's /meta changed: a lower `min_insync` answers what waited for the replicas it no longer needs
+        (a higher one holds what waits until as many replicas hold it)."""
+        self.state.set_meta(doc)
+        for leader in self.leaders.values():
+            leader.review_waiting()
+
     def _leader_address(self, topic: str, partition: int):
         node = self.state.leader_of(topic, partition)
         info = self.state.brokers.get(node or "")
