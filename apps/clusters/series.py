@@ -114,7 +114,8 @@ def plan(range_key: str, now: float | None = None) -> tuple[int, int, int, int]:
     """(start, end, step, rate window) for one of RANGES, aligned on the step so that refreshes line up."""
     seconds = RANGES[range_key]
     step = max(5, math.ceil(seconds / POINTS))
-    end = math.ceil((now or time.time()) / step) * step  # the last step is at or after now: it sees the latest scrape
+    # the last step is at or after now (not floored to the second, which can fall before the latest scrape)
+    end = math.ceil((now or time.time()) / step) * step
     window = max(60, 2 * step)  # at least a few scrapes in every rate()
     return end - seconds, end, step, window
 
@@ -172,8 +173,7 @@ def _scalar(result: list[dict]) -> int:
 def read_series(prometheus: Prometheus, scope: Scope, range_key: str, now: float | None = None) -> dict:
     """Run every panel's queries for `scope` over `range_key` (one of RANGES); raises PrometheusUnavailable."""
     at = now  # the totals: at the caller's time, or Prometheus's now (which has every sample scraped so far)
-    # not floored to the second: the last step would then fall up to a second before now, before the latest scrape
-    start, end, step, window = plan(range_key, now or time.time())
+    start, end, step, window = plan(range_key, now)
     times = list(range(start, end + 1, step))
     panels = []
     for panel_id, title, unit, queries in PANELS:
