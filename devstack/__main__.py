@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from devstack import monitoring, services
+from devstack import monitoring, services, testrun
 from devstack.processes import ServiceError, port_open, read_pid, spawn, wait_until
 from devstack.services import Ports
 
@@ -110,9 +110,7 @@ def test(pytest_args: list[str]) -> int:
             return 1
         # pytest-django creates the test database and migrates it: as the owner (the Celery worker the tests
         # start, and the tests of the guarantee, connect as the runtime role)
-        return subprocess.run([sys.executable, "-m", "pytest", *pytest_args],
-                              env={**os.environ, **env, "SWITCHYARD_DB_ROLE": "owner"},
-                              cwd=ROOT).returncode
+        return testrun.run(pytest_args, {**os.environ, **env, "SWITCHYARD_DB_ROLE": "owner"}, state, ports, ROOT)
     finally:
         if not os.environ.get("SWITCHYARD_KEEP_SERVICES"):
             services.stop_all(state)

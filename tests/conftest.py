@@ -32,6 +32,22 @@ def pytest_configure(config):
     _flush_again_after_a_deadlock()
 
 
+# What a test run beside the others (devstack/testrun.py) may not use: the test database and the Celery worker on it
+# belong to the other process, which creates and flushes them.
+CONTROL_PLANE_FIXTURES = {"db", "transactional_db", "django_db_setup", "celery_worker", "live_server"}
+
+
+def pytest_collection_modifyitems(config, items):
+    if not os.environ.get("SWITCHYARD_TEST_BESIDE"):
+        return
+    using = [f"{item.nodeid} ({', '.join(sorted(CONTROL_PLANE_FIXTURES & set(item.fixturenames)))})"
+             for item in items if CONTROL_PLANE_FIXTURES & set(item.fixturenames)]
+    if using:
+        raise pytest.UsageError("these tests run beside the others (devstack/testrun.py BESIDE) but use the test "
+                                "database or the Celery worker; move them out of BESIDE or drop the fixture:\n  "
+                                + "\n  ".join(using))
+
+
 def _flush_again_after_a_deadlock() -> None:
     """A transactional test's database flush (TRUNCATE of every table, one lock after another) can deadlock with
     the session's Celery worker still finishing a task the test started (it reads one table and wants another the
@@ -233,6 +249,21 @@ def stop_worker(proc) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
+
+
+def kill_worker(proc) -> None:
+    """A worker killed with SIGKILL, and with it the tasks it had queued for itself: a run queued with a countdown
+    (held by the worker it was sent to, in a real deployment, until Redis' visibility timeout of an hour) is
+    dropped from the queue too, also when the kill came before that worker had taken it (the shared worker,
+    paused, would otherwise run it once resumed, and what a test of stalled work means to show, that the periodic
+    resume finds the work, would depend on that instant)."""
+    import signal
+
+    from control_plane.celery import app
+
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    app.control.purge()
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,8 @@
 """Fixtures of the broker tests: a real ZooKeeper, a chroot per test, real broker processes.
 
 ZooKeeper: $SWITCHYARD_ZK when set (`./dev test` exports it), else one started here on port base+390.
-Brokers run as `python -m broker_core` subprocesses on ports base+300..base+389 and are killed at teardown
+Brokers run as `python -m broker_core` subprocesses on ports base+300..base+389 (or 90 from
+$SWITCHYARD_TEST_BROKER_PORTS) and are killed at teardown
 (base = $SWITCHYARD_PORT_BASE, 27200 by default, so two stacks never collide).
 State lives under the test state folder's broker/ (or sy-broker/ in the system's temporary folder outside `./dev test`).
 """
@@ -38,7 +39,10 @@ PORT_BASE = int(os.environ.get("SWITCHYARD_PORT_BASE", "27200"))
 STATE = Path(os.environ["SWITCHYARD_STATE"]) / "broker" if os.environ.get("SWITCHYARD_STATE") else Path(tempfile.gettempdir()) / "sy-broker"
 ZK_PORT = PORT_BASE + 390
 SECOND_ZK_PORT = PORT_BASE + 391
-_ports = itertools.cycle(range(PORT_BASE + 300, PORT_BASE + 390, 2))
+# the brokers' ports: 90 from base+300, or from $SWITCHYARD_TEST_BROKER_PORTS (`./dev test` runs these tests beside
+# the others, which take theirs from base+300: devstack/testrun.py)
+FIRST_BROKER_PORT = int(os.environ.get("SWITCHYARD_TEST_BROKER_PORTS", PORT_BASE + 300))
+_ports = itertools.cycle(range(FIRST_BROKER_PORT, FIRST_BROKER_PORT + 90, 2))
 
 APP = "app-orders"
 SECRET = "s3cret-orders"
@@ -60,7 +64,7 @@ def free_port_pair() -> int:
                     ok = False
         if ok:
             return port
-    raise RuntimeError(f"no free port pair in {PORT_BASE + 300}-{PORT_BASE + 389}")
+    raise RuntimeError(f"no free port pair in {FIRST_BROKER_PORT}-{FIRST_BROKER_PORT + 89}")
 
 
 @pytest.fixture(scope="session")

@@ -4,7 +4,6 @@ queues it again, and another worker carries it on to the end; nothing acknowledg
 from __future__ import annotations
 
 import os
-import signal
 
 import pytest
 
@@ -22,7 +21,7 @@ def test_a_move_resumes_after_its_worker_is_killed(moving, paused_worker, trace_
     from apps.moves import actions, tasks
     from apps.moves.models import MoveStep
     from devstack.waiting import wait_for
-    from tests.conftest import start_worker, stop_worker, worker_environment
+    from tests.conftest import kill_worker, start_worker, stop_worker, worker_environment
 
     name = moving.name
     with Producer(**moving.producer) as producer:  # a backlog on the source, nobody consuming it yet
@@ -38,8 +37,7 @@ def test_a_move_resumes_after_its_worker_is_killed(moving, paused_worker, trace_
         wait_step(move, "drain", 60)
         wait_for(lambda: "backlog 200" in MoveStep.objects.get(move=move, name="drain").summary, 20,
                  "the drain step to read the source's backlog")
-        os.killpg(own.pid, signal.SIGKILL)  # mid-step: the move's lease and its next run die with it
-        own.wait(timeout=10)
+        kill_worker(own)  # mid-step: the move's lease and its next run die with it
     finally:
         stop_worker(own)
     resume()

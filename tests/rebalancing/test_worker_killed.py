@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 
 import pytest
 
@@ -26,7 +25,7 @@ def test_a_rebalance_resumes_from_its_phase_after_its_worker_is_killed(cluster, 
 
     from apps.rebalancing import actions, tasks
     from apps.rebalancing.models import Rebalance
-    from tests.conftest import start_worker, stop_worker, worker_environment
+    from tests.conftest import kill_worker, start_worker, stop_worker, worker_environment
     from tests.transactions.helpers import control_plane_cluster
 
     secret = cluster.state / "cluster-secret"
@@ -57,8 +56,7 @@ def test_a_rebalance_resumes_from_its_phase_after_its_worker_is_killed(cluster, 
         wait_for(lambda: Rebalance.objects.filter(pk=rebalance.pk, phase="catch_up",
                                                   summary__contains="catching up").exists(), 20,
                  "the catch-up to wait on the new broker")
-        os.killpg(own.pid, signal.SIGKILL)  # mid-step: the lease and the queued next run die with it
-        own.wait(timeout=10)
+        kill_worker(own)  # mid-step: the lease and the queued next run die with it
     finally:
         stop_worker(own)
     new.kill()
