@@ -40,8 +40,8 @@ CONTROL_PLANE_FIXTURES = {"db", "transactional_db", "django_db_setup", "celery_w
 def pytest_collection_modifyitems(config, items):
     if not os.environ.get("SWITCHYARD_TEST_BESIDE"):
         return
-    using = [f"{item.nodeid} ({', '.join(sorted(CONTROL_PLANE_FIXTURES & set(item.fixturenames)))})"
-             for item in items if CONTROL_PLANE_FIXTURES & set(item.fixturenames)]
+    using = [f"{item.nodeid} ({', '.join(sorted(used))})"
+             for item in items if (used := CONTROL_PLANE_FIXTURES.intersection(item.fixturenames))]
     if using:
         raise pytest.UsageError("these tests run beside the others (devstack/testrun.py BESIDE) but use the test "
                                 "database or the Celery worker; move them out of BESIDE or drop the fixture:\n  "
@@ -252,11 +252,10 @@ def stop_worker(proc) -> None:
 
 
 def kill_worker(proc) -> None:
-    """A worker killed with SIGKILL, and with it the tasks it had queued for itself: a run queued with a countdown
-    (held by the worker it was sent to, in a real deployment, until Redis' visibility timeout of an hour) is
-    dropped from the queue too, also when the kill came before that worker had taken it (the shared worker,
-    paused, would otherwise run it once resumed, and what a test of stalled work means to show, that the periodic
-    resume finds the work, would depend on that instant)."""
+    """Kill a worker with SIGKILL and empty the task queue: the next run it had queued for itself (with a countdown)
+    dies with it even when the kill came before it took that run. Else the shared worker, once resumed, would run
+    it, and a test of stalled work would depend on that instant instead of showing that the periodic resume finds
+    the work. (A run the dead worker had taken stays unacknowledged in Redis for the visibility timeout, an hour.)"""
     import signal
 
     from control_plane.celery import app
