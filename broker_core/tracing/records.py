@@ -6,9 +6,9 @@ schema.wire_schema(); `take()` does both at once (for a writer in the same proce
 The broker does as little per message as it can, and ships no message's bytes; the trace process does the
 rest:
 - a publish batch ships its first seq and its messages' ids, types, keys and business ids, each column
-  taken from the messages when the record is emitted in C-level passes: one text joined by NUL (`Joined`)
-  when they are strings, a `Run` when they are all the same, else a plain list; and the body sizes (a
-  `Run` when all are equal). (Shipping the store's encoded record instead, for the trace process to
+  taken from the messages when the record is emitted, in one compiled loop (columns.py): one text joined by
+  NUL (`Joined`) when they are strings, a `Run` when they are all the same, else a plain list; and the body
+  sizes (a `Run` when all are equal). (Shipping the store's encoded record instead, for the trace process to
   decode, costs the broker more: its kilobyte per message through the pipe cost more CPU than taking the
   values, bench/broker_trace_ratio.py);
 - a publish batch's `stored` record names its `published` record (the handle `emit_messages` returned);
@@ -26,7 +26,7 @@ import contextlib
 import struct
 from bisect import bisect_left, bisect_right
 from collections import deque
-from itertools import chain, islice, repeat
+from itertools import chain, repeat
 from operator import itemgetter
 from time import time_ns
 from typing import NamedTuple
@@ -36,14 +36,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from broker_core.protocol import M_BODY, M_BUSINESS_ID, M_ID, M_KEY, M_TYPE
+from broker_core.tracing.columns import message_parts, strings_of
 from broker_core.tracing.schema import MESSAGE_VALUES, RECORD_VALUES, RUN_TYPE, SIZED, wire_schema
+from broker_core.tracing.values import Joined, Run
 
 NAMEABLE_TAKES = 16  # a record may name records of its own batch and of the 15 taken before it
 _NO_VALUES = (None,) * len(MESSAGE_VALUES)  # a record naming the messages of another
 _FRAMED = (None, None, None, None)  # a frame naming its messages: their attempts only
 _FIRST, _SECOND, _THIRD = itemgetter(0), itemgetter(1), itemgetter(2)
-_TAKEN = max(M_ID, M_TYPE, M_KEY, M_BUSINESS_ID, M_BODY) + 1  # the fields a record takes, from the first
 NEVER = 1 << 62  # a notify threshold no buffer reaches
 
 
@@ -134,7 +134,7 @@ class RecordBuffer:
         ordered = sorted(seqs)  # (n - 1 comparisons when in order, cheaper than min() and max())
         low, high = ordered[0], ordered[-1]
         if not self._nameable(topic, low, high):
-            self._add(scalars, n, [*_strings(_columns(arrays()), n), _attempts(attempts), None])
+            self._add(scalars, n, [*strings_of(arrays(), n), _attempts(attempts), None])
         elif high - low == n - 1 and ordered == seqs:  # (the same int objects: compared by identity)
             self._add(scalars, n, [*_FRAMED, _attempts(attempts), None], None, [low, n])
         else:
@@ -348,39 +348,6 @@ def _refs_array(refs: list) -> pa.ListArray:
                                     mask=pa.array(nulls) if any(nulls) else None)
 
 
-def message_parts(arrays, sized: bool) -> list:
-    """A record's MESSAGE_VALUES parts from its messages' arrays: ids, types, keys and business ids
-    (`_strings`), no attempt, and the body sizes when `sized` (one value for a batch of equal bodies)."""
-    n = len(arrays)
-    columns = _columns(arrays)
-    sizes = None
-    if sized:
-        sizes = list(map(len, columns[M_BODY]))
-        if sizes.count(sizes[0]) == n:  # (list.count: a direct loop, not countOf's iterator)
-            sizes = Run(sizes[0], n)
-    return [*_strings(columns, n), None, sizes]
-
-
-class Run(NamedTuple):
-    """n messages' values that are all `value`."""
-
-    value: object
-    n: int
-
-    def __len__(self) -> int:
-        return self.n
-
-
-class Joined(NamedTuple):
-    """n strings without a NUL, joined by NUL: one object for the broker to keep and ship."""
-
-    text: str
-    n: int
-
-    def __len__(self) -> int:
-        return self.n
-
-
 def _one(value) -> list | None:
     return None if value is None else [value]
 
@@ -389,40 +356,6 @@ def _attempts(attempts: tuple):
     """The attempts of a frame's messages: a Run when all are first attempts."""
     n = len(attempts)
     return Run(1, n) if attempts.count(1) == n else list(attempts)
-
-
-def _columns(arrays) -> list[tuple]:
-    """The columns a record takes from its messages' arrays, one tuple per field up to the body (ids, types,
-    keys, business ids, headers, bodies): one `zip` of the arrays, one pass in C over their values (cheaper
-    than a pass per field, in C or in Python), stopped after the body (`islice`): the fields after it
-    (ttl, limits, flags, timestamps) are not touched."""
-    return list(islice(zip(*arrays, strict=False), _TAKEN))  # (an array may hold more fields than ten)
-
-
-def _strings(columns: list[tuple], n: int) -> list:
-    """A record's (ids, types, keys, business ids) from its messages' columns, each None when all are null,
-    a Run when all are the same (often: one type, no key, no business id), Joined when they are strings
-    without a NUL (one object to ship, not n), else a list of the n values."""
-    parts = [_joined(columns[M_ID], n)]  # (ids differ: no Run check)
-    for values in (columns[M_TYPE], columns[M_KEY], columns[M_BUSINESS_ID]):
-        first = values[0]
-        if values.count(first) == n:
-            parts.append(None if first is None else Run(first, n))
-        else:
-            parts.append(_joined(values, n))
-    return parts
-
-
-def _joined(values: tuple, n: int) -> Joined | list:
-    """n values as one text joined by NUL when they are strings without one, else as a list. (A NUL is looked
-    for in the values joined without a separator, by memchr, which costs a tenth of counting the NULs of the
-    text joined with one.)"""
-    try:
-        if "\0" not in "".join(values):
-            return Joined("\0".join(values), n)
-    except TypeError:  # not all strings
-        pass
-    return list(values)
 
 
 def _list_array(parts: list, kind: pa.DataType) -> pa.ListArray:
