@@ -55,5 +55,7 @@ MOVES = SystemActor("system:moves", frozenset({"provisioning.move_topic", "moves
 # and teams at every login and LDAP sync, deactivates users the directory no longer has (docs/sso.md).
 SSO = SystemActor("system:sso", frozenset({"auth.add_user", "auth.change_user", "accounts.change_team",
                                            "accounts.delete_apitoken"}))
+# The hourly sweep of expired API tokens (apps.accounts.tasks): deletes them, one audit record each.
+TOKEN_SWEEP = SystemActor("system:token-sweep")
 # Rebalances (apps.rebalancing): the worker's steps rewrite partition placements in ZooKeeper and record progress.
 REBALANCE = SystemActor("system:rebalance", frozenset({"rebalancing.change_rebalance"}))

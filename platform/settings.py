@@ -278,7 +278,7 @@ SWITCHYARD_AUDIT_CHECKPOINT_KEY = read_secret("SWITCHYARD_AUDIT_CHECKPOINT_KEY",
 # Shared by every process (DRF's throttle counts); Django's default cache is per process.
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "BACKEND": "control_plane.cache.RedisCache",  # Django's, one client per pool (platform/cache.py)
         "LOCATION": os.environ.get("SWITCHYARD_CACHE_URL", f"redis://127.0.0.1:{PORT_BASE + 1}/1"),
         "KEY_PREFIX": f"switchyard-{os.environ.get('SWITCHYARD_DB_NAME', 'switchyard')}",
     }

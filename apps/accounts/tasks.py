@@ -1,9 +1,11 @@
-"""Celery tasks of accounts: the periodic LDAP sync (django-celery-beat runs it; migration 0004)."""
+"""Celery tasks of accounts, run by django-celery-beat: the LDAP sync (migration 0004) and the sweep of expired
+API tokens (migration 0005)."""
 
 from __future__ import annotations
 
-from apps.accounts import ldap_login
+from apps.accounts import ldap_login, token_actions
 from apps.audit.context import action_context
+from control_plane import actors
 from control_plane.celery import app
 
 
@@ -14,3 +16,10 @@ def sync_ldap_users(self) -> dict:
     (their API tokens stop working). A directory that does not answer is retried with backoff."""
     with action_context("task", self.request.id):
         return ldap_login.sync_directory()
+
+
+@app.task(bind=True, name="accounts.delete_expired_tokens", acks_late=True)
+def delete_expired_tokens(self) -> int:
+    """Delete the API tokens past their expiry (authentication already refuses them), one audit record each."""
+    with action_context("task", self.request.id):
+        return token_actions.delete_expired_tokens(actor=actors.TOKEN_SWEEP)

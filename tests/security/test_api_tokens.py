@@ -57,6 +57,34 @@ def test_an_expired_token_is_refused(make_user):
     assert response.status_code == 401
 
 
+def test_the_hourly_sweep_deletes_expired_tokens_with_an_audit_record_each(make_user):
+    from django_celery_beat.models import PeriodicTask
+
+    from apps.accounts.tasks import delete_expired_tokens
+
+    make_user("sre-1", "sre")
+    make_user("dev-1", "developer")
+    old, live = _login_token("sre-1")["token"], _login_token("sre-1")["token"]
+    other_old = _login_token("dev-1")["token"]
+    ApiToken.objects.filter(token_key__in=[old[:15], other_old[:15]]).update(
+        expiry=timezone.now() - timedelta(minutes=5))
+    # using a live token refuses nothing and deletes nothing else: expired tokens stay listed until the sweep
+    assert _client(live).get("/api/v1/clusters/").status_code == 200
+    assert _client(old).get("/api/v1/clusters/").status_code == 401
+    assert ApiToken.objects.count() == 3
+
+    scheduled = PeriodicTask.objects.get(name="Delete expired API tokens")  # made by the migration; beat runs it
+    assert (scheduled.task, scheduled.interval.every, scheduled.interval.period, scheduled.enabled) == (
+        delete_expired_tokens.name, 1, "hours", True)
+    assert delete_expired_tokens.apply().get() == 2  # the periodic task's body, here in the test process
+    assert [t.user.username for t in ApiToken.objects.all()] == ["sre-1"]
+    assert _client(live).get("/api/v1/clusters/").status_code == 200
+    records = AuditRecord.objects.filter(action="token.expire").order_by("id")
+    assert sorted(r.before["owner"] for r in records) == ["dev-1", "sre-1"]
+    assert {r.actor_name for r in records} == {"system:token-sweep"}
+    assert delete_expired_tokens.apply().get() == 0
+
+
 def test_a_revoked_token_is_refused_and_the_revocation_is_audited(make_user):
     make_user("sre-1", "sre")
     secret = _login_token("sre-1")["token"]
@@ -162,11 +190,15 @@ def test_throttles_are_per_user_and_anonymous_and_shared_through_redis():
     assert rest["DEFAULT_THROTTLE_CLASSES"] == ["rest_framework.throttling.AnonRateThrottle",
                                                 "rest_framework.throttling.UserRateThrottle"]
     assert set(rest["DEFAULT_THROTTLE_RATES"]) == {"anon", "user"}
-    assert settings.CACHES["default"]["BACKEND"] == "django.core.cache.backends.redis.RedisCache"
+    assert settings.CACHES["default"]["BACKEND"] == "control_plane.cache.RedisCache"
     from django.core.cache import cache
 
     cache.set("switchyard-throttle-probe", 1, 5)  # the real Redis of the stack answers
     assert cache.get("switchyard-throttle-probe") == 1
+    # one redis client per connection pool, not one per cache operation
+    client = cache._cache.get_client(write=True)
+    assert cache._cache.get_client(write=False) is client
+    assert cache.incr("switchyard-throttle-probe") == 2 and cache._cache.get_client(write=True) is client
 
 
 def test_a_service_account_is_never_given_a_password(make_user, api_for):
