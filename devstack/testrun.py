@@ -2,7 +2,8 @@
 
 The whole suite (no arguments) runs in two processes at once, on the same services: the tests that use no
 service of the control plane (`BESIDE`: the broker tests, which start their own broker processes on the shared
-ZooKeeper, and the README's own stack, which starts a stack of its own) in one, every other test in the other.
+ZooKeeper, the README's own stack, which starts a stack of its own, and a few more that need neither the database
+nor the Celery worker, to even the halves) in one, every other test in the other.
 Most of those tests wait (for brokers, for a delay, for a ZooKeeper session to expire), so the two halves overlap
 on two cores: the suite takes about the time of the longer half rather than the sum. The side process takes its
 broker ports from another range (SWITCHYARD_TEST_BROKER_PORTS, tests/broker/conftest.py); its output goes to
@@ -20,7 +21,9 @@ from pathlib import Path
 
 from devstack.services import Ports
 
-BESIDE = ("tests/broker", "tests/foundation/test_devstack.py")
+BESIDE = ("tests/broker", "tests/foundation/test_devstack.py", "tests/transactions/test_rollback_retention.py",
+          "tests/transactions/test_timing.py", "tests/tracing/test_trace_writer.py", "tests/foundation/test_log_scrub.py",
+          "tests/rebalancing/test_plan.py")
 BESIDE_BROKER_PORTS = 500  # the side process's broker ports: base + 500 .. base + 589 (the main one's: + 300)
 
 
