@@ -36,6 +36,8 @@ def test_a_broker_registers_an_ephemeral_node_and_again_after_losing_its_session
     finally:
         os.kill(broker.proc.pid, signal.SIGCONT)
     wait_for(lambda: broker.owner() not in (None, first_owner), 15, "the broker to register again")
+    # the broker counts a registration once ZooKeeper has answered its create, a moment after the node shows
+    wait_for(lambda: broker.stats()["zookeeper"]["registrations"] >= 2, 5, "the broker to count its registration")
     zk_stats = broker.stats()["zookeeper"]
     assert zk_stats["sessions_lost"] == 1 and zk_stats["registrations"] == 2
     # and its watches still work: a binding written now is applied
