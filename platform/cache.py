@@ -18,10 +18,10 @@ class _PooledClient(django_redis.RedisCacheClient):
         self._clients = {}
 
     def get_client(self, key=None, *, write=False):
-        pool = self._get_connection_pool(write)
-        client = self._clients.get(id(pool))
+        pool = self._get_connection_pool(write)  # (the pools live as long as this client)
+        client = self._clients.get(pool)
         if client is None:
-            client = self._clients[id(pool)] = self._client(connection_pool=pool)
+            client = self._clients[pool] = self._client(connection_pool=pool)
         return client
 
 

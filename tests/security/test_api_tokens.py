@@ -5,6 +5,7 @@ from datetime import timedelta
 
 import pytest
 from django.utils import timezone
+from knox.settings import CONSTANTS
 from rest_framework.test import APIClient
 
 from apps.accounts.models import ApiToken
@@ -66,7 +67,8 @@ def test_the_hourly_sweep_deletes_expired_tokens_with_an_audit_record_each(make_
     make_user("dev-1", "developer")
     old, live = _login_token("sre-1")["token"], _login_token("sre-1")["token"]
     other_old = _login_token("dev-1")["token"]
-    ApiToken.objects.filter(token_key__in=[old[:15], other_old[:15]]).update(
+    key = CONSTANTS.TOKEN_KEY_LENGTH
+    ApiToken.objects.filter(token_key__in=[old[:key], other_old[:key]]).update(
         expiry=timezone.now() - timedelta(minutes=5))
     # using a live token refuses nothing and deletes nothing else: expired tokens stay listed until the sweep
     assert _client(live).get("/api/v1/clusters/").status_code == 200
