@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import gc
+import importlib.abc
 import logging
 import os
 import select
@@ -31,6 +32,8 @@ import time
 from collections import deque
 from itertools import chain, islice
 from pathlib import Path
+
+import pyarrow as pa
 
 from broker_core.tracing.records import NEVER, Decoder, RecordBuffer, Records, pack, unpack
 from broker_core.tracing.writer import TraceFileWriter
@@ -305,7 +308,30 @@ def lower_priority(nice: int) -> None:
             os.nice(nice)
 
 
+class _WithoutPandas(importlib.abc.MetaPathFinder):
+    """Refuses to import pandas. pyarrow imports pandas, when it is installed, on the first `pa.array` (to
+    recognise pandas objects), and works without it (pandas is optional to it). Here that import cost about
+    0.3 s of CPU, 350 modules and 60 MB, and it came with the first batch, while the broker was busy (a batch of
+    80,000 events costs about 10 ms). The trace process never makes or reads pandas objects."""
+
+    def find_spec(self, name: str, path=None, target=None):
+        if name.partition(".")[0] == "pandas":
+            raise ModuleNotFoundError("the trace process runs without pandas", name=name)
+        return None
+
+
+def without_pandas() -> None:
+    """Make `import pandas` fail in this process (_WithoutPandas); already imported, it stays."""
+    if not any(isinstance(finder, _WithoutPandas) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _WithoutPandas())
+
+
 def main(directory: str, node_id: str, cluster: str, nice: str = "0", roll_bytes: str = "", roll_s: str = "") -> None:
+    without_pandas()
+    # Arrow's default pool (mimalloc) gave freed pages back between batches and faulted them in again: half this
+    # process's CPU went to the kernel zeroing them (perf: clear_page_erms from mi_page_free_list_extend). glibc's
+    # malloc keeps them: 0.35 instead of 0.70 µs per published message (bench/broker_trace_ratio.py).
+    pa.set_memory_pool(pa.system_memory_pool())
     if int(nice):
         lower_priority(int(nice))
     gc.freeze()  # what a batch decodes dies with it: no full collections over the modules' objects
