@@ -33,8 +33,6 @@ from collections import deque
 from itertools import chain, islice
 from pathlib import Path
 
-import pyarrow as pa
-
 from broker_core.tracing.records import NEVER, Decoder, RecordBuffer, Records, pack, unpack
 from broker_core.tracing.writer import TraceFileWriter
 
@@ -46,6 +44,11 @@ F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)  # Linux
 # events that make the sink ship at once (a shipment of this many is about 0.5 MiB of msgpack at most)
 SHIP_MESSAGES = 32768
 IOV_MAX = 1024  # parts per writev (Linux's limit)
+# Arrow allocates through glibc's malloc in the child. Its default, mimalloc, gave freed pages back between
+# batches and faulted them in again: half the child's CPU went to the kernel zeroing them (perf: clear_page_erms
+# under mi_page_free_list_extend). glibc's malloc keeps them: 0.35 instead of 0.70 µs per published message
+# (bench/broker_trace_ratio.py). Set in the environment: Arrow reads it once, for every allocation it makes.
+CHILD_ENV = {"ARROW_DEFAULT_MEMORY_POOL": "system"}
 BATCH_BYTES = 8 * PIPE_BYTES  # the child decodes the frames it holds, up to this many bytes of them, as one batch
 HOLD_S = 0.5  # and holds frames this long after the first for more to come
 
@@ -155,7 +158,7 @@ class ProcessTraceSink:
         self._proc = subprocess.Popen(
             [sys.executable, "-m", "broker_core.tracing.process", str(directory), node_id, cluster, str(nice),
              str(roll_bytes or ""), str(roll_s or "")],
-            stdin=subprocess.PIPE, start_new_session=False)
+            stdin=subprocess.PIPE, start_new_session=False, env={**os.environ, **CHILD_ENV})
         try:  # fewer, larger writes; the default pipe holds 64 KiB
             fcntl.fcntl(self._proc.stdin.fileno(), F_SETPIPE_SZ, PIPE_BYTES)
         except OSError:
@@ -328,10 +331,6 @@ def without_pandas() -> None:
 
 def main(directory: str, node_id: str, cluster: str, nice: str = "0", roll_bytes: str = "", roll_s: str = "") -> None:
     without_pandas()
-    # Arrow's default pool (mimalloc) gave freed pages back between batches and faulted them in again: half this
-    # process's CPU went to the kernel zeroing them (perf: clear_page_erms from mi_page_free_list_extend). glibc's
-    # malloc keeps them: 0.35 instead of 0.70 µs per published message (bench/broker_trace_ratio.py).
-    pa.set_memory_pool(pa.system_memory_pool())
     if int(nice):
         lower_priority(int(nice))
     gc.freeze()  # what a batch decodes dies with it: no full collections over the modules' objects

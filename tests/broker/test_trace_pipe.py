@@ -233,10 +233,11 @@ def test_the_trace_process_decodes_the_frames_waiting_in_its_pipe_as_one_batch(t
     assert _events(tmp_path / "waiting") == _written(tmp_path / "one-by-one", shipped)
 
 
-def test_the_trace_process_writes_its_batches_without_importing_pandas(tmp_path):
+def test_the_trace_process_writes_its_batches_without_pandas_and_with_glibcs_malloc(tmp_path):
     """pyarrow imports pandas, when it is installed, on its first array; that import cost the trace process
     about 0.3 s of CPU and 60 MB, at its first batch. The trace process refuses it: once it has written a
-    batch, no pandas library is mapped in it (pyarrow's are)."""
+    batch, no pandas library is mapped in it (pyarrow's are). Arrow allocates through glibc's malloc there (its
+    default, mimalloc, cost the process half its CPU in page faults)."""
     assert importlib.util.find_spec("pandas") is not None  # (installed here: the import would happen)
     messages = [StoredMessage(i, [f"m-{i}", "a", None, None, None, b"x", 0, 0, 0, 0], "shop", 0, ("g",))
                 for i in range(1, 4)]
@@ -247,11 +248,13 @@ def test_the_trace_process_writes_its_batches_without_importing_pandas(tmp_path)
         sink.ship()
         wait_for(lambda: _batches_open(tmp_path) == 1, 10, "the trace process to write the batch")
         maps = Path(f"/proc/{sink._proc.pid}/maps").read_text()
+        environ = Path(f"/proc/{sink._proc.pid}/environ").read_bytes().split(b"\0")
         sink.close()
         await sink.wait_closed()
-        return maps
+        return maps, environ
 
-    maps = asyncio.run(main())
+    maps, environ = asyncio.run(main())
+    assert b"ARROW_DEFAULT_MEMORY_POOL=system" in environ
     assert "/pyarrow/" in maps
     assert "/pandas/" not in maps
     assert [e["message_id"] for e in read_trace_events(tmp_path)] == ["m-1", "m-2", "m-3"]
