@@ -67,6 +67,7 @@ def record(msg, *args, exc_info=None, **extra) -> logging.LogRecord:
     return rec
 
 
+@pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")  # (on purpose: a password to redact)
 def test_structured_formatter_redacts_settings_secrets_in_message_fields_and_traceback(settings):
     settings.SWITCHYARD_AUDIT_CHECKPOINT_KEY = "checkpoint-key-value-1"
     # a copy: changing the live dict in place would outlast the test and break every later connection
