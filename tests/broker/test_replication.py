@@ -21,8 +21,10 @@ from tests.broker.conftest import APP, wait_for
 SECRET_VAR = "SWITCHYARD_BROKER_CLUSTER_SECRET_FILE"
 
 
-def replicated(cluster, min_insync: int, admin_token: str | None = None, **topic_fields):
-    """Two brokers holding `orders` (1 partition, replication factor 2, `topic_fields` added), b0 leading."""
+def replicated(cluster, min_insync: int, admin_token: str | None = None, options: tuple[str, ...] = (),
+               **topic_fields):
+    """Two brokers holding `orders` (1 partition, replication factor 2, `topic_fields` added), b0 leading; both
+    started with the command-line `options`."""
     secret = cluster.state / "cluster-secret"
     secret.write_text(os.urandom(32).hex())
     secret.chmod(0o600)
@@ -30,7 +32,8 @@ def replicated(cluster, min_insync: int, admin_token: str | None = None, **topic
     cluster.pv.meta(min_insync=min_insync)
     cluster.pv.topic("orders", partitions=1, replication_factor=2, **topic_fields)
     cluster.pv.binding("orders", "billing", APP)
-    leader, follower = (cluster.broker(admin_token=admin_token, env={SECRET_VAR: str(secret)}) for _ in range(2))
+    leader, follower = (cluster.broker(*options, admin_token=admin_token, env={SECRET_VAR: str(secret)})
+                        for _ in range(2))
     cluster.pv.placement("orders", 1, 2, [leader.node_id, follower.node_id])
     doc = cluster.zk_client.get(cluster.chroot + LAYOUT.placement("orders"))[0]
     assert doc.index(leader.node_id.encode()) < doc.index(follower.node_id.encode()), "b0 leads"
@@ -79,6 +82,36 @@ def test_min_insync_acknowledges_only_what_both_replicas_hold_and_refuses_withou
         assert refused.value.code == p.E_NOT_ENOUGH_REPLICAS and "min_insync 2" in str(refused.value)
         assert leader.stats()["topics"]["orders"]["published"] == before, "nothing stored"
     assert set(acknowledged) <= held_ids(follower.data_dir)
+
+
+def test_lowering_min_insync_answers_a_publish_that_waited_for_a_frozen_follower(cluster):
+    """min_insync 2 and the follower frozen (SIGSTOP): a publish waits; once the leader has put the follower out
+    of the ISR it still waits (one replica holds it, two are needed). Lowering the cluster's min_insync to 1 in
+    ZooKeeper answers it, and the next publish is acknowledged by the leader alone. Thawed, the follower catches
+    up with both. (A follower lagging 0.5 s leaves the ISR: the leader answers a publish within 5 s or refuses it,
+    so the lowering comes well within that.)"""
+    leader, follower = replicated(cluster, min_insync=2, options=("--replica-lag-timeout-ms", "500"))
+    wait_for(lambda: in_sync(leader) == 2, 20, "the follower in sync")
+    with Producer(**cluster.client_kwargs(send_timeout=60)) as producer, \
+            concurrent.futures.ThreadPoolExecutor(1) as pool:
+        follower.kill(signal.SIGSTOP)
+        try:
+            waiting = pool.submit(producer.send, "orders", b"waited")
+            wait_for(lambda: in_sync(leader) == 1, 20, "the leader to put the frozen follower out of the ISR")
+            assert leader.stats()["topics"]["orders"]["published"] == 1  # stored by the leader
+            assert not waiting.done(), "answered with one replica while min_insync is 2"
+
+            cluster.pv.meta(min_insync=1)
+
+            message_id = waiting.result(timeout=20)
+            alone = producer.send("orders", b"alone")
+            assert in_sync(leader) == 1
+        finally:
+            follower.kill(signal.SIGCONT)
+    assert message_id != alone
+    assert leader.stats()["topics"]["orders"]["published"] == 2
+    wait_for(lambda: in_sync(leader) == 2, 20, "the follower back in sync")
+    assert follower_next_seq(follower) >= 3, "the follower holds both"
 
 
 def test_a_follower_restarted_after_missing_writes_catches_up_from_the_leaders_log(cluster):
