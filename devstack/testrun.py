@@ -33,8 +33,9 @@ BESIDE = ("tests/broker", "tests/foundation/test_devstack.py", "tests/transactio
 # chroot and clusters (the alert, single sign-on and index-schedule tests, which use the stack's Prometheus,
 # directory and state folder, stay in the main process).
 SECOND = ("tests/governance", "tests/moves", "tests/transactions", "tests/integration", "tests/rebalancing")
-BESIDE_BROKER_PORTS = 500  # the side processes' broker ports: base + 500 .. base + 589, base + 600 .. base + 689
-SECOND_BROKER_PORTS = 600  # (the main one's: + 300)
+# the side processes' broker ports: base + 500 .. base + 589 and base + 600 .. base + 689 (the main one's: + 300)
+BESIDE_BROKER_PORTS = 500
+SECOND_BROKER_PORTS = 600
 SECOND_REDIS_DB = 2  # the second process's Celery queue and results (the main one's: 0; the cache: 1)
 
 
@@ -75,28 +76,26 @@ def run(pytest_args: list[str], env: dict[str, str], state: Path, ports: Ports, 
         return subprocess.run([*pytest, *pytest_args], env=env, cwd=root).returncode
     (state / "logs").mkdir(parents=True, exist_ok=True)
     others = sides(env, ports)
-    for side in others:
-        log = state / "logs" / f"pytest-{side.name}.log"
+    logs = [state / "logs" / f"pytest-{side.name}.log" for side in others]
+    for side, log_path in zip(others, logs, strict=True):
         print(f"dev test: {', '.join(side.paths)} run beside the other tests; their output follows theirs "
-              f"(and is in {log.relative_to(root) if log.is_relative_to(root) else log})", flush=True)
+              f"(and is in {log_path.relative_to(root) if log_path.is_relative_to(root) else log_path})", flush=True)
     running = []
     try:
-        for side in others:
-            log_path = state / "logs" / f"pytest-{side.name}.log"
+        for side, log_path in zip(others, logs, strict=True):
             with open(log_path, "w") as log:
                 # no cache of its own (pytest's last-failed list is the main process's); temporary folders: pytest
                 # numbers each run's and locks them, so runs at once get their own
-                running.append((side, log_path, subprocess.Popen([*pytest, "-p", "no:cacheprovider", *side.pytest_args()],
-                                                                 env=side.env, cwd=root, stdout=log,
-                                                                 stderr=subprocess.STDOUT)))
+                running.append(subprocess.Popen([*pytest, "-p", "no:cacheprovider", *side.pytest_args()],
+                                                env=side.env, cwd=root, stdout=log, stderr=subprocess.STDOUT))
         main = subprocess.run([*pytest, *main_args(others)], env=env, cwd=root).returncode
     except BaseException:
-        for _, _, proc in running:
+        for proc in running:
             proc.terminate()
         raise
     finally:
-        codes = [proc.wait() for _, _, proc in running]
-    for (side, log_path, _), code in zip(running, codes, strict=True):
+        codes = [proc.wait() for proc in running]
+    for side, log_path, code in zip(others, logs, codes, strict=True):
         print(f"\n===== {' '.join(side.paths)} (run beside the tests above) =====", flush=True)
         sys.stdout.write(log_path.read_text(errors="replace"))
         print(f"dev test: the tests of {side.name} exited {code}", flush=True)
