@@ -132,6 +132,20 @@ class _Queued:
         self.bytes -= size
         return messages, waiters, deadline
 
+    def add(self, message: list, waiter, deadline: float) -> None:
+        """Queue one message last (`send_nowait`'s own path inlines this: it is the per-message hot path)."""
+        self.messages.append(message)
+        self.waiters.append(waiter)
+        self.deadlines.append(deadline)
+        self.bytes += len(message[M_BODY]) + 64
+
+    def add_first(self, message: list, waiter, deadline: float) -> None:
+        """Queue one message first (a refused one, queued again ahead of what came since)."""
+        self.messages.insert(0, message)
+        self.waiters.insert(0, waiter)
+        self.deadlines.insert(0, deadline)
+        self.bytes += len(message[M_BODY]) + 64
+
     def prepend(self, other: _Queued) -> None:
         """Put the messages of `other` (queued earlier, for another cluster) before these."""
         self.messages[:0] = other.messages

@@ -172,8 +172,11 @@ class _Link:
         else:
             self._submit(topic, messages, waiter)
 
+    def _queue(self, key) -> _Queued:
+        return self.queued.get(key) or self.queued.setdefault(key, _Queued())
+
     def _submit(self, key, messages: list[list], waiter) -> None:
-        q = self.queued.get(key) or self.queued.setdefault(key, _Queued())
+        q = self._queue(key)
         q.messages += messages
         q.waiters += [waiter] * len(messages)
         q.deadlines += [time.monotonic() + self.producer.send_timeout] * len(messages)
@@ -185,8 +188,8 @@ class _Link:
 
     def submit_one(self, topic: str, message: list, future: asyncio.Future) -> None:
         key = self._key(topic, message) if topic in self.placements else topic
-        q = self.queued.get(key) or self.queued.setdefault(key, _Queued())
-        q.messages.append(message)
+        q = self._queue(key)
+        q.messages.append(message)  # (q.add, inlined: once per message sent)
         q.waiters.append(future)
         q.deadlines.append(time.monotonic() + self.producer.send_timeout)
         q.bytes += len(message[M_BODY]) + 64
@@ -245,11 +248,7 @@ class _Link:
         for _, q in olds:
             items += zip(q.messages, q.waiters, q.deadlines, strict=True)
         for m, w, deadline in items:
-            q = self.queued.get(key := self._key(topic, m)) or self.queued.setdefault(key, _Queued())
-            q.messages.append(m)
-            q.waiters.append(w)
-            q.deadlines.append(deadline)
-            q.bytes += len(m[M_BODY]) + 64
+            self._queue(self._key(topic, m)).add(m, w, deadline)
         if items:
             log.info("producer: %d messages of %s queued again by its new key mapping", len(items), topic)
 
@@ -293,16 +292,10 @@ class _Link:
             address = next((b for b in self.discovery.candidates() if b.node_id == node_id), None)
             if address is not None:
                 try:
-                    conn = await BrokerConnection.open(address, timeout=self.producer.options.connect_timeout,
-                                                       **self.producer.conn_args())
-                except AuthError as exc:
-                    self.last_error = exc
-                    self._fail_all(exc)
+                    conn = await self._open(address)
+                except AuthError:
                     return
-                except (OSError, SwitchyardError, TimeoutError) as exc:
-                    self.last_error = exc
-                    log.debug("producer: partition leader %s unreachable: %s", address, exc)
-                else:
+                if conn is not None:
                     old = self.leaders.get(node_id)
                     if old is not None:
                         old.close()
@@ -365,11 +358,7 @@ class _Link:
         """A batch refused with `stale_mapping`: its messages queued again, each to the partition its key maps to
         under the placement read now (ahead of what was queued since, one key's messages keep their order)."""
         for m, w in zip(reversed(batch.messages), reversed(batch.waiters), strict=True):
-            q = self.queued.setdefault(self._key(batch.topic, m), _Queued())
-            q.messages.insert(0, m)
-            q.waiters.insert(0, w)
-            q.deadlines.insert(0, batch.deadline)
-            q.bytes += len(m[M_BODY]) + 64
+            self._queue(self._key(batch.topic, m)).add_first(m, w, batch.deadline)
         self._schedule()
 
     def hand_over(self, topic: str, other: _Link, with_retries: bool) -> None:
@@ -396,8 +385,22 @@ class _Link:
             return  # connected: a second connection would replace this one and leak it
         self._connecting = self.loop.create_task(self._connect())
 
+    async def _open(self, address) -> BrokerConnection | None:
+        """A connection to the broker at `address`; None if it cannot be reached now (`last_error` says why). A
+        refused secret fails every message waiting here and raises AuthError: it does not get better by retrying."""
+        try:
+            return await BrokerConnection.open(address, timeout=self.producer.options.connect_timeout,
+                                               **self.producer.conn_args())
+        except AuthError as exc:
+            self.last_error = exc
+            self._fail_all(exc)
+            raise
+        except (OSError, SwitchyardError, TimeoutError) as exc:
+            self.last_error = exc
+            log.debug("producer: %s unreachable: %s", address, exc)
+            return None
+
     async def _connect(self) -> None:
-        producer = self.producer
         delay = 0.05
         tried: set = set()
         while not self.closed:
@@ -410,16 +413,10 @@ class _Link:
                 address = random.choice(fresh)
                 tried.add(address)
                 try:
-                    conn = await BrokerConnection.open(address, timeout=producer.options.connect_timeout,
-                                                       **producer.conn_args())
-                except AuthError as exc:
-                    self.last_error = exc
-                    self._fail_all(exc)  # a wrong secret does not get better by retrying
+                    conn = await self._open(address)
+                except AuthError:
                     return
-                except (OSError, SwitchyardError, TimeoutError) as exc:
-                    self.last_error = exc
-                    log.debug("producer: %s unreachable: %s", address, exc)
-                else:
+                if conn is not None:
                     if self.conn is not None:
                         self.failovers += 1
                     self.conn = conn

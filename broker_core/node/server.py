@@ -1,9 +1,9 @@
 """One client connection on the broker (nsqd's protocol_v2): frames in, one method per command.
 
-The connection authenticates first (`Hello`; another broker's replica connection: `ReplicaServing`), then
-publishes, subscribes, acks. Refusals are `Error` frames naming the request; a frame that cannot be parsed, or
-is too large, gets a fatal `Error` and closes this connection only. Outgoing frames are gathered and written
-once per loop turn.
+The connection authenticates first (`Hello`, `handshake.Handshake`; another broker's replica connection:
+`ReplicaServing`), then publishes, subscribes, acks. Refusals are `Error` frames naming the request; a frame that
+cannot be parsed, or is too large, gets a fatal `Error` and closes this connection only. Outgoing frames are
+gathered and written once per loop turn.
 
 Memory (broker_core/README.md "Memory bound"): the broker takes at most `max_connections` connections,
 `max_connections_per_host` from one address (more get a fatal `too_many_connections` error); until Hello
@@ -21,9 +21,9 @@ import socket
 import time
 
 from broker_core import protocol as p
-from broker_core.auth import is_fast, verify_any, verify_secret
 from broker_core.delivery.lanes import Subscription
 from broker_core.delivery.publish_rules import Refusal, check_publish
+from broker_core.node.handshake import Handshake
 from broker_core.node.host import ConnectionHost
 from broker_core.replication.serving import REPLICA_HANDLERS, ReplicaServing
 
@@ -34,12 +34,7 @@ FLUSH_AT = 128 * 1024  # write at once when this much is queued
 DELIVER_FRAME_BYTES = 1024 * 1024  # far below any client's frame limit, even with 4 MiB messages
 
 
-def _verify_legacy(secret: str, hashes: list[str]) -> str | None:
-    """In the auth thread: the legacy (PBKDF2) hash the secret matches, else None."""
-    return next((encoded for encoded in hashes if verify_secret(secret, encoded)), None)
-
-
-class ClientConnection(ReplicaServing, asyncio.Protocol):
+class ClientConnection(Handshake, ReplicaServing, asyncio.Protocol):
     def __init__(self, broker: ConnectionHost):
         self.broker = broker
         self.options = broker.options
@@ -284,65 +279,6 @@ class ClientConnection(ReplicaServing, asyncio.Protocol):
 
     # -- commands -------------------------------------------------------------------------------
 
-    def on_hello(self, ev: p.Hello) -> None:
-        if self.authenticated:
-            raise p.ProtocolError("Hello sent twice")
-        if ev.app_id == p.REPLICA_APP:  # another broker of the cluster (broker_core.replication.serving)
-            return self.replica_hello(ev)
-        state = self.broker.state
-        app = state.apps.get(ev.app_id)
-        if app is None or not app.active:
-            self.broker.auth_failures += 1
-            self.fail(p.E_AUTH_FAILED, f"unknown app {ev.app_id!r}" if app is None else
-                      f"app {ev.app_id!r} is not active")
-            return
-        now = time.time()
-        valid = [h for h in app.secrets if h.valid_at(now)]
-        # fast (HMAC) hashes: microseconds, checked right here; legacy PBKDF2 ones off the loop, cached
-        if verify_any(ev.secret, [h for h in valid if is_fast(h.hash)], now):
-            self._welcome(ev)
-            return
-        legacy = [h.hash for h in valid if not is_fast(h.hash)]
-        cache = self.broker.verified
-        if any(cache.hit(app.app_id, encoded, ev.secret) for encoded in legacy):
-            self._welcome(ev)
-            return
-        if not legacy:
-            self.broker.auth_failures += 1
-            self.fail(p.E_AUTH_FAILED, f"wrong secret for app {ev.app_id!r}")
-            return
-        self.authenticating = True
-        future = self.loop.run_in_executor(self.broker.auth_executor, _verify_legacy, ev.secret, legacy)
-        future.add_done_callback(lambda f: self._verified(ev, f))
-
-    def _verified(self, ev: p.Hello, future: asyncio.Future) -> None:
-        self.authenticating = False
-        if self.closed:
-            return
-        if future.exception() is not None or future.result() is None:
-            self.broker.auth_failures += 1
-            self.fail(p.E_AUTH_FAILED, f"wrong secret for app {ev.app_id!r}")
-            return
-        self.broker.verified.remember(ev.app_id, future.result(), ev.secret)
-        self._welcome(ev)
-        try:
-            self._process()  # frames that arrived while the secret was being checked
-        except p.ProtocolError as exc:
-            self.fail(exc.code, str(exc))
-
-    def _welcome(self, ev: p.Hello) -> None:
-        self.authenticated = True
-        self.app_id = ev.app_id
-        self.client_id = ev.client_id[:128]
-        self.consumer_id = f"{self.client_id}#{self.conn_no}" if self.client_id else f"c{self.conn_no}"
-        self.check_listener = ev.features.get(p.FEATURE_CHECK_LISTENER) is True
-        opts = self.options
-        heartbeat_ms = max(opts.min_heartbeat_ms, min(ev.heartbeat_ms or opts.heartbeat_ms, opts.heartbeat_ms))
-        self.heartbeat_s = heartbeat_ms / 1000
-        self.proto.max_frame, self.proto.limit_note = opts.max_frame_bytes, ""  # past Hello: frames of any size
-        self.send(p.Welcome(p.PROTOCOL_VERSION, self.broker.node_id, opts.cluster, heartbeat_ms,
-                            opts.max_frame_bytes))
-
     def on_publish(self, ev: p.Publish) -> None:
         if self.refused_remapped and ev.remapped is not None and self._after_refusal(ev):
             return
@@ -499,7 +435,7 @@ class ClientConnection(ReplicaServing, asyncio.Protocol):
         self.send(p.DeadLetters(ev.ref, entries))
 
     HANDLERS = {
-        p.Hello: on_hello,
+        p.Hello: Handshake.on_hello,
         p.Publish: on_publish,
         p.Subscribe: on_subscribe,
         p.Ready: on_ready,
