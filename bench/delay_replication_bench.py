@@ -30,17 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.broker_bench import (  # noqa: E402
-    APP,
-    BROKER_PORT,
-    SECRET,
-    STATE,
-    bench_chroot,
-    bench_workdir,
-    broker_stats,
-    hold_bench_lock,
-    start_broker,
-)
+from bench import broker_bench as bb  # noqa: E402
 from bench.delay_bench import rss_mib  # noqa: E402
 from broker_core.client import AsyncProducer, Message  # noqa: E402
 from broker_core.client._loop import new_event_loop  # noqa: E402
@@ -101,13 +91,13 @@ def main() -> int:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    lock = hold_bench_lock()  # noqa: F841  (held until the process ends)
+    lock = bb.hold_bench_lock()  # noqa: F841  (held until the process ends)
     nodes = ["bench-b0", "bench-b1"]
     rng = random.Random(20)
-    with bench_chroot("sy-delay-replication-bench", topics=(), min_insync=1) as (zk, pv), \
-            bench_workdir("delay-replication-") as workdir:
+    with bb.bench_chroot("sy-delay-replication-bench", topics=(), min_insync=1) as (zk, pv), \
+            bb.bench_workdir("delay-replication-") as workdir:
         pv.topic(TOPIC, replication_factor=2)
-        pv.grant(TOPIC, APP)
+        pv.grant(TOPIC, bb.APP)
         pv.placement(TOPIC, 1, 2, nodes)
         secret = workdir / "cluster-secret"
         secret.write_text(uuid.uuid4().hex + uuid.uuid4().hex)
@@ -115,7 +105,7 @@ def main() -> int:
         os.environ["SWITCHYARD_BROKER_CLUSTER_SECRET_FILE"] = str(secret)  # the brokers inherit the file's name
 
         def start(node: str):
-            return start_broker(zk, workdir / node / "data", "batch", False, port=BROKER_PORT + 2 * nodes.index(node),
+            return bb.start_broker(zk, workdir / node / "data", "batch", False, port=bb.BROKER_PORT + 2 * nodes.index(node),
                                 extra=("--node-id", node))
 
         brokers = {}
@@ -127,7 +117,7 @@ def main() -> int:
             leader = partition_state(pv)["leader"]
             follower = next(n for n in nodes if n != leader)
             loop = new_event_loop()
-            producer = AsyncProducer(app_id=APP, secret=SECRET, zk=zk, cache_dir=STATE / "sdk-cache-delay-repl",
+            producer = AsyncProducer(app_id=bb.APP, secret=bb.SECRET, zk=zk, cache_dir=bb.STATE / "sdk-cache-delay-repl",
                                      send_timeout=60)
             loop.run_until_complete(producer.connect(TOPIC))
             rates: dict[bool, list[float]] = {True: [], False: []}
@@ -137,7 +127,7 @@ def main() -> int:
             loop.run_until_complete(producer.close())
             loop.close()
             took, grew = rejoin(pv, brokers, start, leader, follower)
-            held = broker_stats(BROKER_PORT + 2 * nodes.index(follower))["topics"][TOPIC]["delayed"]["scheduled"]
+            held = bb.broker_stats(bb.BROKER_PORT + 2 * nodes.index(follower))["topics"][TOPIC]["delayed"]["scheduled"]
         finally:
             for proc in brokers.values():
                 proc.terminate()
