@@ -37,12 +37,12 @@ cdef object joined = None
 cdef Py_ssize_t F_ID = 0, F_TYPE = 1, F_KEY = 2, F_BUSINESS_ID = 3, F_BODY = 5, F_TAKEN = 6
 
 
-def bind(run, joined_class, joined_fn, Py_ssize_t m_id, Py_ssize_t m_type, Py_ssize_t m_key,
+def bind(run, joined_maker, joined_fn, Py_ssize_t m_id, Py_ssize_t m_type, Py_ssize_t m_key,
          Py_ssize_t m_business_id, Py_ssize_t m_body):
-    """The Run and Joined classes, the function that joins a column of differing values (columns._joined) and
-    the message fields' positions (protocol.M_*)."""
+    """What makes a Run and a Joined as shipped (values.run, values.joined), the function that joins a column of
+    differing values (columns._joined) and the message fields' positions (protocol.M_*)."""
     global Run, Joined, joined, F_ID, F_TYPE, F_KEY, F_BUSINESS_ID, F_BODY, F_TAKEN
-    Run, Joined, joined = run, joined_class, joined_fn
+    Run, Joined, joined = run, joined_maker, joined_fn
     F_ID, F_TYPE, F_KEY, F_BUSINESS_ID, F_BODY = m_id, m_type, m_key, m_business_id, m_body
     F_TAKEN = max(m_id, m_type, m_key, m_business_id, m_body) + 1
 

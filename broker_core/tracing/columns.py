@@ -4,7 +4,8 @@ in Python; both give the same parts (tests/broker/test_trace_parts.py).
 
 A column of strings ships as None when all are null, a Run when all are equal (often: one type, no key, no
 business id), Joined (one text joined by NUL) when they are strings without a NUL, else as its values; the
-body sizes as a Run when all are equal, else each.
+body sizes as a Run when all are equal, else each. Run and Joined are made as they are shipped (values.run,
+values.joined: maps).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from itertools import islice
 
 from broker_core.protocol import M_BODY, M_BUSINESS_ID, M_ID, M_KEY, M_TYPE
-from broker_core.tracing.values import Joined, Run
+from broker_core.tracing.values import joined, run
 
 try:  # built by `pip install` (setup.py); a source tree without it takes the Python way
     from broker_core.tracing import _parts
@@ -41,7 +42,7 @@ def python_message_parts(arrays, sized: bool) -> list:
     if sized:
         sizes = list(map(len, columns[M_BODY]))
         if sizes.count(sizes[0]) == n:  # (list.count: a direct loop, not countOf's iterator)
-            sizes = Run(sizes[0], n)
+            sizes = run(sizes[0], n)
     return [*_strings(columns, n), None, sizes]
 
 
@@ -64,23 +65,23 @@ def _strings(columns: list[tuple], n: int) -> list:
     for values in (columns[M_TYPE], columns[M_KEY], columns[M_BUSINESS_ID]):
         first = values[0]
         if values.count(first) == n:
-            parts.append(None if first is None else Run(first, n))
+            parts.append(None if first is None else run(first, n))
         else:
             parts.append(_joined(values, n))
     return parts
 
 
-def _joined(values, n: int) -> Joined | list:
+def _joined(values, n: int) -> dict | list:
     """n values as one text joined by NUL when they are strings without one, else as a list. (A NUL is looked
     for in the values joined without a separator, by memchr, which costs a tenth of counting the NULs of the
     text joined with one.)"""
     try:
         if "\0" not in "".join(values):
-            return Joined("\0".join(values), n)
+            return joined("\0".join(values), n)
     except TypeError:  # not all strings
         pass
     return list(values)
 
 
 if _parts is not None:
-    _parts.bind(Run, Joined, _joined, M_ID, M_TYPE, M_KEY, M_BUSINESS_ID, M_BODY)
+    _parts.bind(run, joined, _joined, M_ID, M_TYPE, M_KEY, M_BUSINESS_ID, M_BODY)

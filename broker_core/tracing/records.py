@@ -1,7 +1,9 @@
 """The broker's side of tracing without I/O: the sink methods (TraceSink) add records to a `RecordBuffer`;
 `take_records()` hands over the records since the last take as plain lists (`Records`), which `pack` turns
-into msgpack for the trace process, and a `Decoder` (in the trace process) into one Arrow record batch of
-schema.wire_schema(); `take()` does both at once (for a writer in the same process).
+into msgpack for the trace process in one call (a `Run` and a `Joined` are made as the maps they ship as,
+values.run and values.joined), and a `Decoder` (in the trace process, after `unpack` read them back as Run
+and Joined) into one Arrow record batch of schema.wire_schema(); `take()` does both at once (for a writer in
+the same process).
 
 The broker does as little per message as it can, and ships no message's bytes; the trace process does the
 rest:
@@ -38,7 +40,7 @@ import pyarrow.compute as pc
 
 from broker_core.tracing.columns import message_parts, strings_of
 from broker_core.tracing.schema import MESSAGE_VALUES, RECORD_VALUES, RUN_TYPE, SIZED, wire_schema
-from broker_core.tracing.values import Joined, Run
+from broker_core.tracing.values import Joined, Run, read_part, run
 
 NAMEABLE_TAKES = 16  # a record may name records of its own batch and of the 15 taken before it
 _NO_VALUES = (None,) * len(MESSAGE_VALUES)  # a record naming the messages of another
@@ -83,7 +85,7 @@ class RecordBuffer:
              client_host=None, group=None, consumer=None, attempt=None, detail=None, size=None,
              ts_us=None) -> None:
         self._add((ts_us or time_ns() // 1000, event, topic, app_id, client_host, group, consumer, detail), 1,
-                  [[message_id], Run(message_type, 1), _one(key), _one(business_id), _one(attempt), _one(size)])
+                  [[message_id], run(message_type, 1), _one(key), _one(business_id), _one(attempt), _one(size)])
 
     def emit_messages(self, event: str, topic: str, messages: list, *, app_id=None, client_host=None, ts_us=None,
                       same_as=None, arrays: list | None = None) -> int | None:
@@ -193,7 +195,7 @@ class RecordBuffer:
             return None
         if self._decoder is None:
             self._decoder = Decoder()
-        return self._decoder.batch(records)
+        return self._decoder.batch(read_parts(records))
 
     def drop(self) -> int:
         """Forget the records since the last take (they will never be written); returns their events."""
@@ -245,20 +247,21 @@ class Records(NamedTuple):
 
 
 def pack(records: Records) -> bytes:
-    """Records as msgpack: an array of the six fields, a Run as the map {"v": value, "n": count}, Joined as
-    {"j": text, "n": count}; a value msgpack cannot hold (a UUID) as its str()."""
-    parts = [[{"v": p.value, "n": p.n} if type(p) is Run else {"j": p.text, "n": p.n} if type(p) is Joined else p
-              for p in column] for column in records.parts]
-    return msgpack.packb([records.first, records.scalars, records.counts, records.refs, parts, records.seqs],
-                         use_bin_type=True, default=str)
+    """Records as msgpack, as they are: an array of the six fields, a Run as the map {"v": value, "n": count},
+    Joined as {"j": text, "n": count} (values.run and values.joined made them so); a value msgpack cannot hold
+    (a UUID) as its str()."""
+    return msgpack.packb(records, use_bin_type=True, default=str)
 
 
 def unpack(packed: bytes) -> Records:
-    """pack's msgpack as Records."""
-    first, scalars, counts, refs, parts, seqs = msgpack.unpackb(packed, raw=False)
-    return Records(first, scalars, counts, refs,
-                   [[p if type(p) is not dict else Run(p["v"], p["n"]) if "v" in p else Joined(p["j"], p["n"])
-                     for p in column] for column in parts], seqs)
+    """pack's msgpack as Records whose parts the Decoder takes (read_parts)."""
+    return read_parts(Records(*msgpack.unpackb(packed, raw=False)))
+
+
+def read_parts(records: Records) -> Records:
+    """Records as shipped, with their Run and Joined parts as those classes (values.read_part)."""
+    return records._replace(parts=[[p if p is None or type(p) is list else read_part(p) for p in column]
+                                   for column in records.parts])
 
 
 class Decoder:
@@ -318,7 +321,7 @@ class Decoder:
 def to_batch(records: Records) -> pa.RecordBatch:
     """One batch of records on its own as an Arrow record batch (schema.wire_schema()): its frames may name
     published records of the same batch only."""
-    return Decoder().batch(records)
+    return Decoder().batch(read_parts(records))
 
 
 def _arrow(records: Records) -> pa.RecordBatch:
@@ -355,7 +358,7 @@ def _one(value) -> list | None:
 def _attempts(attempts: tuple):
     """The attempts of a frame's messages: a Run when all are first attempts."""
     n = len(attempts)
-    return Run(1, n) if attempts.count(1) == n else list(attempts)
+    return run(1, n) if attempts.count(1) == n else list(attempts)
 
 
 def _list_array(parts: list, kind: pa.DataType) -> pa.ListArray:

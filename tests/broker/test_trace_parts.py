@@ -10,7 +10,7 @@ import pytest
 from broker_core.protocol import message
 from broker_core.tracing import columns
 from broker_core.tracing.columns import python_message_parts
-from broker_core.tracing.values import Joined, Run
+from broker_core.tracing.values import joined, run
 
 
 class Label(str):
@@ -29,41 +29,41 @@ def _equal_not_identical(text: str) -> str:
 CASES = {
     "one type, no key, equal bodies": (
         _arrays(("m-1", "t", None, None, b"abc"), ("m-2", "t", None, None, b"xyz")), True,
-        [Joined("m-1\0m-2", 2), Run("t", 2), None, None, None, Run(3, 2)]),
+        [joined("m-1\0m-2", 2), run("t", 2), None, None, None, run(3, 2)]),
     "not sized": (
         _arrays(("m-1", "t", None, None, b"abc"), ("m-2", "t", None, None, b"xy")), False,
-        [Joined("m-1\0m-2", 2), Run("t", 2), None, None, None, None]),
+        [joined("m-1\0m-2", 2), run("t", 2), None, None, None, None]),
     "types, keys and business ids that differ; bodies of several sizes": (
         _arrays(("m-1", "a", "k1", "b1", b""), ("m-2", "b", "k2", "b1", b"12"), ("m-3", "a", "k3", "b1", b"1")), True,
-        [Joined("m-1\0m-2\0m-3", 3), Joined("a\0b\0a", 3), Joined("k1\0k2\0k3", 3), Run("b1", 3), None, [0, 2, 1]]),
+        [joined("m-1\0m-2\0m-3", 3), joined("a\0b\0a", 3), joined("k1\0k2\0k3", 3), run("b1", 3), None, [0, 2, 1]]),
     "equal values as distinct objects make one Run": (
         _arrays(("m-1", _equal_not_identical("order.paid"), _equal_not_identical("k"), None, b"1"),
                 ("m-2", _equal_not_identical("order.paid"), _equal_not_identical("k"), None, b"2")), True,
-        [Joined("m-1\0m-2", 2), Run("order.paid", 2), Run("k", 2), None, None, Run(1, 2)]),
+        [joined("m-1\0m-2", 2), run("order.paid", 2), run("k", 2), None, None, run(1, 2)]),
     "a NUL in an id, a key or a business id: its values": (
         _arrays(("m\0-1", "t", "k\0", "b1", b""), ("m-2", "t", "k2", "b\0", b"")), True,
-        [["m\0-1", "m-2"], Run("t", 2), ["k\0", "k2"], ["b1", "b\0"], None, Run(0, 2)]),
+        [["m\0-1", "m-2"], run("t", 2), ["k\0", "k2"], ["b1", "b\0"], None, run(0, 2)]),
     "a NUL in a wide string": (
         _arrays(("m-€", "t", None, None, b""), ("m-\0€", "t", None, None, b"")), True,
-        [["m-€", "m-\0€"], Run("t", 2), None, None, None, Run(0, 2)]),
+        [["m-€", "m-\0€"], run("t", 2), None, None, None, run(0, 2)]),
     "wide and non-ASCII strings without a NUL": (
         _arrays(("m-€", "tü", "ключ", None, b""), ("m-ü", "tü", "k", None, b"")), True,
-        [Joined("m-€\0m-ü", 2), Run("tü", 2), Joined("ключ\0k", 2), None, None, Run(0, 2)]),
+        [joined("m-€\0m-ü", 2), run("tü", 2), joined("ключ\0k", 2), None, None, run(0, 2)]),
     "a null among keys; a value of another type": (
         _arrays(("m-1", "t", None, 7, b""), ("m-2", "t", "k", "b", b"")), True,
-        [Joined("m-1\0m-2", 2), Run("t", 2), [None, "k"], [7, "b"], None, Run(0, 2)]),
+        [joined("m-1\0m-2", 2), run("t", 2), [None, "k"], [7, "b"], None, run(0, 2)]),
     "an id that is not a string": (
         _arrays((17, "t", None, None, b""), ("m-2", "t", None, None, b"")), True,
-        [[17, "m-2"], Run("t", 2), None, None, None, Run(0, 2)]),
+        [[17, "m-2"], run("t", 2), None, None, None, run(0, 2)]),
     "ids of a str subclass": (
         _arrays((Label("m-1"), "t", None, None, b"a"), ("m-2", "t", None, None, b"b")), True,
-        [Joined("m-1\0m-2", 2), Run("t", 2), None, None, None, Run(1, 2)]),
+        [joined("m-1\0m-2", 2), run("t", 2), None, None, None, run(1, 2)]),
     "one message": (
         _arrays(("m-1", "t", "k", "b", b"abcd")), True,
-        [Joined("m-1", 1), Run("t", 1), Run("k", 1), Run("b", 1), None, Run(4, 1)]),
+        [joined("m-1", 1), run("t", 1), run("k", 1), run("b", 1), None, run(4, 1)]),
     "a body that is not bytes": (
         [["m-1", "t", None, None, {}, bytearray(b"abc"), 0, 0, 0, 0], ["m-2", "t", None, None, {}, b"abc", 0, 0, 0, 0]],
-        True, [Joined("m-1\0m-2", 2), Run("t", 2), None, None, None, Run(3, 2)]),
+        True, [joined("m-1\0m-2", 2), run("t", 2), None, None, None, run(3, 2)]),
 }
 
 
@@ -94,8 +94,8 @@ def test_what_the_compiled_module_does_not_take_goes_the_python_way():
     assert columns._parts.message_parts(list(as_tuples), True) is None
     assert columns._parts.message_parts(short, False) is None
     assert columns._parts.message_parts([], True) is None
-    assert columns.message_parts(as_tuples, True) == [Joined("m-1\0m-2", 2), Run("t", 2), None, None, None, Run(2, 2)]
-    assert columns.message_parts(short, False) == [Joined("m-1\0m-2", 2), Run("t", 2), None, None, None, None]
+    assert columns.message_parts(as_tuples, True) == [joined("m-1\0m-2", 2), run("t", 2), None, None, None, run(2, 2)]
+    assert columns.message_parts(short, False) == [joined("m-1\0m-2", 2), run("t", 2), None, None, None, None]
 
 
 def test_a_source_tree_without_the_compiled_module_records_the_same(monkeypatch):

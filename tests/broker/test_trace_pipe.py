@@ -17,7 +17,7 @@ import pyarrow as pa
 from broker_core.client import Consumer, Message, Producer
 from broker_core.storage.store import StoredMessage
 from broker_core.tracing.process import HEAD, PipeWriter, ProcessTraceSink, joined, serve
-from broker_core.tracing.records import Decoder, Joined, RecordBuffer, Run, pack, unpack
+from broker_core.tracing.records import Decoder, Joined, RecordBuffer, Run, pack, read_parts, unpack
 from broker_core.tracing.schema import read_trace_events
 from broker_core.tracing.writer import TraceFileWriter
 from tests.broker.conftest import APP, wait_for
@@ -123,8 +123,8 @@ def test_the_shipped_publish_batch_holds_its_values_a_column_at_a_time_and_frame
     records = buffer.take_records()
     assert records.seqs[0] == 1
     # ids and business ids one NUL-joined text each, the shared type one value, no key, equal sizes one value
-    assert [column[0] for column in records.parts] == [Joined("m-1\0m-2", 2), Run("a", 2), None,
-                                                       Joined("b-1\0b-2", 2), None, Run(1, 2)]
+    assert [column[0] for column in read_parts(records).parts] == [Joined("m-1\0m-2", 2), Run("a", 2), None,
+                                                                   Joined("b-1\0b-2", 2), None, Run(1, 2)]
     assert [column[i] for column in records.parts[:4] for i in (1, 2)] == [None] * 8
     assert records.seqs[1] == [1, 2]  # one run in order: its first seq and count
     assert records.seqs[2] == (2).to_bytes(8, "little") + (1).to_bytes(8, "little")  # else each seq
@@ -140,7 +140,7 @@ def test_the_sink_ships_at_once_when_records_pile_up_not_at_its_interval(tmp_pat
                 for i in range(1, 4)]
 
     async def main():
-        sink = await ProcessTraceSink(tmp_path, node_id="n1", cluster="c", ship_interval_s=3600,
+        sink = await ProcessTraceSink(tmp_path, node_id="n1", cluster="c", nice=0, ship_interval_s=3600,
                                       ship_records=2).start()
         handle = sink.emit_messages("published", "t", messages, ts_us=1)
         assert sink._buffer.records == 1
@@ -196,7 +196,7 @@ def test_the_sink_ships_its_first_record_after_its_interval_also_after_shipping_
                 for i in range(1, 3)]
 
     async def main():
-        sink = await ProcessTraceSink(tmp_path, node_id="n1", cluster="c", ship_interval_s=0.05,
+        sink = await ProcessTraceSink(tmp_path, node_id="n1", cluster="c", nice=0, ship_interval_s=0.05,
                                       ship_records=2).start()
         for ts in (1, 2):  # two records: shipped at once
             sink.emit_messages("published", "t", messages, ts_us=ts)
@@ -243,7 +243,7 @@ def test_the_trace_process_writes_its_batches_without_pandas_and_with_glibcs_mal
                 for i in range(1, 4)]
 
     async def main():
-        sink = await ProcessTraceSink(tmp_path, node_id="n1", cluster="c", ship_interval_s=3600).start()
+        sink = await ProcessTraceSink(tmp_path, node_id="n1", cluster="c", nice=0, ship_interval_s=3600).start()
         sink.emit_messages("published", "t", messages, ts_us=1)
         sink.ship()
         wait_for(lambda: _batches_open(tmp_path) == 1, 10, "the trace process to write the batch")

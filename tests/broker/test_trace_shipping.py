@@ -12,8 +12,9 @@ import pyarrow as pa
 from broker_core.client import Consumer, Message, Producer
 from broker_core.storage.store import StoredMessage
 from broker_core.tracing.process import ProcessTraceSink
-from broker_core.tracing.records import NAMEABLE_TAKES, Joined, RecordBuffer, to_batch
+from broker_core.tracing.records import NAMEABLE_TAKES, RecordBuffer, pack, read_parts, to_batch, unpack
 from broker_core.tracing.schema import read_events, read_trace_events
+from broker_core.tracing.values import Joined, Run, joined, run
 from broker_core.tracing.writer import FILE_FORMAT, TraceFileWriter
 from tests.broker.conftest import APP, wait_for
 from tests.broker.helpers import Received
@@ -159,8 +160,9 @@ def test_the_buffer_takes_sizes_and_attempts_from_the_messages_and_rows_it_is_ha
                        ts_us=4)
     shipper.emit_attempts("acked", "t", "g", [(equal[0], 1, 0.0), (equal[1], 2, 0.0)], consumer="c-3", ts_us=5)
     records = shipper.take_records()
-    assert [type(p).__name__ for p in records.parts[-1][:2]] == ["list", "Run"]  # sizes
-    assert [type(p).__name__ for p in records.parts[-2][2:]] == ["Run", "list", "list", "list"]  # attempts
+    read = read_parts(records)
+    assert [type(p).__name__ for p in read.parts[-1][:2]] == ["list", "Run"]  # sizes
+    assert [type(p).__name__ for p in read.parts[-2][2:]] == ["Run", "list", "list", "list"]  # attempts
     _written(tmp_path, to_batch(records))
     assert [(e["event"], e["message_id"], e.get("size"), e.get("attempt"), e.get("consumer"))
             for e in _rows(tmp_path)] == [
@@ -184,7 +186,7 @@ def test_ids_joined_and_a_shared_type_found_by_the_buffer(tmp_path):
         records = shipper.take_records()
         chunk = to_batch(records)
         if batch is plain:
-            assert records.parts[0] == [Joined("p-1\0p-2\0p-3", 3)]
+            assert records.parts[0] == [joined("p-1\0p-2\0p-3", 3)]
             assert [_column(chunk, c) for c in ("message_id", "message_type", "key", "business_id")] == [
                 [["p-1", "p-2", "p-3"]], [["order.paid"] * 3], [None], [None]]
         if batch is odd:
@@ -317,7 +319,7 @@ def test_the_sink_names_published_records_across_intervals_and_not_after_a_dropp
     second = [_message(3, "m-3", business_id="b3"), _message(4, "m-4", key="k4")]
 
     async def main():
-        sink = await ProcessTraceSink(tmp_path, node_id="n1", cluster="c", ship_interval_s=3600).start()
+        sink = await ProcessTraceSink(tmp_path, node_id="n1", cluster="c", nice=0, ship_interval_s=3600).start()
         handle = sink.emit_messages("published", "t", first, app_id="shop", client_host="h", ts_us=10)
         sink.ship()
         sink.emit_messages("stored", "t", first, app_id="shop", client_host="h", ts_us=11, same_as=handle)
@@ -445,8 +447,25 @@ def test_the_trace_process_cuts_a_string_column_of_joined_runs_and_lists_whole(t
     shipper.emit("nacked", message_id="m-1", topic="t", message_type="tÿpe", ts_us=2)
     shipper.emit_messages("published", "t", [_message(4, "x\0y", message_type="a"), _message(5, "z")], ts_us=3)
     plain = shipper.take_records()
-    assert [type(p).__name__ for p in plain.parts[0]] == ["Joined", "list", "list"]
+    assert [type(p).__name__ for p in read_parts(plain).parts[0]] == ["Joined", "list", "list"]
     batch = to_batch(plain)
     assert _column(batch, "message_id") == [["m-1", "m-ü", ""], ["m-1"], ["x\0y", "z"]]
     assert _column(batch, "message_type") == [["normal"] * 3, ["tÿpe"], ["a", "normal"]]
     assert _column(batch, "key") == [None, None, None]
+
+
+def test_records_are_made_as_shipped_and_read_back_as_runs_and_joined():
+    """The broker makes a Run and a Joined as the maps it ships (no pass over the parts at each shipment); the
+    trace process reads them back as Run and Joined, and the rest of a record as it was."""
+    shipper = RecordBuffer()
+    shipper.emit_messages("published", "t", [_message(1, "m-1"), _message(2, "m-2")], ts_us=1)
+    shipper.emit_attempts("acked", "t", "g", [(_message(9, "x-9"), 1, 0.0)], consumer="c-1", ts_us=2)
+    records = shipper.take_records()
+    assert records.parts[0][0] == joined("m-1\0m-2", 2) == {"j": "m-1\0m-2", "n": 2}
+    assert records.parts[1][0] == run("normal", 2) == {"v": "normal", "n": 2}
+    assert records.parts[4][1] == run(1, 1)  # the ack's attempts
+    back = unpack(pack(records))
+    assert back.parts[0][0] == Joined("m-1\0m-2", 2) and type(back.parts[0][0]) is Joined
+    assert back.parts[1][0] == Run("normal", 2) and type(back.parts[1][0]) is Run
+    assert back.parts[4][1] == Run(1, 1) and type(back.parts[4][1]) is Run
+    assert (back.first, back.counts, back.seqs) == (records.first, records.counts, records.seqs)
