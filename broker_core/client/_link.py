@@ -188,8 +188,9 @@ class _Link:
 
     def submit_one(self, topic: str, message: list, future: asyncio.Future) -> None:
         key = self._key(topic, message) if topic in self.placements else topic
-        q = self._queue(key)
-        q.messages.append(message)  # (q.add, inlined: once per message sent)
+        # self._queue(key).add(...), inlined: this runs once per message sent
+        q = self.queued.get(key) or self.queued.setdefault(key, _Queued())
+        q.messages.append(message)
         q.waiters.append(future)
         q.deadlines.append(time.monotonic() + self.producer.send_timeout)
         q.bytes += len(message[M_BODY]) + 64
