@@ -23,6 +23,8 @@ def test_a_memory_topic_delivers_and_keeps_nothing_across_a_restart(cluster):
         with Consumer("scratch", "billing", got.handler("live"), **cluster.client_kwargs()):
             sent = producer.send_many("scratch", [Message(b"now %d" % i) for i in range(3)])
             wait_for(lambda: sorted(got.ids("live")) == sorted(sent), 5, "delivery on the memory topic")
+        wait_for(lambda: broker.stats()["topics"]["scratch"]["groups"]["billing"]["consumers"] == 0, 5,
+                 "the broker to see the consumer gone")
         # owed to the group, nobody connected: held until the restart
         producer.send_many("scratch", [Message(b"held %d" % i) for i in range(5)])
         kept = producer.send_many("orders", [Message(b"held %d" % i) for i in range(5)])
