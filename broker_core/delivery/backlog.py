@@ -327,21 +327,24 @@ class PartitionedBacklog(_Reads):
             return
         self.reading = True
         share, share_bytes = max(1, room // len(parts)), max(1, int(self.max_bytes / 2 / len(parts)))
-        got: list[list[StoredMessage]] = []
+        results: list[tuple[Backlog, object]] = []
         waiting = [len(parts)]
 
         def done(part: Backlog, result, exc) -> None:
             if exc is not None:
                 log.error("group %s: reading its backlog from the log failed (tried again at the next tick): %s",
                           self.group, exc)
-            elif not self.closed and not part.closed:  # a group that went (or a partition led elsewhere now) leaves
-                # what was read on disk (its position did not move)
-                got.append(part._advance(result))
+            else:
+                results.append((part, result))
             waiting[0] -= 1
             if waiting[0]:
                 return
             self.reading = False
-            if got and not self.closed:
+            # Positions move only now, as what was read reaches the group: until then it is still on disk for the
+            # partition's new messages (they spill behind it) and for a rescale's drain barrier (`owes_below`).
+            # A group that went, or a partition led elsewhere now, leaves what was read on disk.
+            got = [part._advance(result) for part, result in results if not self.closed and not part.closed]
+            if got:
                 on_loaded(list(heapq.merge(*got, key=lambda m: m.received_ms)))
             self._run_queued()
 

@@ -98,9 +98,10 @@ def test_killed_producer_is_answered_by_its_restarted_check_listener(tx):
     assert set(asked) >= {commit_id, rollback_id}
     time.sleep(1.5)
     assert not delivered(tx, rollback_id)
-    record = AuditRecord.objects.filter(action="tx.resolve").last()
-    assert record.source == "task" and record.after["by_source"]["check"] == {commit_id: "commit",
-                                                                             rollback_id: "rollback"}
+    # the sweeps' audit records (one per sweep that resolved something: the two may be resolved in two sweeps)
+    audited = [(mid, record.source, answer) for record in AuditRecord.objects.filter(action="tx.resolve")
+               for mid, answer in record.after["by_source"].get("check", {}).items() if mid in decide]
+    assert sorted(audited) == sorted([(commit_id, "task", "commit"), (rollback_id, "task", "rollback")])
 
 
 def test_app_without_connection_is_asked_through_its_http_check_url(tx, api_for):
