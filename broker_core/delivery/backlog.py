@@ -343,7 +343,7 @@ class PartitionedBacklog(_Reads):
             # Positions move only now, as what was read reaches the group: until then it is still on disk for the
             # partition's new messages (they spill behind it) and for a rescale's drain barrier (`owes_below`).
             # A group that went, or a partition led elsewhere now, leaves what was read on disk.
-            got = [part._advance(result) for part, result in results if not self.closed and not part.closed]
+            got = [] if self.closed else [part._advance(result) for part, result in results if not part.closed]
             if got:
                 on_loaded(list(heapq.merge(*got, key=lambda m: m.received_ms)))
             self._run_queued()
